@@ -1,0 +1,52 @@
+# Podracer RLOps: `make run` and `make test` are the two commands a newcomer needs.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Quiet and offline settings (shared/DESIGN.md §4) live in .env; export them to every recipe.
+include .env
+export
+
+.PHONY: help install run test test-fast repro mlflow-ui clean clean-data
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make run        install into .venv and run the whole pipeline on the embedded market"
+	@echo "make test       install into .venv and run the test suite"
+	@echo "make test-fast  unit tests only (skips the slow end-to-end tests)"
+	@echo "make repro      run the same stages through DVC (dvc repro)"
+	@echo "make mlflow-ui  open the MLflow UI on the local store at http://127.0.0.1:5000"
+	@echo "make clean-data remove generated data/ and mlflow/ content"
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required; set PYTHON=...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/podracer run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+repro: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+
+mlflow-ui: $(STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow/mlflow.db --host 127.0.0.1 --port 5000
+
+clean-data:
+	find data -mindepth 1 ! -name README.md ! -name .gitignore -exec rm -rf {} +
+	find mlflow -mindepth 1 ! -name README.md ! -name .gitignore -exec rm -rf {} +
+
+clean: clean-data
+	rm -rf $(VENV)

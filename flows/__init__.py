@@ -1,0 +1,1 @@
+"""Wiring only: the Prefect flow and the ``podracer`` CLI compose the stages in ``tasks/``."""

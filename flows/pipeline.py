@@ -1,0 +1,53 @@
+"""The Prefect flow ``rlops_pipeline``: the seven stages of DESIGN §1, chained.
+
+Wiring only; every stage is a task in ``tasks/``. The flow parameter is the typed config,
+so the Prefect UI shows it as an editable form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefect import flow
+
+from tasks.backtest import BacktestResult, backtest_task
+from tasks.config import Params, load_params
+from tasks.deliver import DeliverResult, deliver_task
+from tasks.features import FeaturesResult, features_task
+from tasks.ingest import IngestResult, ingest_task
+from tasks.register import RegisterResult, champion_version, register_task
+from tasks.train import TrainResult, train_task
+from tasks.validate import ValidateResult, validate_task
+
+
+@dataclass(frozen=True)
+class PipelineSummary:
+    ingest: IngestResult
+    validate: ValidateResult
+    features: FeaturesResult
+    train: TrainResult
+    backtest: BacktestResult
+    register: RegisterResult
+    deliver: DeliverResult | None
+    note: str
+
+
+@flow(name="rlops_pipeline")
+def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
+    """Ingest → validate → features → train → backtest → register → deliver.
+
+    ``params`` defaults to ``params.yaml`` in the working directory. Delivery runs only
+    when some version holds the ``champion`` alias.
+    """
+    params = params or load_params()
+    ingested = ingest_task(params)
+    validated = validate_task(params)
+    featured = features_task(params)
+    trained = train_task(params, ingested.data_version)
+    tested = backtest_task(params)
+    registered = register_task(params)
+    if champion_version(params.registry) is None:
+        return PipelineSummary(ingested, validated, featured, trained, tested, registered, None,
+                               "no champion yet: nothing delivered")
+    delivered = deliver_task(params)
+    return PipelineSummary(ingested, validated, featured, trained, tested, registered, delivered, "")

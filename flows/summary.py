@@ -1,0 +1,77 @@
+"""Rich rendering of a pipeline run: metrics beside buy-and-hold, registry, artifacts, orders."""
+
+from __future__ import annotations
+
+import logging
+
+from rich.console import Console
+from rich.table import Table
+
+from flows.pipeline import PipelineSummary
+from tasks.backtest import BacktestResult
+from tasks.deliver import DeliverResult
+from tasks.errors import PodracerError
+from trainers.metrics import METRICS
+
+PERCENT = {"cumulative_return", "annual_return", "annual_volatility", "max_drawdown"}
+
+
+def _fmt(name: str, value: float) -> str:
+    return f"{value:.2%}" if name in PERCENT else f"{value:.2f}"
+
+
+def metrics_table(result: BacktestResult) -> Table:
+    table = Table(title=f"Backtest {result.start} to {result.end} (test window, after costs)")
+    table.add_column("metric")
+    table.add_column("agent", justify="right")
+    table.add_column("buy-and-hold", justify="right")
+    for name in METRICS:
+        table.add_row(name.replace("_", " "), _fmt(name, result.metrics[name]), _fmt(name, result.buy_and_hold[name]))
+    return table
+
+
+def orders_table(result: DeliverResult) -> Table:
+    table = Table(title=f"Paper orders for bar {result.bar} from {result.model_uri} (version {result.version})",
+                  caption=f"cash {result.cash:,.2f}  equity {result.equity:,.2f}")
+    for column in ("side", "symbol", "qty", "price", "status"):
+        table.add_column(column, justify="right" if column in ("qty", "price") else "left")
+    for f in result.fills:
+        table.add_row(f.side, f.symbol, str(f.qty), f"{f.price:.2f}", f.status)
+    if not result.fills:
+        table.add_row("-", "no orders", "", "", "")
+    return table
+
+
+def render(console: Console, s: PipelineSummary) -> None:
+    """Print the end-of-run summary."""
+    console.print(metrics_table(s.backtest))
+    reg = s.register
+    verdict = "[green]promoted to champion[/]" if reg.promoted else "[yellow]stays challenger[/]"
+    console.print(f"[bold]model[/] {reg.model_name} version {reg.version} "
+                  f"(alias {', '.join(reg.aliases)}): {verdict}: {reg.reason}")
+    console.print(f"[bold]MLflow run[/] {reg.run_id}   [bold]data version[/] {s.ingest.data_version}"
+                  f"{' (reused)' if s.ingest.reused else ''}")
+    console.print(f"[bold]training[/] best validation Sharpe {s.train.best_fitness:.3f} "
+                  f"(agent {s.train.best_agent}, generation {s.train.best_generation}), "
+                  f"{s.train.env_steps:,} env steps in {s.train.seconds:.0f}s on {s.train.device}")
+    console.print(f"[bold]artifacts[/] plot {s.backtest.plot}, metrics {s.backtest.metrics_file}, "
+                  f"validation report {s.validate.report}, model bundle {s.train.model_dir}, "
+                  f"run artifacts {reg.artifact_uri}")
+    if s.deliver is not None:
+        console.print(orders_table(s.deliver))
+    else:
+        console.print(f"[yellow]deliver:[/] {s.note}")
+
+
+class _DropExpected(logging.Filter):
+    """Drops log records whose traceback is a PodracerError: the CLI prints its one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], PodracerError))
+
+
+def silence_expected_tracebacks() -> None:
+    """Keep Prefect's console from printing tracebacks for expected, one-line errors."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _DropExpected) for f in handler.filters):
+            handler.addFilter(_DropExpected())

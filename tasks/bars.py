@@ -1,0 +1,77 @@
+"""The bars contract (DESIGN §2) and its Parquet files.
+
+Columns ``symbol`` (str), ``ts`` (tz-aware UTC bar start), ``open``, ``high``, ``low``,
+``close`` (float64) and ``volume`` (float64); rows sorted by symbol, then ts. The bar
+frequency is stored in each file's Parquet metadata under ``podracer.freq``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.errors import DataError
+
+COLUMNS = ("symbol", "ts", "open", "high", "low", "close", "volume")
+PRICE_COLUMNS = ("open", "high", "low", "close")
+FREQ_KEY = b"podracer.freq"
+
+
+def to_contract(frame: pd.DataFrame, origin: str) -> pd.DataFrame:
+    """Coerce ``frame`` to the contract's columns and dtypes, or raise a one-line DataError.
+
+    Only the shape is enforced here (columns, dtypes, UTC timestamps, order); value checks
+    (prices > 0, high/low consistency, duplicates, nulls) are validation's job, so bad
+    rows reach the quarantine instead of failing the import.
+    """
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise DataError(f"{origin}: missing column(s) {', '.join(missing)}")
+    out = frame.loc[:, list(COLUMNS)].copy()
+    out["symbol"] = out["symbol"].astype(str)
+    for col in (*PRICE_COLUMNS, "volume"):
+        try:
+            out[col] = pd.to_numeric(out[col], errors="raise").astype("float64")
+        except (ValueError, TypeError):
+            raise DataError(f"{origin}: column {col} is not numeric") from None
+    ts = out["ts"]
+    if not isinstance(ts.dtype, pd.DatetimeTZDtype):
+        try:
+            ts = pd.to_datetime(ts, utc=False)
+        except (ValueError, TypeError):
+            raise DataError(f"{origin}: column ts is not a timestamp") from None
+        if not isinstance(ts.dtype, pd.DatetimeTZDtype):
+            raise DataError(f"{origin}: column ts has no time zone (expected tz-aware UTC)")
+    out["ts"] = ts.dt.tz_convert("UTC").astype("datetime64[ns, UTC]")
+    return out.sort_values(["symbol", "ts"], kind="stable").reset_index(drop=True)
+
+
+def write_parquet(frame: pd.DataFrame, path: Path, freq: str) -> None:
+    """Write ``frame`` atomically (temp file in the same folder, then rename)."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), FREQ_KEY: freq.encode()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_parquet(path: Path) -> tuple[pd.DataFrame, str | None]:
+    """Read a bars file and its recorded frequency; a corrupt file is a one-line DataError."""
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from None
+    freq = (table.schema.metadata or {}).get(FREQ_KEY)
+    return table.to_pandas(), freq.decode() if freq else None
+

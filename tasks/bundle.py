@@ -1,0 +1,73 @@
+"""The policy bundle: weights plus every constant serving needs (DESIGN §2, models).
+
+``data/models/`` holds ``policy.pt`` (actor weights) and ``policy.json`` (symbols,
+indicator names, train-only normalisation stats, state scales, env constants, network
+shape). The backtest, the MLflow pyfunc and delivery all load it through :func:`load`,
+so a served policy sees exactly the state it was trained on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tasks.errors import MissingInput
+from trainers.env import EnvConfig
+from trainers.ppo import Actor
+from trainers.state import StateScales, normalise_features, state_dim
+
+WEIGHTS, META = "policy.pt", "policy.json"
+
+
+@dataclass(frozen=True)
+class PolicyMeta:
+    symbols: list[str]
+    feature_names: list[str]
+    mean: list[list[float]]
+    std: list[list[float]]
+    scales: StateScales
+    env: EnvConfig
+    net_dims: list[int]
+    freq: str
+    data_version: str
+
+    @property
+    def state_dim(self) -> int:
+        return state_dim(len(self.symbols), len(self.feature_names))
+
+    def normalise(self, raw: np.ndarray) -> np.ndarray:
+        """Normalise raw indicators ``[..., n, k]`` with the saved train-window stats."""
+        return normalise_features(raw, np.asarray(self.mean), np.asarray(self.std))
+
+    def to_json(self) -> str:
+        raw = asdict(self)
+        raw["scales"] = self.scales.to_dict()
+        raw["env"] = {k: v for k, v in asdict(self.env).items()}
+        return json.dumps(raw)
+
+    @classmethod
+    def from_json(cls, text: str) -> PolicyMeta:
+        raw = json.loads(text)
+        raw["scales"] = StateScales.from_dict(raw["scales"])
+        raw["env"] = EnvConfig(**raw["env"])
+        return cls(**raw)
+
+
+def save(folder: Path, actor: dict[str, torch.Tensor], meta: PolicyMeta) -> None:
+    torch.save(actor, folder / WEIGHTS)
+    (folder / META).write_text(meta.to_json())
+
+
+def load(folder: Path) -> tuple[Actor, PolicyMeta]:
+    """Rebuild the deterministic actor and its constants from a bundle folder."""
+    if not (folder / WEIGHTS).exists():
+        raise MissingInput(f"{folder / WEIGHTS}: not found (run `podracer train` first)")
+    meta = PolicyMeta.from_json((folder / META).read_text())
+    actor = Actor(meta.state_dim, len(meta.symbols), tuple(meta.net_dims), init_log_std=0.0)
+    actor.load_state_dict(torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True))
+    actor.eval()
+    return actor, meta

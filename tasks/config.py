@@ -1,0 +1,217 @@
+"""The one typed config, loaded from ``params.yaml`` (DESIGN §1).
+
+DVC reads the same file as stage params, ``rlops_pipeline`` takes a :class:`Params` as
+its Prefect flow parameter, and the register stage logs it, flattened, as MLflow params.
+An unknown key or a bad value is a one-line :class:`ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tasks.errors import ConfigError
+from trainers.env import EnvConfig
+from trainers.evolution import EvolutionConfig
+from trainers.metrics import METRICS
+from trainers.ppo import PPOConfig
+
+DEFAULT_PARAMS = Path("params.yaml")
+
+Indicator = Literal[
+    "macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30", "close_30_sma", "close_60_sma"
+]
+"""FinRL's default technical indicators (stockstats names)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataParams(_Section):
+    """Where bars come from (stage 1, ingest)."""
+
+    source: Literal["synthetic", "file"] = "synthetic"
+    freq: Literal["1d"] = "1d"
+    start: date = date(2016, 1, 1)
+    end: date = date(2023, 12, 31)
+    symbols: int = Field(30, ge=1, le=500, description="synthetic: number of stocks")
+    signal: float = Field(0.5, ge=0.0, description="synthetic: learnable structure; 0 = null market")
+    seed: int = 7
+    path: Path | None = Field(None, description="file: a CSV or Parquet file of bars")
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="file: column in the file -> bars-contract column"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> DataParams:
+        if self.start >= self.end:
+            raise ValueError("start must be before end")
+        if self.source == "file" and self.path is None:
+            raise ValueError("path is required when source is 'file'")
+        return self
+
+
+class ValidationParams(_Section):
+    """Stage 2: the largest fraction of rows that may be quarantined before the stage fails."""
+
+    max_bad_fraction: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class FeatureParams(_Section):
+    """Stage 3: indicators and the date splits (train < validation < test)."""
+
+    indicators: list[Indicator] = Field(
+        default_factory=lambda: ["macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30",
+                                 "close_30_sma", "close_60_sma"],
+        min_length=1,
+    )
+    warmup: int = Field(60, ge=0, description="bars of history dropped before the first usable bar")
+    train_end: date = date(2021, 12, 31)
+    val_end: date = date(2022, 12, 31)
+
+    @model_validator(mode="after")
+    def _check(self) -> FeatureParams:
+        if self.train_end >= self.val_end:
+            raise ValueError("train_end must be before val_end")
+        if len(set(self.indicators)) != len(self.indicators):
+            raise ValueError("indicators must not repeat")
+        return self
+
+
+class TrainParams(_Section):
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class BacktestParams(_Section):
+    risk_free: float = Field(0.0, description="annual risk-free rate for the Sharpe ratio")
+
+
+class RegistryParams(_Section):
+    """Stage 6: the MLflow store and the champion gate."""
+
+    tracking_uri: str = "sqlite:///mlflow/mlflow.db"
+    artifact_root: Path = Path("mlflow/artifacts")
+    experiment: str = "podracer"
+    model_name: str = "podracer-ppo"
+    gate_metric: Literal[METRICS] = "sharpe"  # type: ignore[valid-type]
+    gate_margin: float = Field(0.0, description="champion needs metric > buy-and-hold's + margin")
+
+
+class DeliverParams(_Section):
+    broker: Literal["local"] = "local"
+
+
+class Params(_Section):
+    """Everything a pipeline run needs; ``params.yaml`` overrides the defaults."""
+
+    data_dir: Path = Path("data")
+    data: DataParams = DataParams()
+    validation: ValidationParams = ValidationParams()
+    features: FeatureParams = FeatureParams()
+    env: EnvConfig = EnvConfig()
+    ppo: PPOConfig = PPOConfig()
+    evolution: EvolutionConfig = EvolutionConfig()
+    train: TrainParams = TrainParams()
+    backtest: BacktestParams = BacktestParams()
+    registry: RegistryParams = RegistryParams()
+    deliver: DeliverParams = DeliverParams()
+
+    @property
+    def dirs(self) -> Layout:
+        return Layout(self.data_dir)
+
+    def flat(self) -> dict[str, str]:
+        """``section.key -> value`` strings, as logged to MLflow params."""
+        out: dict[str, str] = {}
+        for section, values in self.model_dump(mode="json").items():
+            items = values.items() if isinstance(values, dict) else [(None, values)]
+            for key, value in items:
+                name = f"{section}.{key}" if key else section
+                out[name] = value if isinstance(value, str) else json.dumps(value)
+        return out
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each stage reads and writes under ``data_dir`` (DESIGN §1)."""
+
+    root: Path
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "raw"
+
+    @property
+    def validated(self) -> Path:
+        return self.root / "validated"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine"
+
+    @property
+    def features(self) -> Path:
+        return self.root / "features"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def backtest(self) -> Path:
+        return self.root / "backtest"
+
+    @property
+    def broker(self) -> Path:
+        return self.root / "broker"
+
+
+def _one_line(error: ValidationError, source: str) -> str:
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+            msg = "unknown key"
+        parts.append(f"{loc}: {msg}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def _apply_override(tree: dict[str, Any], assignment: str) -> None:
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {assignment!r}: expected KEY=VALUE, e.g. ppo.lr=0.001")
+    *parents, leaf = key.split(".")
+    node = tree
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {assignment!r}: {part} is not a section")
+    node[leaf] = yaml.safe_load(raw)
+
+
+def load_params(path: Path | str = DEFAULT_PARAMS, overrides: list[str] | None = None) -> Params:
+    """Read and validate ``path`` (missing file = all defaults), then apply ``KEY=VALUE`` overrides."""
+    path = Path(path)
+    tree: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+        tree = loaded or {}
+    for assignment in overrides or []:
+        _apply_override(tree, assignment)
+    try:
+        return Params.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, str(path))) from None

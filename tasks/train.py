@@ -1,0 +1,109 @@
+"""Stage 4, train: generational evolution of a PPO population (finrl-podracer.txt §4.2–4.4).
+
+Loads the feature set, trains with :func:`trainers.evolution.evolve` on the train split,
+selects on the validation split only, and writes the best validation snapshot as a
+policy bundle under ``data/models/`` with the leaderboard of every agent and generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tasks import bundle, features
+from tasks.config import Params
+from tasks.ingest import current_version
+from tasks.storage import atomic_dir
+from trainers.evolution import EvolutionResult, evolve
+from trainers.metrics import periods_per_year
+from trainers.state import StateScales
+
+log = logging.getLogger("podracer.train")
+LEADERBOARD = "leaderboard.csv"
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    model_dir: Path
+    best_fitness: float
+    best_generation: int
+    best_agent: int
+    best_hparams: dict[str, float]
+    env_steps: int
+    seconds: float
+    device: str
+
+
+def pick_device(choice: str) -> torch.device:
+    """``auto`` uses CUDA when present; CI and the default run use the CPU."""
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(choice)
+
+
+def leaderboard(result: EvolutionResult) -> pd.DataFrame:
+    """One row per agent per generation: fitness, hyperparameters and lineage."""
+    rows = [{**{k: v for k, v in asdict(r).items() if k != "hparams"}, **r.hparams} for r in result.history]
+    return pd.DataFrame(rows).sort_values(["generation", "fitness"], ascending=[True, False])
+
+
+def train(params: Params, data_version: str | None = None) -> TrainResult:
+    """Train the population and write the best validation snapshot to ``data/models/``.
+
+    ``data_version`` (the raw data's content hash) is recorded in the bundle; by default it
+    is computed from ``data/raw/``.
+    """
+    fs = features.load(params.dirs.features)
+    if data_version is None:
+        data_version = current_version(params)
+    device = pick_device(params.train.device)
+    torch.manual_seed(params.evolution.seed)
+    data = fs.market(device)
+    train_window = fs.window("train")
+    scales = StateScales(
+        cash_scale=1.0 / params.env.initial_cash,
+        shares_scale=1.0 / params.env.hmax,
+        price_ref=tuple(float(p) for p in fs.prices[train_window[0]]),
+    )
+    evo = params.evolution
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("[bold]train[/] gen {task.fields[gen]}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("best val Sharpe {task.fields[best]}"), TimeElapsedColumn(), transient=False,
+    ) as progress:
+        bar = progress.add_task("train", total=evo.generations * evo.population, gen=0, best="-")
+        best = [float("-inf")]
+
+        def on_evaluated(gen: int, agent: int, fitness: float) -> None:
+            best[0] = max(best[0], fitness)
+            progress.update(bar, advance=1, gen=gen + 1, best=f"{best[0]:.2f}")
+            log.info("generation %d agent %d: validation Sharpe %.3f", gen, agent, fitness)
+
+        result = evolve(
+            data, scales, params.env, params.ppo, evo, train_window, fs.window("validation"),
+            per_year=periods_per_year(params.data.freq), on_evaluated=on_evaluated,
+        )
+    seconds = time.perf_counter() - started
+    meta = bundle.PolicyMeta(
+        symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
+        scales=scales, env=params.env, net_dims=list(params.ppo.net_dims), freq=params.data.freq,
+        data_version=data_version,
+    )
+    with atomic_dir(params.dirs.models) as staging:
+        bundle.save(staging, {k: v.cpu() for k, v in result.best_actor.items()}, meta)
+        leaderboard(result).to_csv(staging / LEADERBOARD, index=False)
+    log.info("best agent %d of generation %d, validation Sharpe %.3f, %.0f env steps/s",
+             result.best_agent, result.best_generation, result.best_fitness, result.env_steps / seconds)
+    return TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
+                       result.best_hparams, result.env_steps, seconds, str(device))
+
+
+train_task = task(train, name="train", cache_policy=NO_CACHE)

@@ -1,0 +1,58 @@
+"""Shared fixtures: tiny configs and a session-wide tiny pipeline run (plain functions)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flows.cli import load_env_defaults
+
+load_env_defaults()
+
+from tasks.config import Params, load_params  # noqa: E402
+
+TINY = [
+    "data.symbols=4", "data.start=2020-01-01", "data.end=2021-12-31", "data.signal=1.0",
+    "features.train_end=2021-03-31", "features.val_end=2021-08-31",
+    "env.episode_len=32",
+    "ppo.num_envs=4", "ppo.horizon=16", "ppo.batch_size=32", "ppo.repeat_times=2", "ppo.net_dims=[16]",
+    "evolution.population=2", "evolution.generations=2", "evolution.iterations_per_generation=1",
+]
+
+
+def tiny_params(root: Path, *overrides: str) -> Params:
+    """Tiny-size config whose data and MLflow store live under ``root``."""
+    return load_params(
+        Path("/nonexistent/params.yaml"),
+        [*TINY, f"data_dir={root / 'data'}", f"registry.tracking_uri=sqlite:///{root / 'mlflow' / 'mlflow.db'}",
+         f"registry.artifact_root={root / 'mlflow' / 'artifacts'}", *overrides],
+    )
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Params:
+    return tiny_params(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Params:
+    """Ingest → validate → features → train → backtest once, at tiny size (read-only for tests)."""
+    from tasks.backtest import backtest
+    from tasks.features import features
+    from tasks.ingest import ingest
+    from tasks.train import train
+    from tasks.validate import validate
+
+    params = tiny_params(tmp_path_factory.mktemp("built"))
+    for stage in (ingest, validate, features, train, backtest):
+        stage(params)
+    return params
+
+
+@pytest.fixture
+def built_copy(built: Params, tmp_path: Path) -> Params:
+    """A private copy of the built tiny pipeline, for tests that write."""
+    shutil.copytree(built.data_dir, tmp_path / "data")
+    return tiny_params(tmp_path)

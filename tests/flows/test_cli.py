@@ -1,0 +1,41 @@
+import pandas as pd
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+runner = CliRunner()
+STAGES = ("run", "ingest", "validate", "features", "train", "backtest", "register", "deliver", "promote")
+
+
+def test_help_lists_every_stage():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for name in STAGES:
+        assert name in result.output
+
+
+def test_bad_config_is_one_red_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("ppo:\n  lr: -1\n")
+    result = runner.invoke(app, ["ingest"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "✗ ingest: params.yaml: ppo: lr must be > 0"
+
+
+def test_stages_run_on_their_own_and_validation_stops_on_a_bad_row(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("data: {symbols: 3, start: 2020-01-01, end: 2021-12-31}\n"
+                                         "features: {train_end: 2021-03-31, val_end: 2021-08-31}\n")
+    assert runner.invoke(app, ["ingest"]).exit_code == 0
+    result = runner.invoke(app, ["validate"])
+    assert result.exit_code == 0 and "0 quarantined" in result.output
+    assert runner.invoke(app, ["features"]).exit_code == 0
+    raw = tmp_path / "data" / "raw" / "SYN001.parquet"
+    frame = pd.read_parquet(raw)
+    frame.loc[0, "high"] = frame.loc[0, "low"] / 2
+    frame.to_parquet(raw)
+    result = runner.invoke(app, ["validate"])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines[-1].startswith("✗ validate: validation failed: 1 of ")
+    assert "data/raw/SYN001.parquet: 1 (" in lines[-1] and "Traceback" not in result.output

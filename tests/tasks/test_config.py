@@ -1,0 +1,56 @@
+from pathlib import Path
+
+import pytest
+
+from tasks.config import Params, load_params
+from tasks.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_repo_params_yaml_is_valid():
+    params = load_params(REPO / "params.yaml")
+    assert params.evolution.population == 4
+    assert params.env.cost_pct == 0.002
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("data:\n  bogus: 1\n", "data.bogus: unknown key"),
+        ("ppo:\n  lrr: 0.1\n", "ppo.lrr: unknown key"),
+        ("nonsense: 1\n", "nonsense: unknown key"),
+        ("ppo:\n  lr: -1\n", "ppo: lr must be > 0"),
+        ("data:\n  symbols: zero\n", "data.symbols: Input should be a valid integer"),
+        ("features:\n  train_end: 2023-01-01\n  val_end: 2022-01-01\n", "train_end must be before val_end"),
+        ("evolution:\n  search_space: {momentum: [0.1, 0.2]}\n", "search_space.momentum is not one of"),
+        ("data: [1, 2\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(tmp_path, text, expected):
+    with pytest.raises(ConfigError) as err:
+        load_params(write(tmp_path, text))
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+    assert message.startswith(str(tmp_path / "params.yaml"))
+
+
+def test_overrides_apply_and_validate(tmp_path):
+    params = load_params(write(tmp_path, "ppo:\n  lr: 0.001\n"), ["ppo.gamma=0.9", "evolution.population=2"])
+    assert (params.ppo.lr, params.ppo.gamma, params.evolution.population) == (0.001, 0.9, 2)
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        load_params(tmp_path / "missing.yaml", ["ppo.gamma"])
+
+
+def test_flat_params_cover_every_section():
+    flat = Params().flat()
+    assert flat["ppo.lr"] == str(2**-14)
+    assert flat["data.source"] == "synthetic"
+    assert {key.split(".")[0] for key in flat} >= {"data", "validation", "features", "env", "ppo", "evolution"}

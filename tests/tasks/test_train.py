@@ -1,0 +1,25 @@
+import pandas as pd
+import torch
+
+from tasks import bundle
+from tasks.train import LEADERBOARD, train
+
+
+def test_train_writes_a_bundle_serving_can_load(built):
+    actor, meta = bundle.load(built.dirs.models)
+    assert meta.symbols == [f"SYN00{i}" for i in range(4)]
+    assert meta.env == built.env and meta.net_dims == [16]
+    assert len(meta.data_version) == 16
+    out = actor(torch.zeros(1, meta.state_dim))
+    assert out.shape == (1, 4) and bool((out.abs() < 1).all())
+    board = pd.read_csv(built.dirs.models / LEADERBOARD)
+    assert len(board) == built.evolution.population * built.evolution.generations
+    assert {"generation", "agent", "fitness", "parent", "lr", "entropy_coef"} <= set(board.columns)
+
+
+def test_training_is_bit_identical_for_the_same_seed(built_copy):
+    first = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
+    result = train(built_copy)
+    again = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert result.env_steps == 2 * 2 * 1 * 4 * 16

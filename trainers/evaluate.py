@@ -1,0 +1,46 @@
+"""Deterministic episodes over a fixed window: the evaluator's fitness runs and the backtest.
+
+Both run through :class:`trainers.env.MarketEnv`, so they apply exactly the training
+MDP: next-bar-open fills, sells before buys, integer shares, cash ≥ 0 and costs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.ppo import Actor
+from trainers.state import StateScales
+
+
+@torch.no_grad()
+def run_policy(
+    actor: Actor, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int]
+) -> np.ndarray:
+    """Account value at each close of ``window`` for the deterministic policy.
+
+    Starts with ``initial_cash`` at the close of ``window[0]`` and returns
+    ``window[1] − window[0] + 1`` values.
+    """
+    env = MarketEnv(data, scales, cfg, num_envs=1, window=window, random_start=False)
+    state = env.reset()
+    values = [env.account_value()]
+    for _ in range(window[1] - window[0]):
+        state, _, _, _ = env.step(actor(state))
+        values.append(env.account_value())
+    return torch.cat(values).cpu().numpy().astype(np.float64)
+
+
+def buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, int]) -> np.ndarray:
+    """Equal-weight buy-and-hold over ``window`` under the same fills and costs.
+
+    Buys ``initial_cash / n`` of every stock, in whole shares, at the first open after
+    ``window[0]`` (when the agent's first orders fill too) and holds to ``window[1]``.
+    """
+    t_lo, t_hi = window
+    price = data.open[t_lo + 1]
+    shares = torch.floor(cfg.initial_cash / data.n_stocks / (price * (1.0 + cfg.cost_pct)))
+    cash = cfg.initial_cash - float((shares * price).sum()) * (1.0 + cfg.cost_pct)
+    marks = (data.close[t_lo + 1 : t_hi + 1] * shares).sum(dim=1) + cash
+    return np.concatenate(([cfg.initial_cash], marks.cpu().numpy().astype(np.float64)))

@@ -1,0 +1,84 @@
+"""The one state builder, shared by the training environment and live serving.
+
+DESIGN §3: FinRL's paper-trading code re-typed the env's scaling constants by hand,
+so training and serving drifted apart. Here every constant that shapes the state
+lives in :class:`StateScales`, is saved next to the policy, and both the env and the
+MLflow pyfunc call :func:`build_state` and :func:`normalise_features`.
+
+State (finrl-podracer.txt §3): balance, shares held, closing prices and the technical
+indicators of every stock, each scaled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+FEATURE_CLIP = 10.0
+"""Normalised indicators are clipped to ±FEATURE_CLIP standard deviations."""
+
+
+@dataclass(frozen=True)
+class StateScales:
+    """Scaling constants of the state vector; saved with every model."""
+
+    cash_scale: float
+    """Multiplies the cash balance (1 / initial cash)."""
+    shares_scale: float
+    """Multiplies the share counts (1 / hmax)."""
+    price_ref: tuple[float, ...]
+    """Per-stock reference price (close of the first training bar); prices enter as ratios."""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, object]) -> StateScales:
+        return cls(
+            cash_scale=float(raw["cash_scale"]),  # type: ignore[arg-type]
+            shares_scale=float(raw["shares_scale"]),  # type: ignore[arg-type]
+            price_ref=tuple(float(p) for p in raw["price_ref"]),  # type: ignore[union-attr]
+        )
+
+
+def state_dim(n_stocks: int, n_features: int) -> int:
+    """Length of the state vector: 1 cash + n shares + n prices + n·k indicators."""
+    return 1 + 2 * n_stocks + n_stocks * n_features
+
+
+def normalise_features(raw: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Z-score indicators with train-window statistics and clip them (float32).
+
+    ``raw`` is ``[..., n, k]``; ``mean`` and ``std`` are ``[n, k]`` and were fitted on the
+    training split only (DESIGN §2, features contract).
+    """
+    z = (raw.astype(np.float64) - mean) / std
+    return np.clip(z, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
+
+
+def build_state(
+    cash: torch.Tensor,
+    shares: torch.Tensor,
+    close: torch.Tensor,
+    features: torch.Tensor,
+    scales: StateScales,
+) -> torch.Tensor:
+    """Batch of float32 states ``[E, state_dim]``.
+
+    Args:
+        cash: ``[E]`` balance.
+        shares: ``[E, n]`` integer share counts (any float dtype).
+        close: ``[E, n]`` closing prices of the bar the agent has just seen.
+        features: ``[E, n, k]`` normalised indicators of that bar.
+        scales: the saved scaling constants.
+    """
+    price_ref = torch.as_tensor(scales.price_ref, dtype=close.dtype, device=close.device)
+    parts = (
+        (cash * scales.cash_scale).unsqueeze(1),
+        shares * scales.shares_scale,
+        close / price_ref,
+    )
+    head = torch.cat(parts, dim=1).to(torch.float32)
+    return torch.cat((head, features.reshape(features.shape[0], -1).to(torch.float32)), dim=1)

@@ -7,15 +7,17 @@ config or bad data ends in one red line and exit code 1, never a traceback.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.markup import escape
+from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,84 +83,65 @@ def run(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:
     render(console, summary)
 
 
-@app.command()
-def ingest(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Stage 1: bars from the configured source into data/raw/."""
-    from tasks.ingest import ingest as stage
-
-    _log_to_console()
-    result = _stage("ingest", lambda: stage(_params(params, set_)))
-    console.print(f"[green]✓ ingest[/] {result.rows} rows, {result.symbols} symbols, "
-                  f"data version {result.data_version}{' (reused)' if result.reused else ''}")
+def _describe_ingest(r: Any) -> str:
+    return (f"[green]✓ ingest[/] {r.rows} rows, {r.symbols} symbols, "
+            f"data version {r.data_version}{' (reused)' if r.reused else ''}")
 
 
-@app.command()
-def validate(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Stage 2: Great Expectations suite; bad rows to data/quarantine/."""
-    from tasks.validate import validate as stage
-
-    _log_to_console()
-    result = _stage("validate", lambda: stage(_params(params, set_)))
-    console.print(f"[green]✓ validate[/] {result.rows_out} of {result.rows_in} rows passed, "
-                  f"{result.quarantined} quarantined; report {result.report}")
+def _describe_validate(r: Any) -> str:
+    return f"[green]✓ validate[/] {r.rows_out} of {r.rows_in} rows passed, {r.quarantined} quarantined; report {r.report}"
 
 
-@app.command()
-def features(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Stage 3: indicators, date splits and train-only normalisation."""
-    from tasks.features import features as stage
-
-    _log_to_console()
-    result = _stage("features", lambda: stage(_params(params, set_)))
-    splits = ", ".join(f"{k} {a}..{b}" for k, (a, b) in result.splits.items())
-    console.print(f"[green]✓ features[/] {result.bars} bars x {result.symbols} symbols x "
-                  f"{len(result.feature_names)} indicators; {splits}")
+def _describe_features(r: Any) -> str:
+    splits = ", ".join(f"{k} {a}..{b}" for k, (a, b) in r.splits.items())
+    return f"[green]✓ features[/] {r.bars} bars x {r.symbols} symbols x {len(r.feature_names)} indicators; {splits}"
 
 
-@app.command()
-def train(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Stage 4: generational evolution of the PPO population."""
-    from tasks.train import train as stage
-
-    _log_to_console()
-    result = _stage("train", lambda: stage(_params(params, set_)))
-    console.print(f"[green]✓ train[/] best validation Sharpe {result.best_fitness:.3f} "
-                  f"(agent {result.best_agent}, generation {result.best_generation}), "
-                  f"{result.env_steps} env steps in {result.seconds:.0f}s on {result.device}")
+def _describe_train(r: Any) -> str:
+    return (f"[green]✓ train[/] best validation Sharpe {r.best_fitness:.3f} (agent {r.best_agent}, "
+            f"generation {r.best_generation}), {r.env_steps} env steps in {r.seconds:.0f}s on {r.device}")
 
 
-@app.command()
-def backtest(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Stage 5: the trained policy on the test window, beside buy-and-hold."""
+def _describe_backtest(r: Any) -> Group:
     from flows.summary import metrics_table
-    from tasks.backtest import backtest as stage
 
-    _log_to_console()
-    result = _stage("backtest", lambda: stage(_params(params, set_)))
-    console.print(metrics_table(result))
-    console.print(f"[green]✓ backtest[/] plot {result.plot}")
+    return Group(metrics_table(r), f"[green]✓ backtest[/] plot {r.plot}")
 
 
-@app.command()
-def register(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Stage 6: MLflow run, registered model, champion gate."""
-    from tasks.register import register as stage
-
-    _log_to_console()
-    result = _stage("register", lambda: stage(_params(params, set_)))
-    console.print(f"[green]✓ register[/] {result.model_name} version {result.version} "
-                  f"alias {', '.join(result.aliases)} ({result.reason}); run {result.run_id}")
+def _describe_register(r: Any) -> str:
+    return (f"[green]✓ register[/] {r.model_name} version {r.version} alias {', '.join(r.aliases)} "
+            f"({escape(r.reason)}); run {r.run_id}")
 
 
-@app.command()
-def deliver(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Stage 7: the champion trades the latest bar on the local paper broker."""
+def _describe_deliver(r: Any) -> Table:
     from flows.summary import orders_table
-    from tasks.deliver import deliver as stage
 
-    _log_to_console()
-    result = _stage("deliver", lambda: stage(_params(params, set_)))
-    console.print(orders_table(result))
+    return orders_table(r)
+
+
+STAGES: dict[str, tuple[str, Callable[[Any], RenderableType]]] = {
+    "ingest": ("Stage 1: bars from the configured source into data/raw/.", _describe_ingest),
+    "validate": ("Stage 2: Great Expectations suite; bad rows to data/quarantine/.", _describe_validate),
+    "features": ("Stage 3: indicators, date splits and train-only normalisation.", _describe_features),
+    "train": ("Stage 4: generational evolution of the PPO population.", _describe_train),
+    "backtest": ("Stage 5: the trained policy on the test window, beside buy-and-hold.", _describe_backtest),
+    "register": ("Stage 6: MLflow run, registered model, champion gate.", _describe_register),
+    "deliver": ("Stage 7: the champion trades the latest bar on the local paper broker.", _describe_deliver),
+}
+
+
+def _add_stage_command(name: str, doc: str, describe: Callable[[Any], RenderableType]) -> None:
+    def command(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+        stage = getattr(importlib.import_module(f"tasks.{name}"), name)
+        _log_to_console()
+        console.print(describe(_stage(name, lambda: stage(_params(params, set_)))))
+
+    command.__doc__ = doc
+    app.command(name=name)(command)
+
+
+for _name, (_doc, _describe) in STAGES.items():
+    _add_stage_command(_name, _doc, _describe)
 
 
 @app.command()

@@ -8,10 +8,9 @@ An unknown key or a bad value is a one-line :class:`ConfigError` naming the key.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -125,7 +124,7 @@ class Params(_Section):
 
     @property
     def dirs(self) -> Layout:
-        return Layout(self.data_dir)
+        return Layout.under(self.data_dir)
 
     def flat(self) -> dict[str, str]:
         """``section.key -> value`` strings, as logged to MLflow params."""
@@ -138,39 +137,20 @@ class Params(_Section):
         return out
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """Where each stage reads and writes under ``data_dir`` (DESIGN §1)."""
 
-    root: Path
+    raw: Path
+    validated: Path
+    quarantine: Path
+    features: Path
+    models: Path
+    backtest: Path
+    broker: Path
 
-    @property
-    def raw(self) -> Path:
-        return self.root / "raw"
-
-    @property
-    def validated(self) -> Path:
-        return self.root / "validated"
-
-    @property
-    def quarantine(self) -> Path:
-        return self.root / "quarantine"
-
-    @property
-    def features(self) -> Path:
-        return self.root / "features"
-
-    @property
-    def models(self) -> Path:
-        return self.root / "models"
-
-    @property
-    def backtest(self) -> Path:
-        return self.root / "backtest"
-
-    @property
-    def broker(self) -> Path:
-        return self.root / "broker"
+    @classmethod
+    def under(cls, root: Path) -> Layout:
+        return cls(*(root / name for name in cls._fields))
 
 
 def _one_line(error: ValidationError, source: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from tasks.synthetic import synthetic_bars
 
 log = logging.getLogger("podracer.ingest")
 MANIFEST = "manifest.json"
+SYMBOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
+"""A ticker; it names the symbol's file under data/raw/."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,13 @@ def ingest(params: Params) -> IngestResult:
             return IngestResult(files, rows, len(files), data_version(files), reused=True)
 
     bars = read_source(params.data)
+    origin = str(params.data.path) if params.data.source == "file" else f"source {params.data.source}"
     if bars.empty:
-        raise DataError(f"source {params.data.source}: no bars between {params.data.start} and {params.data.end}")
+        raise DataError(f"{origin}: no bars between {params.data.start} and {params.data.end}")
+    odd = sorted(s for s in bars["symbol"].unique() if not SYMBOL.fullmatch(s))
+    if odd:
+        raise DataError(f"{origin}: symbol {odd[0]!r} is not a ticker "
+                        f"(letters, digits, '.', '-', '_'; {len(odd)} such)")
     with atomic_dir(raw) as staging:
         for symbol, group in bars.groupby("symbol", sort=True):
             write_parquet(group.reset_index(drop=True), staging / f"{symbol}.parquet", params.data.freq)

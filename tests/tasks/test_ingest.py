@@ -57,6 +57,7 @@ def test_file_source_with_column_mapping(tmp_path):
         ("ts,symbol,open,high,low,close,volume\n2021-01-04,A,1,1,1,1,1\n", "no time zone"),
         ("ts,symbol,open,high,low,close,volume\n2021-01-04T00:00:00Z,A,x,1,1,1,1\n", "column open is not numeric"),
         ("", "empty file"),
+        ("ts,symbol,open,high,low,close,volume\n2021-01-04T00:00:00Z,../x,1,1,1,1,1\n", "'../x' is not a ticker"),
     ],
 )
 def test_bad_files_are_one_line_errors(tmp_path, content, expected):

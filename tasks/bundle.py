@@ -44,10 +44,7 @@ class PolicyMeta:
         return normalise_features(raw, np.asarray(self.mean), np.asarray(self.std))
 
     def to_json(self) -> str:
-        raw = asdict(self)
-        raw["scales"] = self.scales.to_dict()
-        raw["env"] = {k: v for k, v in asdict(self.env).items()}
-        return json.dumps(raw)
+        return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> PolicyMeta:

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_dvc_repro_runs_the_stages(tmp_path):
-    for name in ("dvc.yaml", ".dvcignore"):
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, tmp_path / name)
     shutil.copytree(REPO / ".dvc", tmp_path / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
     tree: dict = yaml.safe_load((REPO / "params.yaml").read_text())

@@ -11,7 +11,7 @@ indicators of every stock, each scaled.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -30,9 +30,6 @@ class StateScales:
     """Multiplies the share counts (1 / hmax)."""
     price_ref: tuple[float, ...]
     """Per-stock reference price (close of the first training bar); prices enter as ratios."""
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict[str, object]) -> StateScales:

@@ -33,20 +33,50 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class YahooParams(_Section):
+    """yfinance: retries with exponential backoff; intraday ranges are chunked to Yahoo's limits."""
+
+    retries: int = Field(3, ge=1)
+    backoff_seconds: float = Field(1.0, ge=0.0)
+    timeout_seconds: float = Field(10.0, gt=0.0)
+
+
+class WrdsParams(_Section):
+    """WRDS PostgreSQL. Credentials come from the environment (``WRDS_USERNAME``,
+    ``PGPASSWORD``) or ``~/.pgpass``, never from this file."""
+
+    dataset: Literal["crsp", "taq"] = "crsp"
+    host: str = "wrds-pgdata.wharton.upenn.edu"
+    port: int = 9737
+    dbname: str = "wrds"
+
+
+class AlpacaParams(_Section):
+    """Alpaca market data. Keys come from ``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``."""
+
+    data_url: str = "https://data.alpaca.markets"
+    feed: Literal["iex", "sip"] = "iex"
+    page_limit: int = Field(10_000, ge=1, le=10_000)
+
+
 class DataParams(_Section):
     """Where bars come from (stage 1, ingest)."""
 
-    source: Literal["synthetic", "file"] = "synthetic"
-    freq: Literal["1d"] = "1d"
+    source: Literal["synthetic", "file", "yahoo", "wrds", "alpaca", "arch-demo"] = "synthetic"
+    freq: Literal["1d", "1min"] = "1d"
     start: date = date(2016, 1, 1)
     end: date = date(2023, 12, 31)
     symbols: int = Field(30, ge=1, le=500, description="synthetic: number of stocks")
     signal: float = Field(0.5, ge=0.0, description="synthetic: learnable structure; 0 = null market")
     seed: int = 7
+    tickers: list[str] = Field(default_factory=list, description="yahoo / wrds / alpaca: symbols to fetch")
     path: Path | None = Field(None, description="file: a CSV or Parquet file of bars")
     columns: dict[str, str] = Field(
         default_factory=dict, description="file: column in the file -> bars-contract column"
     )
+    yahoo: YahooParams = YahooParams()
+    wrds: WrdsParams = WrdsParams()
+    alpaca: AlpacaParams = AlpacaParams()
 
     @model_validator(mode="after")
     def _check(self) -> DataParams:
@@ -54,6 +84,8 @@ class DataParams(_Section):
             raise ValueError("start must be before end")
         if self.source == "file" and self.path is None:
             raise ValueError("path is required when source is 'file'")
+        if self.source in ("yahoo", "wrds", "alpaca") and not self.tickers:
+            raise ValueError(f"tickers is required when source is '{self.source}'")
         return self
 
 

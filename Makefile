@@ -33,9 +33,11 @@ run: $(STAMP)
 	$(BIN)/podracer run
 
 test: $(STAMP)
+	tests/standins/ensure_postgres.sh
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
+	tests/standins/ensure_postgres.sh
 	$(BIN)/python -m pytest -m "not slow"
 
 repro: $(STAMP)

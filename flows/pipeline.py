@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from tasks.backtest import BacktestResult, backtest_task
 from tasks.config import Params, load_params
@@ -18,6 +19,7 @@ from tasks.ingest import IngestResult, ingest_task
 from tasks.register import RegisterResult, champion_version, register_task
 from tasks.train import TrainResult, train_task
 from tasks.validate import ValidateResult, validate_task
+from trainers.metrics import METRICS
 
 
 @dataclass(frozen=True)
@@ -36,15 +38,23 @@ class PipelineSummary:
 def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
     """Ingest → validate → features → train → backtest → register → deliver.
 
-    ``params`` defaults to ``params.yaml`` in the working directory. Delivery runs only
-    when some version holds the ``champion`` alias.
+    ``params`` defaults to ``params.yaml`` in the working directory. Validate and features
+    are cached on the data version (``tasks/caching.py``). The validation report and the
+    backtest metrics are Prefect artifacts. Delivery runs only when some version holds the
+    ``champion`` alias.
     """
     params = params or load_params()
     ingested = ingest_task(params)
     validated = validate_task(params)
+    create_markdown_artifact(markdown=validated.report.read_text(), key="validation-report",
+                             description=f"Validation of data version {ingested.data_version}")
     featured = features_task(params)
     trained = train_task(params, ingested.data_version)
     tested = backtest_task(params)
+    create_table_artifact(
+        table=[{"metric": m, "agent": tested.metrics[m], "buy_and_hold": tested.buy_and_hold[m]} for m in METRICS],
+        key="backtest-metrics", description=f"Test window {tested.start} to {tested.end}, after costs",
+    )
     registered = register_task(params)
     if champion_version(params.registry) is None:
         return PipelineSummary(ingested, validated, featured, trained, tested, registered, None,

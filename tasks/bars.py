@@ -22,12 +22,13 @@ PRICE_COLUMNS = ("open", "high", "low", "close")
 FREQ_KEY = b"podracer.freq"
 
 
-def to_contract(frame: pd.DataFrame, origin: str) -> pd.DataFrame:
+def to_contract(frame: pd.DataFrame, origin: str, *, sort: bool = True) -> pd.DataFrame:
     """Coerce ``frame`` to the contract's columns and dtypes, or raise a one-line DataError.
 
-    Only the shape is enforced here (columns, dtypes, UTC timestamps, order); value checks
-    (prices > 0, high/low consistency, duplicates, nulls) are validation's job, so bad
-    rows reach the quarantine instead of failing the import.
+    Only the shape is enforced here (columns, dtypes, UTC timestamps and, unless
+    ``sort=False``, order); value checks (prices > 0, high/low consistency, duplicates,
+    nulls, order) are validation's job, so bad rows reach the quarantine instead of
+    failing the import.
     """
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
@@ -48,6 +49,8 @@ def to_contract(frame: pd.DataFrame, origin: str) -> pd.DataFrame:
         if not isinstance(ts.dtype, pd.DatetimeTZDtype):
             raise DataError(f"{origin}: column ts has no time zone (expected tz-aware UTC)")
     out["ts"] = ts.dt.tz_convert("UTC").astype("datetime64[ns, UTC]")
+    if not sort:
+        return out.reset_index(drop=True)
     return out.sort_values(["symbol", "ts"], kind="stable").reset_index(drop=True)
 
 

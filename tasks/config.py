@@ -24,9 +24,10 @@ from trainers.ppo import PPOConfig
 DEFAULT_PARAMS = Path("params.yaml")
 
 Indicator = Literal[
-    "macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30", "close_30_sma", "close_60_sma"
+    "macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30", "close_30_sma", "close_60_sma",
+    "turbulence", "vix_proxy",
 ]
-"""FinRL's default technical indicators (stockstats names)."""
+"""FinRL's default technical indicators (stockstats names) and two market-wide risk features."""
 
 
 class _Section(BaseModel):
@@ -90,9 +91,11 @@ class DataParams(_Section):
 
 
 class ValidationParams(_Section):
-    """Stage 2: the largest fraction of rows that may be quarantined before the stage fails."""
+    """Stage 2: how strict validation is."""
 
-    max_bad_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    max_bad_fraction: float = Field(0.0, ge=0.0, le=1.0, description="quarantined share of rows that stops the run")
+    max_gap_bars: int = Field(5, ge=0, description="most consecutive expected bars a symbol may miss")
+    outlier_sigma: float = Field(12.0, gt=0.0, description="returns beyond this many robust sds are flagged")
 
 
 class FeatureParams(_Section):
@@ -100,10 +103,13 @@ class FeatureParams(_Section):
 
     indicators: list[Indicator] = Field(
         default_factory=lambda: ["macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30",
-                                 "close_30_sma", "close_60_sma"],
+                                 "close_30_sma", "close_60_sma", "turbulence", "vix_proxy"],
         min_length=1,
     )
-    warmup: int = Field(60, ge=0, description="bars of history dropped before the first usable bar")
+    warmup: int = Field(121, ge=0, description="bars of history dropped before the first usable bar")
+    turbulence_window: int = Field(120, ge=2, description="bars of returns behind each turbulence estimate")
+    turbulence_refresh: int = Field(1, ge=1, description="bars between covariance re-estimates (390 = daily on 1min)")
+    vix_window: int = Field(21, ge=2, description="bars in the volatility-index proxy")
     train_end: date = date(2021, 12, 31)
     val_end: date = date(2022, 12, 31)
 
@@ -113,6 +119,10 @@ class FeatureParams(_Section):
             raise ValueError("train_end must be before val_end")
         if len(set(self.indicators)) != len(self.indicators):
             raise ValueError("indicators must not repeat")
+        if "turbulence" in self.indicators and self.warmup <= self.turbulence_window:
+            raise ValueError("warmup must exceed turbulence_window (turbulence needs that much history)")
+        if "vix_proxy" in self.indicators and self.warmup < self.vix_window:
+            raise ValueError("warmup must be at least vix_window")
         return self
 
 

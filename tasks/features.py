@@ -18,18 +18,22 @@ import numpy as np
 import pandas as pd
 import torch
 from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from tasks.bars import read_parquet
+from tasks.caching import data_cache_key
 from tasks.config import FeatureParams, Params
 from tasks.errors import DataError, MissingInput
+from tasks.risk import turbulence, volatility_proxy
 from tasks.storage import atomic_dir
 from trainers.env import MarketData
+from trainers.metrics import periods_per_year
 from trainers.state import normalise_features
 from tasks.validate import VALIDATED
 
 log = logging.getLogger("podracer.features")
-ARRAYS, NORM, SPLITS = "arrays.npz", "norm.json", "splits.json"
+ARRAYS = ("opens", "prices", "features", "timestamps")
+"""Saved as ``<name>.npy`` so large sets are memory-mapped on load, not read whole."""
+META, NORM, SPLITS = "meta.json", "norm.json", "splits.json"
 SPLIT_NAMES = ("train", "validation", "test")
 
 
@@ -39,7 +43,7 @@ class FeatureSet:
 
     opens: np.ndarray  # [T, n] float64
     prices: np.ndarray  # [T, n] float64 closes
-    features: np.ndarray  # [T, n, k] float32, raw (not normalised)
+    features: np.ndarray  # [T, n, k] float32, raw (not normalised); memory-mapped when loaded
     timestamps: np.ndarray  # [T] datetime64[ns] UTC
     symbols: list[str]
     feature_names: list[str]
@@ -50,8 +54,8 @@ class FeatureSet:
     def market(self, device: torch.device | str = "cpu") -> MarketData:
         """Tensors for the env, indicators normalised with the train-only stats."""
         return MarketData(
-            open=torch.as_tensor(self.opens, dtype=torch.float64),
-            close=torch.as_tensor(self.prices, dtype=torch.float64),
+            open=torch.tensor(self.opens, dtype=torch.float64),
+            close=torch.tensor(self.prices, dtype=torch.float64),
             features=torch.as_tensor(normalise_features(self.features, self.mean, self.std)),
         ).to(device)
 
@@ -80,16 +84,24 @@ def panel(bars: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return wide
 
 
-def indicators(wide: dict[str, pd.DataFrame], names: list[str]) -> np.ndarray:
-    """``[T, n, k]`` indicators, each symbol over its full history (stockstats)."""
+def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeatureParams, freq: str) -> np.ndarray:
+    """``[T, n, k]`` indicators over the full history: per symbol with stockstats, and the
+    market-wide risk features (``tasks/risk.py``) broadcast to every symbol."""
     from stockstats import wrap
 
-    symbols = list(wide["close"].columns)
-    out = np.empty((len(wide["close"]), len(symbols), len(names)), dtype=np.float64)
-    for j, symbol in enumerate(symbols):
-        frame = pd.DataFrame({f: wide[f][symbol].to_numpy() for f in ("open", "high", "low", "close", "volume")})
-        stats = wrap(frame)
-        for i, name in enumerate(names):
+    close = wide["close"].to_numpy(np.float64)
+    out = np.empty((*close.shape, len(names)), dtype=np.float64)
+    risk = {
+        "turbulence": lambda: turbulence(close, cfg.turbulence_window, cfg.turbulence_refresh),
+        "vix_proxy": lambda: volatility_proxy(close, cfg.vix_window, periods_per_year(freq)),
+    }
+    per_stock = [(i, name) for i, name in enumerate(names) if name not in risk]
+    for i, name in enumerate(names):
+        if name in risk:
+            out[:, :, i] = risk[name]()[:, None]
+    for j, symbol in enumerate(wide["close"].columns):
+        stats = wrap(pd.DataFrame({f: wide[f][symbol].to_numpy() for f in ("open", "high", "low", "close", "volume")}))
+        for i, name in per_stock:
             out[:, j, i] = stats[name].to_numpy(dtype=np.float64)
     return out
 
@@ -117,7 +129,7 @@ def build(params: Params) -> FeatureSet:
     bars, _ = read_parquet(path)
     wide = panel(bars)
     names = list(params.features.indicators)
-    feats = indicators(wide, names)
+    feats = indicators(wide, names, params.features, params.data.freq)
     warm = params.features.warmup
     if len(wide["close"]) <= warm + 2:
         raise DataError(f"features: {len(wide['close'])} bars is too few for a {warm}-bar warm-up")
@@ -150,8 +162,9 @@ def _day(ts: np.datetime64) -> str:
 
 
 def save(fs: FeatureSet, out: Path) -> None:
-    np.savez(out / ARRAYS, opens=fs.opens, prices=fs.prices, features=fs.features,
-             timestamps=fs.timestamps, symbols=np.array(fs.symbols), feature_names=np.array(fs.feature_names))
+    for name in ARRAYS:
+        np.save(out / f"{name}.npy", getattr(fs, name))
+    (out / META).write_text(json.dumps({"symbols": fs.symbols, "feature_names": fs.feature_names}))
     (out / NORM).write_text(json.dumps({"mean": fs.mean.tolist(), "std": fs.std.tolist()}))
     dates = {name: {"first": _day(fs.timestamps[lo]), "last": _day(fs.timestamps[hi]), "first_index": lo,
                     "last_index": hi} for name, (lo, hi) in fs.splits.items()}
@@ -160,15 +173,14 @@ def save(fs: FeatureSet, out: Path) -> None:
 
 def load(out: Path) -> FeatureSet:
     """Read a saved feature set (the train, backtest and deliver stages start here)."""
-    if not (out / ARRAYS).exists():
-        raise MissingInput(f"{out / ARRAYS}: not found (run `podracer features` first)")
-    arrays = np.load(out / ARRAYS)
+    if not (out / META).exists():
+        raise MissingInput(f"{out / META}: not found (run `podracer features` first)")
+    arrays = {name: np.load(out / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+    meta = json.loads((out / META).read_text())
     norm = json.loads((out / NORM).read_text())
     splits = json.loads((out / SPLITS).read_text())
     return FeatureSet(
-        opens=arrays["opens"], prices=arrays["prices"], features=arrays["features"],
-        timestamps=arrays["timestamps"], symbols=[str(s) for s in arrays["symbols"]],
-        feature_names=[str(s) for s in arrays["feature_names"]],
+        **arrays, symbols=meta["symbols"], feature_names=meta["feature_names"],
         splits={k: (v["first_index"], v["last_index"]) for k, v in splits.items()},
         mean=np.asarray(norm["mean"]), std=np.asarray(norm["std"]),
     )
@@ -194,4 +206,7 @@ def features(params: Params) -> FeaturesResult:
     return FeaturesResult(params.dirs.features, len(fs.timestamps), len(fs.symbols), fs.feature_names, dates)
 
 
-features_task = task(features, name="features", cache_policy=NO_CACHE)
+features_task = task(
+    features, name="features", persist_result=True,
+    cache_key_fn=data_cache_key(("validation", "features"), lambda p: [p.dirs.validated, p.dirs.features]),
+)

@@ -1,77 +1,162 @@
-"""The embedded default market: seeded synthetic daily OHLCV bars (DESIGN §5).
+"""The embedded default market: seeded synthetic OHLCV bars, daily or 1-minute (DESIGN §5).
 
-Log returns follow a factor model (one market factor, three sector factors and an
+Daily log returns follow a factor model (one market factor, three sector factors and an
 idiosyncratic part), each with GARCH(1,1) volatility clustering and Student-t shocks,
-plus Poisson jumps, on the NYSE session calendar.
+plus Poisson jumps, on the NYSE session calendar (XNYS, half days included). Each day's
+move splits into an overnight gap (prior close to open) and an intraday move.
 
 The ``signal`` knob adds learnable structure: each stock has a persistent latent drift
 (an AR(1) with φ = 0.97) whose expected daily log return is ``signal × 0.1 × σ_idio``
 per unit of drift. It shows up in trailing returns, so momentum indicators carry
 information. At ``signal = 0`` the market is null: nothing beats buy-and-hold after costs
 except luck, which makes it the bench for leakage tests.
+
+Minute bars (``freq="1min"``, :mod:`tasks.synthetic_intraday`) refine the same daily
+market: each session's first minute opens at the daily open and its last minute closes at
+the daily close, so minute bars aggregate to the daily bars' open and close exactly and
+carry the same factors, drift and signal. 100 stocks × 10 years of minutes (~98M rows)
+does not fit one frame; :func:`iter_synthetic_bars` yields it in bounded-memory chunks.
+
+Determinism: the same ``(symbols, start, end, signal, seed, freq)`` gives bit-identical
+frames, and the chunks concatenated equal :func:`synthetic_bars`'s one frame.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import date
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
+from tasks.errors import ConfigError
+from tasks.synthetic_intraday import minute_chunks
+
+Freq = Literal["1d", "1min"]
 SECTORS = 3
 DRIFT_PERSISTENCE = 0.97
+MAX_FRAME_ROWS = 20_000_000
+"""Default cap on one-frame 1min requests (~1.1 GB); bigger ones use :func:`iter_synthetic_bars`."""
+
+
+@dataclass(frozen=True)
+class DailyMarket:
+    """The daily market every frequency is built from: ``[steps, n]`` arrays unless noted.
+
+    Besides the daily OHLCV it keeps what minute bars need to stay consistent with it:
+    the factor loadings, each factor's conditional (GARCH) daily sd and the jumps.
+    """
+
+    names: list[str]
+    schedule: pd.DataFrame  # one row per session (UTC midnight index): open, close (UTC)
+    open: np.ndarray
+    high: np.ndarray
+    low: np.ndarray
+    close: np.ndarray
+    volume: np.ndarray
+    jumps: np.ndarray
+    beta: np.ndarray  # [n] market loading
+    sector: np.ndarray  # [n] sector of each stock
+    sector_load: np.ndarray  # [n]
+    market_sd: np.ndarray  # [steps]
+    sector_sd: np.ndarray  # [steps, SECTORS]
+    idio_sd: np.ndarray  # [steps, n]
+
+    @property
+    def sessions(self) -> pd.DatetimeIndex:
+        return pd.DatetimeIndex(self.schedule.index)
+
+
+def symbol_names(n: int) -> list[str]:
+    """Tickers of the synthetic stocks: ``SYN000``, ``SYN001``, … (they sort in index order)."""
+    return [f"SYN{i:03d}" for i in range(n)]
+
+
+def nyse_schedule(start: date, end: date) -> pd.DataFrame:
+    """NYSE sessions between ``start`` and ``end`` inclusive with their real open and close.
+
+    Index: session dates as UTC midnights; columns ``open`` and ``close`` (UTC), so half
+    days close at 13:00 New York time and DST moves the UTC open (DESIGN §5 calendar).
+    """
+    import exchange_calendars as xcals
+
+    lo, hi = pd.Timestamp(start), pd.Timestamp(end)
+    try:
+        # The calendar needs start < end; a wider one is filtered down below.
+        schedule = xcals.get_calendar("XNYS", start=lo, end=max(hi, lo + pd.Timedelta(days=1))).schedule
+    except xcals.errors.NoSessionsError:  # e.g. a holiday weekend: an empty schedule, not an error
+        schedule = pd.DataFrame({"open": [], "close": []}, index=pd.DatetimeIndex([]), dtype="datetime64[ns, UTC]")
+    schedule = schedule.loc[(schedule.index >= lo) & (schedule.index <= hi), ["open", "close"]]
+    index = pd.DatetimeIndex(schedule.index)
+    schedule.index = index.tz_localize("UTC") if index.tz is None else index.tz_convert("UTC")
+    return schedule
 
 
 def nyse_sessions(start: date, end: date) -> pd.DatetimeIndex:
     """NYSE trading days between ``start`` and ``end`` inclusive, as UTC midnights."""
-    import exchange_calendars as xcals
+    return pd.DatetimeIndex(nyse_schedule(start, end).index)
 
-    sessions = xcals.get_calendar("XNYS", start=pd.Timestamp(start), end=pd.Timestamp(end)).sessions
-    days = sessions[(sessions >= pd.Timestamp(start)) & (sessions <= pd.Timestamp(end))]
-    return pd.DatetimeIndex(days).tz_localize("UTC") if days.tz is None else days.tz_convert("UTC")
+
+def minute_count(schedule: pd.DataFrame) -> int:
+    """Number of 1-minute bars per stock in ``schedule`` (sum of session lengths)."""
+    return int(((schedule["close"] - schedule["open"]) // pd.Timedelta(minutes=1)).sum())
 
 
 def _garch_shocks(
     rng: np.random.Generator, steps: int, width: int, daily_vol: np.ndarray, dof: float = 5.0
-) -> np.ndarray:
-    """``[steps, width]`` Student-t shocks with GARCH(1,1) variance around ``daily_vol²``."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[steps, width]`` Student-t shocks with GARCH(1,1) variance around ``daily_vol²``, and their sd."""
     alpha, beta = 0.08, 0.90
     omega = daily_vol**2 * (1.0 - alpha - beta)
     z = rng.standard_t(dof, size=(steps, width)) / np.sqrt(dof / (dof - 2.0))
     var = daily_vol**2
     out = np.empty((steps, width))
+    sd = np.empty((steps, width))
     for t in range(steps):
-        out[t] = np.sqrt(var) * z[t]
+        sd[t] = np.sqrt(var)
+        out[t] = sd[t] * z[t]
         var = omega + alpha * out[t] ** 2 + beta * var
-    return out
+    return out, sd
 
 
-def synthetic_bars(symbols: int, start: date, end: date, signal: float, seed: int) -> pd.DataFrame:
-    """Daily bars for ``symbols`` stocks in the bars contract (DESIGN §2), fully seeded."""
-    rng = np.random.default_rng(seed)
-    ts = nyse_sessions(start, end)
-    steps, n = len(ts), symbols
-    names = [f"SYN{i:03d}" for i in range(n)]
-
-    beta = rng.uniform(0.6, 1.4, n)
-    sector = np.arange(n) % SECTORS
-    sector_load = rng.uniform(0.3, 0.8, n)
-    idio_vol = rng.uniform(0.010, 0.022, n)
-    market = _garch_shocks(rng, steps, 1, np.array([0.010]))[:, 0]
-    sectors = _garch_shocks(rng, steps, SECTORS, np.full(SECTORS, 0.006))
-    idio = _garch_shocks(rng, steps, n, idio_vol)
-    jumps = (rng.random((steps, n)) < 0.004) * rng.normal(-0.01, 0.06, (steps, n))
-
+def _latent_drift(rng: np.random.Generator, steps: int, n: int) -> np.ndarray:
+    """``[steps, n]`` unit-variance AR(1) drift with persistence φ (the ``signal`` carrier)."""
     drift = np.empty((steps, n))
     level = rng.standard_normal(n)
     shock_sd = np.sqrt(1.0 - DRIFT_PERSISTENCE**2)
     for t in range(steps):
         drift[t] = level
         level = DRIFT_PERSISTENCE * level + shock_sd * rng.standard_normal(n)
+    return drift
+
+
+def daily_market(symbols: int, start: date, end: date, signal: float, seed: int) -> DailyMarket:
+    """Simulate the daily market (DESIGN §5): factors, GARCH, fat tails, jumps, drift, gaps.
+
+    The random draws happen in one fixed order from one generator, so the daily bars are
+    a pure function of the arguments; minute bars are derived from this, never re-drawn.
+    """
+    rng = np.random.default_rng(seed)
+    schedule = nyse_schedule(start, end)
+    steps, n = len(schedule), symbols
+    if steps == 0:
+        raise ConfigError(f"synthetic: no NYSE sessions between {start} and {end}")
+
+    beta = rng.uniform(0.6, 1.4, n)
+    sector = np.arange(n) % SECTORS
+    sector_load = rng.uniform(0.3, 0.8, n)
+    idio_vol = rng.uniform(0.010, 0.022, n)
+    market, market_sd = _garch_shocks(rng, steps, 1, np.array([0.010]))
+    sectors, sector_sd = _garch_shocks(rng, steps, SECTORS, np.full(SECTORS, 0.006))
+    idio, idio_sd = _garch_shocks(rng, steps, n, idio_vol)
+    jumps = (rng.random((steps, n)) < 0.004) * rng.normal(-0.01, 0.06, (steps, n))
+    drift = _latent_drift(rng, steps, n)
 
     log_ret = (
         0.07 / 252
-        + beta * market[:, None]
+        + beta * market
         + sector_load * sectors[:, sector]
         + idio
         + jumps
@@ -86,19 +171,101 @@ def synthetic_bars(symbols: int, start: date, end: date, signal: float, seed: in
     high = np.maximum(open_, close) * np.exp(wick[0])
     low = np.minimum(open_, close) * np.exp(-wick[1])
     base_volume = rng.lognormal(np.log(2e6), 1.0, n)
-    volume = np.round(
-        base_volume * np.exp(8.0 * np.abs(log_ret) + 0.3 * rng.standard_normal((steps, n)))
+    volume = np.round(base_volume * np.exp(8.0 * np.abs(log_ret) + 0.3 * rng.standard_normal((steps, n))))
+
+    return DailyMarket(
+        names=symbol_names(n), schedule=schedule, open=open_, high=high, low=low, close=close,
+        volume=volume.astype(np.float64), jumps=jumps, beta=beta, sector=sector, sector_load=sector_load,
+        market_sd=market_sd[:, 0], sector_sd=sector_sd, idio_sd=idio_sd,
     )
 
-    frame = pd.DataFrame(
+
+def _daily_frame(market: DailyMarket) -> pd.DataFrame:
+    """All stocks' daily bars as one frame in the bars contract (ts = session date 00:00 UTC)."""
+    steps, n = market.close.shape
+    return pd.DataFrame(
         {
-            "symbol": np.repeat(names, steps),
-            "ts": np.tile(ts, n),
-            "open": open_.T.ravel(),
-            "high": high.T.ravel(),
-            "low": low.T.ravel(),
-            "close": close.T.ravel(),
-            "volume": volume.T.ravel().astype(np.float64),
+            "symbol": np.repeat(market.names, steps),
+            "ts": np.tile(market.sessions, n),
+            "open": market.open.T.ravel(),
+            "high": market.high.T.ravel(),
+            "low": market.low.T.ravel(),
+            "close": market.close.T.ravel(),
+            "volume": market.volume.T.ravel(),
         }
     )
+
+
+def _check_freq(freq: str) -> None:
+    if freq not in ("1d", "1min"):
+        raise ConfigError(f"synthetic: unknown freq {freq!r} (expected 1d or 1min)")
+
+
+def iter_synthetic_bars(
+    symbols: int, start: date, end: date, signal: float, seed: int, freq: Freq = "1min"
+) -> Iterator[pd.DataFrame]:
+    """Yield the market in chunks, in (symbol, ts) order: the scale path of DESIGN §5.
+
+    ``1min``: one frame per (symbol, calendar year), ~98k rows, so 100 stocks × 10 years
+    streams with memory bounded by one chunk plus the small daily market. ``1d``: one
+    frame per symbol. Each chunk follows the bars contract (DESIGN §2); concatenated they
+    equal :func:`synthetic_bars` with the same arguments, bit for bit.
+    """
+    _check_freq(freq)
+    market = daily_market(symbols, start, end, signal, seed)
+    if freq == "1min":
+        yield from minute_chunks(market, seed)
+        return
+    frame = _daily_frame(market)
+    steps = len(market.schedule)
+    for i in range(symbols):
+        yield frame.iloc[i * steps : (i + 1) * steps].reset_index(drop=True)
+
+
+def synthetic_bars(
+    symbols: int,
+    start: date,
+    end: date,
+    signal: float,
+    seed: int,
+    freq: Freq = "1d",
+    max_rows: int = MAX_FRAME_ROWS,
+) -> pd.DataFrame:
+    """Bars for ``symbols`` stocks as one frame in the bars contract (DESIGN §2), fully seeded.
+
+    ``1d``: ts is the session date at 00:00 UTC. ``1min``: ts is each minute bar's start
+    in UTC, 390 bars a normal session and 210 a half day; requests over ``max_rows`` rows
+    raise :class:`ConfigError` — stream those with :func:`iter_synthetic_bars` instead.
+    """
+    _check_freq(freq)
+    if freq == "1d":
+        return _daily_frame(daily_market(symbols, start, end, signal, seed))
+    rows = symbols * minute_count(nyse_schedule(start, end))
+    if rows > max_rows:
+        raise ConfigError(
+            f"synthetic: {rows:,} minute bars exceed one frame's limit of {max_rows:,}; "
+            "stream them with iter_synthetic_bars"
+        )
+    return _stack(iter_synthetic_bars(symbols, start, end, signal, seed, freq), rows)
+
+
+def _stack(chunks: Iterator[pd.DataFrame], rows: int) -> pd.DataFrame:
+    """Concatenate ``rows`` rows of chunks into one frame, equal to ``pd.concat`` but about a
+    third of its peak memory: values go straight into the frame's final float block."""
+    numeric = ["open", "high", "low", "close", "volume"]
+    block = np.empty((len(numeric), rows))  # the frame keeps this [columns, rows] block as is
+    symbol = np.empty(rows, dtype=object)
+    ts = np.empty(rows, dtype=np.int64)  # ns since the epoch, UTC
+    at = 0
+    for chunk in chunks:  # plain column access only: no accessor objects that keep chunks alive
+        end = at + len(chunk)
+        block[:, at:end] = chunk[numeric].to_numpy().T
+        symbol[at:end] = chunk["symbol"].to_numpy()
+        ts[at:end] = chunk["ts"].array.asi8
+        at = end
+    if at != rows:
+        raise AssertionError(f"synthetic: expected {rows} minute bars, generated {at}")
+    frame = pd.DataFrame(block.T, columns=numeric, copy=False)
+    frame.insert(0, "ts", pd.DatetimeIndex(ts.view("datetime64[ns]")).tz_localize("UTC"))
+    frame.insert(0, "symbol", symbol)
     return frame

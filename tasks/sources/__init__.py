@@ -44,6 +44,8 @@ class Source(Protocol):
     """What every adapter provides."""
 
     name: str
+    default_symbols: tuple[str, ...]
+    """Symbols fetched when ``data.tickers`` is empty (empty where tickers are required)."""
 
     def fetch(self, request: Request) -> pd.DataFrame:
         """Bars for ``request`` in the bars contract, or raise :class:`SourceError`."""

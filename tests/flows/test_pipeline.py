@@ -24,6 +24,10 @@ def test_pipeline_runs_end_to_end_and_again_with_reused_data(harness, tmp_path):
     second = rlops_pipeline(params)
     assert second.ingest.reused and second.ingest.data_version == first.ingest.data_version
     assert second.register.version == "2"
+    stamps = {p.name: p.stat().st_mtime_ns for p in params.dirs.features.iterdir()}
+    third = rlops_pipeline(params)  # outputs exist and inputs are unchanged: validate/features cached
+    assert {p.name: p.stat().st_mtime_ns for p in params.dirs.features.iterdir()} == stamps
+    assert third.features == second.features and third.register.version == "3"
 
     raw = params.dirs.raw / "SYN000.parquet"
     import pandas as pd

@@ -13,7 +13,7 @@ from trainers.state import normalise_features
 def test_feature_set_follows_the_contract(built):
     fs = features.load(built.dirs.features)
     t, n, k = fs.features.shape
-    assert (n, k) == (4, 8) and fs.prices.shape == fs.opens.shape == (t, n)
+    assert (n, k) == (4, 10) and fs.prices.shape == fs.opens.shape == (t, n)
     assert fs.features.dtype == np.float32 and np.isfinite(fs.features).all()
     assert fs.feature_names == list(built.features.indicators)
     (a, b), (c, d), (e, f) = (fs.splits[s] for s in features.SPLIT_NAMES)
@@ -35,17 +35,17 @@ def test_features_have_no_look_ahead(built):
     """Perturbing every bar after t leaves every feature at or before t bit-identical."""
     bars, _ = read_parquet(built.dirs.validated / VALIDATED)
     names = list(built.features.indicators)
-    base = features.indicators(features.panel(bars), names)
+    base = features.indicators(features.panel(bars), names, built.features, built.data.freq)
     ts = np.sort(bars["ts"].unique())
     rng = np.random.default_rng(0)
-    for t in rng.integers(70, len(ts) - 5, size=3):
+    for t in rng.integers(130, len(ts) - 5, size=3):
         later = bars["ts"] > ts[t]
         shaken = bars.copy()
         factor = rng.uniform(0.5, 1.5, later.sum())
         for column in ("open", "high", "low", "close"):
             shaken.loc[later, column] *= factor
         shaken.loc[later, "volume"] *= 3
-        moved = features.indicators(features.panel(shaken), names)
+        moved = features.indicators(features.panel(shaken), names, built.features, built.data.freq)
         np.testing.assert_array_equal(moved[: t + 1], base[: t + 1])
         assert not np.array_equal(moved[t + 1 :], base[t + 1 :])
 

@@ -45,11 +45,13 @@ app = typer.Typer(
 )
 ParamsPath = Annotated[Path, typer.Option("--params", "-p", help="Config file.")]
 Overrides = Annotated[list[str], typer.Option("--set", "-s", help="Override a key, e.g. -s evolution.generations=2")]
+Profile = Annotated[bool, typer.Option("--profile", help="Profile training: a time breakdown table and "
+                                       "data/models/profile.png (sets train.profile).")]
 T = TypeVar("T")
 
 
-def _params(path: Path, overrides: list[str] | None) -> Params:
-    return load_params(path, overrides or [])
+def _params(path: Path, overrides: list[str] | None, profile: bool = False) -> Params:
+    return load_params(path, [*(overrides or []), *(["train.profile=true"] if profile else [])])
 
 
 def _stage(name: str, fn: Callable[[], T]) -> T:
@@ -71,12 +73,12 @@ def _log_to_console() -> None:
 
 
 @app.command()
-def run(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+def run(params: ParamsPath = Path("params.yaml"), set_: Overrides = [], profile: Profile = False) -> None:  # noqa: B006
     """Run the whole pipeline as the Prefect flow rlops_pipeline."""
     from flows.pipeline import rlops_pipeline
     from flows.summary import render, silence_expected_tracebacks
 
-    cfg = _stage("config", lambda: _params(params, set_))
+    cfg = _stage("config", lambda: _params(params, set_, profile))
     _log_to_console()
     silence_expected_tracebacks()
     summary = _stage("pipeline", lambda: rlops_pipeline(cfg))
@@ -99,7 +101,8 @@ def _describe_features(r: Any) -> str:
 
 def _describe_train(r: Any) -> str:
     return (f"[green]✓ train[/] best validation Sharpe {r.best_fitness:.3f} (agent {r.best_agent}, "
-            f"generation {r.best_generation}), {r.env_steps} env steps in {r.seconds:.0f}s on {r.device}")
+            f"generation {r.best_generation}), {r.env_steps} env steps in {r.seconds:.0f}s on {r.device}"
+            + (f"; profile {r.profile}" if r.profile else ""))
 
 
 def _describe_backtest(r: Any) -> Group:
@@ -131,13 +134,21 @@ STAGES: dict[str, tuple[str, Callable[[Any], RenderableType]]] = {
 
 
 def _add_stage_command(name: str, doc: str, describe: Callable[[Any], RenderableType]) -> None:
-    def command(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+    def run_stage(params: Path, set_: list[str], profile: bool = False) -> None:
         stage = getattr(importlib.import_module(f"tasks.{name}"), name)
         _log_to_console()
-        console.print(describe(_stage(name, lambda: stage(_params(params, set_)))))
+        console.print(describe(_stage(name, lambda: stage(_params(params, set_, profile)))))
 
-    command.__doc__ = doc
-    app.command(name=name)(command)
+    def command(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+        run_stage(params, set_)
+
+    def profiled_command(params: ParamsPath = Path("params.yaml"), set_: Overrides = [],  # noqa: B006
+                         profile: Profile = False) -> None:
+        run_stage(params, set_, profile)
+
+    chosen = profiled_command if name == "train" else command
+    chosen.__doc__ = doc
+    app.command(name=name)(chosen)
 
 
 for _name, (_doc, _describe) in STAGES.items():

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tasks.errors import ConfigError
-from trainers.env import EnvConfig
+from trainers.env import TURBULENCE, EnvConfig
 from trainers.evolution import EvolutionConfig
 from trainers.metrics import METRICS
 from trainers.ppo import PPOConfig
@@ -128,6 +128,7 @@ class FeatureParams(_Section):
 
 class TrainParams(_Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    profile: bool = Field(False, description="profile training (trainers/profiler.py); `--profile` sets it")
 
 
 class BacktestParams(_Section):
@@ -163,6 +164,12 @@ class Params(_Section):
     backtest: BacktestParams = BacktestParams()
     registry: RegistryParams = RegistryParams()
     deliver: DeliverParams = DeliverParams()
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
+            raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
+        return self
 
     @property
     def dirs(self) -> Layout:

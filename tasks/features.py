@@ -25,7 +25,7 @@ from tasks.config import FeatureParams, Params
 from tasks.errors import DataError, MissingInput
 from tasks.risk import turbulence, volatility_proxy
 from tasks.storage import atomic_dir
-from trainers.env import MarketData
+from trainers.env import TURBULENCE, MarketData
 from trainers.metrics import periods_per_year
 from trainers.state import normalise_features
 from tasks.validate import VALIDATED
@@ -52,11 +52,16 @@ class FeatureSet:
     std: np.ndarray  # [n, k]
 
     def market(self, device: torch.device | str = "cpu") -> MarketData:
-        """Tensors for the env, indicators normalised with the train-only stats."""
+        """Tensors for the env, indicators normalised with the train-only stats; the raw
+        turbulence index (market-wide, the same in every stock's column) feeds the env's gate."""
+        turb = None
+        if TURBULENCE in self.feature_names:
+            turb = torch.tensor(self.features[:, 0, self.feature_names.index(TURBULENCE)], dtype=torch.float64)
         return MarketData(
             open=torch.tensor(self.opens, dtype=torch.float64),
             close=torch.tensor(self.prices, dtype=torch.float64),
             features=torch.as_tensor(normalise_features(self.features, self.mean, self.std)),
+            turbulence=turb,
         ).to(device)
 
     def window(self, split: str) -> tuple[int, int]:

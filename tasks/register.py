@@ -26,7 +26,7 @@ from tasks.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE
 from tasks.config import Params, RegistryParams
 from tasks.errors import MissingInput
 from tasks.serving import policy_input
-from tasks.train import LEADERBOARD
+from tasks.train import LEADERBOARD, PROFILE_FILES
 from tasks.validate import REPORT
 
 log = logging.getLogger("podracer.register")
@@ -142,6 +142,9 @@ def register(params: Params) -> RegisterResult:
         for name in (METRICS_FILE, CURVE_FILE, PLOT_FILE):
             mlflow.log_artifact(str(dirs.backtest / name), artifact_path="backtest")
         mlflow.log_artifact(str(dirs.models / LEADERBOARD), artifact_path="training")
+        for name in PROFILE_FILES:  # present when training ran with --profile
+            if (dirs.models / name).exists():
+                mlflow.log_artifact(str(dirs.models / name), artifact_path="training")
         if (dirs.quarantine / REPORT).exists():
             mlflow.log_artifact(str(dirs.quarantine / REPORT), artifact_path="validation")
         last = len(fs.timestamps) - 1

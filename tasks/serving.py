@@ -22,7 +22,7 @@ import torch
 
 from tasks import bundle
 from tasks.errors import DataError
-from trainers.env import execute_orders
+from trainers.env import TURBULENCE, execute_orders
 from trainers.state import build_state
 
 
@@ -38,6 +38,16 @@ def policy_input(
     return frame
 
 
+def turbulence_gate(meta: bundle.PolicyMeta, raw: np.ndarray) -> torch.Tensor | None:
+    """The env's turbulence gate for one account: liquidate when the bar's raw turbulence
+    index reaches ``env.turbulence_threshold`` (``None`` when the gate is off)."""
+    threshold = meta.env.turbulence_threshold
+    if threshold is None:
+        return None
+    level = float(raw[0, meta.feature_names.index(TURBULENCE)])
+    return torch.tensor([level >= threshold])
+
+
 def decide(actor: torch.nn.Module, meta: bundle.PolicyMeta, frame: pd.DataFrame) -> pd.DataFrame:
     """Action and whole-share orders for the account described by ``frame``."""
     missing = sorted(set(meta.symbols) - set(frame["symbol"]))
@@ -51,7 +61,7 @@ def decide(actor: torch.nn.Module, meta: bundle.PolicyMeta, frame: pd.DataFrame)
     feats = torch.as_tensor(meta.normalise(raw)).unsqueeze(0)
     with torch.no_grad():
         action = actor(build_state(cash, shares, close, feats, meta.scales))
-    fill = execute_orders(action, cash, shares, close, meta.env.hmax, meta.env.cost_pct)
+    fill = execute_orders(action, cash, shares, close, meta.env.hmax, meta.env.cost_pct, turbulence_gate(meta, raw))
     qty = (fill.bought - fill.sold)[0].numpy()
     return pd.DataFrame({"symbol": meta.symbols, "action": action[0].numpy().astype(np.float64),
                          "order_qty": qty.astype(np.int64)})

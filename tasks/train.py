@@ -7,10 +7,13 @@ policy bundle under ``data/models/`` with the leaderboard of every agent and gen
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import torch
@@ -22,12 +25,16 @@ from tasks import bundle, features
 from tasks.config import Params
 from tasks.ingest import current_version
 from tasks.storage import atomic_dir
+from trainers import profiler
+from trainers.agent import PPOAgent
 from trainers.evolution import EvolutionResult, evolve
 from trainers.metrics import periods_per_year
 from trainers.state import StateScales
 
 log = logging.getLogger("podracer.train")
+T = TypeVar("T")
 LEADERBOARD = "leaderboard.csv"
+PROFILE_FILES = ("profile.csv", "profile.json", "profile.png")
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class TrainResult:
     env_steps: int
     seconds: float
     device: str
+    profile: Path | None = None
+    """The profile plot, when training was profiled."""
 
 
 def pick_device(choice: str) -> torch.device:
@@ -53,6 +62,41 @@ def leaderboard(result: EvolutionResult) -> pd.DataFrame:
     """One row per agent per generation: fitness, hyperparameters and lineage."""
     rows = [{**{k: v for k, v in asdict(r).items() if k != "hparams"}, **r.hparams} for r in result.history]
     return pd.DataFrame(rows).sort_values(["generation", "fitness"], ascending=[True, False])
+
+
+def profiled(run: Callable[[], T], workload: Callable[[], object]) -> tuple[T, profiler.Report]:
+    """Run ``run`` under the profiler (rl-scope-profiling.txt §3), corrected for book-keeping.
+
+    The per-annotation overhead comes from delta calibration on ``workload`` (one training
+    iteration of a spare agent; Appendix C.1), and the bias of the correction is measured on
+    that workload against an uninstrumented run (Appendix C.3), since the training itself
+    runs only once.
+    """
+    per_event = profiler.calibrate(workload, repeats=3)
+    plain = time.perf_counter()
+    workload()
+    plain = time.perf_counter() - plain
+    profiler.enable(cuda=True)
+    workload()
+    profiler.disable()
+    bias = profiler.report(per_event, uninstrumented_seconds=plain).bias_percent
+    profiler.enable(cuda=True)
+    try:
+        result = run()
+    finally:
+        profiler.disable()
+    report = profiler.report(per_event)
+    log.info("profile (overhead %.2f µs per annotation, correction bias %+.1f%% on one training iteration):\n%s",
+             per_event * 1e6, bias or 0.0, report.table())
+    return result, report
+
+
+def save_profile(report: profiler.Report, folder: Path) -> None:
+    """``profile.csv``, ``profile.json`` and the stacked-bar ``profile.png`` beside the model."""
+    csv, data, png = (folder / name for name in PROFILE_FILES)
+    report.to_csv(csv)
+    data.write_text(json.dumps(report.to_dict(), indent=1))
+    report.plot(png)
 
 
 def train(params: Params, data_version: str | None = None) -> TrainResult:
@@ -87,10 +131,17 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
             progress.update(bar, advance=1, gen=gen + 1, best=f"{best[0]:.2f}")
             log.info("generation %d agent %d: validation Sharpe %.3f", gen, agent, fitness)
 
-        result = evolve(
-            data, scales, params.env, params.ppo, evo, train_window, fs.window("validation"),
-            per_year=periods_per_year(params.data.freq), on_evaluated=on_evaluated,
-        )
+        def run() -> EvolutionResult:
+            return evolve(
+                data, scales, params.env, params.ppo, evo, train_window, fs.window("validation"),
+                per_year=periods_per_year(params.data.freq), on_evaluated=on_evaluated,
+            )
+
+        if params.train.profile:
+            agent = PPOAgent(data, scales, params.env, params.ppo, train_window, seed=evo.seed)
+            result, report = profiled(run, agent.train_iteration)
+        else:
+            result, report = run(), None
     seconds = time.perf_counter() - started
     meta = bundle.PolicyMeta(
         symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
@@ -100,10 +151,13 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
     with atomic_dir(params.dirs.models) as staging:
         bundle.save(staging, {k: v.cpu() for k, v in result.best_actor.items()}, meta)
         leaderboard(result).to_csv(staging / LEADERBOARD, index=False)
+        if report is not None:
+            save_profile(report, staging)
     log.info("best agent %d of generation %d, validation Sharpe %.3f, %.0f env steps/s",
              result.best_agent, result.best_generation, result.best_fitness, result.env_steps / seconds)
     return TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
-                       result.best_hparams, result.env_steps, seconds, str(device))
+                       result.best_hparams, result.env_steps, seconds, str(device),
+                       params.dirs.models / PROFILE_FILES[2] if report is not None else None)
 
 
 train_task = task(train, name="train", cache_policy=NO_CACHE)

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from flows.cli import load_env_defaults
 
 load_env_defaults()
+# CI runs the same hypothesis examples every time; explore more locally with
+# HYPOTHESIS_PROFILE=explore.
+settings.register_profile("ci", derandomize=True, database=None, max_examples=120)
+settings.register_profile("explore", max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from tasks.config import Params, load_params  # noqa: E402
 
 TINY = [
     "data.symbols=4", "data.start=2020-01-01", "data.end=2021-12-31", "data.signal=1.0",
     "features.train_end=2021-03-31", "features.val_end=2021-08-31",
-    "env.episode_len=32",
+    "env.episode_len=32", "env.min_episode_len=8",
     "ppo.num_envs=4", "ppo.horizon=16", "ppo.batch_size=32", "ppo.repeat_times=2", "ppo.net_dims=[16]",
     "evolution.population=2", "evolution.generations=2", "evolution.iterations_per_generation=1",
 ]

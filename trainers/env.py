@@ -1,7 +1,8 @@
 """Vectorised stock-trading environment (finrl-podracer.txt §3 eq. 1–4, §4.4).
 
 E independent sub-environments are stepped as one batch of tensors on CPU or CUDA;
-there is no Python loop over environments or stocks inside :meth:`MarketEnv.step`.
+there is no Python loop over environments or stocks inside :meth:`MarketEnv.step`, and on
+CUDA the step makes no host round trip, so a rollout stays on the device (§4.4, Fig. 3a).
 
 MDP rules (DESIGN §2):
 
@@ -9,17 +10,23 @@ MDP rules (DESIGN §2):
 * sells execute before buys, shares are integers ≥ 0 and cash never goes below 0;
 * ``cost_pct`` is charged on every traded notional;
 * the reward is the change of account value from close t to close t+1, after costs;
-* the end of an episode (horizon or end of data) is a truncation, never a terminal state.
+* an optional turbulence gate: when bar t's turbulence index reaches the threshold, buys
+  are blocked and every holding is sold at the next open (FinRL's risk control);
+* the end of an episode (its length or the end of data) is a truncation, never terminal.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
 from trainers._checks import require
-from trainers.state import StateScales, build_state, state_dim
+from trainers.state import StateScales, account_block, bar_block, state_dim
+
+TURBULENCE = "turbulence"
+"""The indicator the turbulence gate reads, raw (not normalised)."""
 
 
 @dataclass(frozen=True)
@@ -36,14 +43,22 @@ class EnvConfig:
     reward_scale: float = 1e-4
     """Multiplies the change of account value to give the reward."""
     episode_len: int = 256
-    """Bars per training episode; episodes also end (truncate) at the end of data."""
+    """Longest training episode in bars; episodes also end (truncate) at the end of data."""
+    min_episode_len: int = 64
+    """Shortest training episode; each episode's length is drawn in [min, episode_len]."""
+    turbulence_threshold: float | None = None
+    """Turbulence gate: at or above this turbulence index, block buys and liquidate.
+    ``None`` turns it off. The index is about n_stocks on an average bar (a χ²_n distance)."""
 
     def __post_init__(self) -> None:
         require(self.initial_cash > 0, "initial_cash must be > 0")
         require(self.hmax >= 1, "hmax must be >= 1")
         require(0 <= self.cost_pct < 0.5, "cost_pct must be in [0, 0.5)")
         require(self.reward_scale > 0, "reward_scale must be > 0")
-        require(self.episode_len >= 2, "episode_len must be >= 2")
+        require(self.min_episode_len >= 1, "min_episode_len must be >= 1")
+        require(self.episode_len >= self.min_episode_len, "episode_len must be >= min_episode_len")
+        require(self.turbulence_threshold is None or self.turbulence_threshold > 0,
+                "turbulence_threshold must be > 0 (or null for no gate)")
 
 
 @dataclass
@@ -51,12 +66,15 @@ class MarketData:
     """Price and indicator panels on one device.
 
     ``open`` and ``close`` are ``[T, n]`` float64; ``features`` is ``[T, n, k]`` float32,
-    already normalised with :func:`trainers.state.normalise_features`.
+    already normalised with :func:`trainers.state.normalise_features`; ``turbulence`` is the
+    raw ``[T]`` turbulence index the gate reads (``None`` when it was not computed).
     """
 
     open: torch.Tensor
     close: torch.Tensor
     features: torch.Tensor
+    turbulence: torch.Tensor | None = None
+    _blocks: dict[StateScales, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_stocks(self) -> int:
@@ -67,7 +85,18 @@ class MarketData:
         return int(self.features.shape[2])
 
     def to(self, device: torch.device | str) -> MarketData:
-        return MarketData(self.open.to(device), self.close.to(device), self.features.to(device))
+        turb = None if self.turbulence is None else self.turbulence.to(device)
+        return MarketData(self.open.to(device), self.close.to(device), self.features.to(device), turb)
+
+    def state_rows(self, scales: StateScales) -> torch.Tensor:
+        """Every bar's state row ``[T, state_dim]`` float32 with the account columns zeroed,
+        computed once per ``scales``: a step gathers one row per env and fills in the account,
+        instead of rebuilding the bar part (the same values, bit for bit)."""
+        if scales not in self._blocks:
+            bars = bar_block(self.close, self.features, scales)
+            account = torch.zeros((bars.shape[0], 1 + self.n_stocks), dtype=bars.dtype, device=bars.device)
+            self._blocks[scales] = torch.cat((account, bars), dim=1)
+        return self._blocks[scales]
 
 
 @dataclass
@@ -88,21 +117,27 @@ def execute_orders(
     price: torch.Tensor,
     hmax: int,
     cost_pct: float,
+    liquidate: torch.Tensor | None = None,
 ) -> Fill:
     """Turn actions in [-1, 1]^n into integer trades at ``price`` (eq. 3–4).
 
     Sells come first and their proceeds fund the buys. When the buys cost more than the
     cash available, every buy is scaled down by the same ratio and rounded down to whole
-    shares, which keeps cash ≥ 0 without a sequential loop over stocks.
+    shares, which keeps cash ≥ 0 without a sequential loop over stocks. Where ``liquidate``
+    ``[E]`` is true (the turbulence gate) every holding is sold and nothing is bought.
     Live delivery uses this same function, so paper orders follow the training rules.
     """
     want = torch.trunc(action.clamp(-1.0, 1.0).to(price.dtype) * hmax)
     sold = torch.minimum((-want).clamp(min=0.0), shares)
+    bought = want.clamp(min=0.0)
+    if liquidate is not None:
+        gate = liquidate.unsqueeze(1)
+        sold = torch.where(gate, shares, sold)
+        bought = torch.where(gate, torch.zeros_like(bought), bought)
     proceeds = (sold * price).sum(dim=1)
     cost = proceeds * cost_pct
     cash = cash + proceeds - cost
 
-    bought = want.clamp(min=0.0)
     need = (bought * price).sum(dim=1) * (1.0 + cost_pct)
     ratio = torch.where(need > cash, cash / need.clamp(min=1e-12), torch.ones_like(cash))
     bought = torch.floor(bought * ratio.unsqueeze(1))
@@ -112,13 +147,42 @@ def execute_orders(
     return Fill(cash=cash, shares=shares - sold + bought, sold=sold, bought=bought, cost=cost)
 
 
+class FinalStates(NamedTuple):
+    """Last states of the episodes a step truncated: ``states[j]`` belongs to env ``index[j]``.
+
+    On the CPU only the truncated envs are listed. On CUDA every env is (``index`` is
+    ``arange(E)``), so the step never asks the device how many truncated; the caller
+    masks with ``truncated``.
+    """
+
+    index: torch.Tensor
+    states: torch.Tensor
+
+
+class Step(NamedTuple):
+    state: torch.Tensor
+    """``[E, state_dim]`` next states; a truncated env's is the first of its new episode."""
+    reward: torch.Tensor
+    """``[E]`` float32."""
+    truncated: torch.Tensor
+    """``[E]`` bool."""
+    final: FinalStates
+
+    def last_states(self) -> torch.Tensor:
+        """``[E, state_dim]``: each env's last state of the bar just stepped to, i.e. the
+        final state of a truncated episode (what gymnasium reports as the observation)."""
+        last = self.state.clone()
+        last[self.final.index] = self.final.states
+        return last
+
+
 class MarketEnv:
     """E parallel accounts trading n stocks over the bars ``[t_lo, t_hi]`` of ``data``.
 
-    With ``random_start`` each sub-environment starts at a random bar and runs for
-    ``episode_len`` bars (fewer at the end of data); finished sub-environments are reset
-    inside :meth:`step`. Without it, all start at ``t_lo`` and run once to ``t_hi``, with no
-    reset (validation and backtests).
+    With ``random_start`` each sub-environment starts at a random bar and runs for a random
+    number of bars in ``[min_episode_len, episode_len]`` (fewer at the end of data);
+    finished sub-environments are reset inside :meth:`step`. Without it, all start at
+    ``t_lo`` and run once to ``t_hi``, with no reset (validation and backtests).
     """
 
     def __init__(
@@ -134,16 +198,23 @@ class MarketEnv:
     ) -> None:
         t_lo, t_hi = window
         require(0 <= t_lo < t_hi < data.close.shape[0], f"bad env window {window}")
+        require(cfg.turbulence_threshold is None or data.turbulence is not None,
+                "env.turbulence_threshold needs the turbulence indicator (features.indicators)")
         self.data, self.scales, self.cfg = data, scales, cfg
         self.num_envs, self.t_lo, self.t_hi = num_envs, t_lo, t_hi
         self.random_start = random_start
         self.device = data.close.device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.rows = data.state_rows(scales)
+        self.head = 1 + data.n_stocks
+        """Columns of the account part of the state."""
         e, n = num_envs, data.n_stocks
         self.cash = torch.full((e,), cfg.initial_cash, dtype=torch.float64, device=self.device)
         self.shares = torch.zeros((e, n), dtype=torch.float64, device=self.device)
+        self.value = self.cash.clone()
         self.t = torch.full((e,), t_lo, dtype=torch.long, device=self.device)
         self.t_end = torch.full((e,), t_hi, dtype=torch.long, device=self.device)
+        self._all = torch.arange(e, device=self.device)
 
     @property
     def state_dim(self) -> int:
@@ -155,56 +226,80 @@ class MarketEnv:
 
     def account_value(self) -> torch.Tensor:
         """Cash plus holdings marked at the current bar's close, ``[E]``."""
-        return self.cash + (self.shares * self.data.close[self.t]).sum(dim=1)
+        return self.cash + (self.shares * self.data.close.index_select(0, self.t)).sum(dim=1)
 
-    def observe(self) -> torch.Tensor:
-        """States ``[E, state_dim]`` for the bar each sub-environment is at."""
-        return build_state(
-            self.cash, self.shares, self.data.close[self.t], self.data.features[self.t], self.scales
-        )
+    def observe(self, out: torch.Tensor | None = None, index: torch.Tensor | None = None) -> torch.Tensor:
+        """States (float32) for the bar each sub-environment is at: all ``[E, state_dim]``, or
+        the envs in ``index``. ``out`` receives them without a new allocation: fresh buffers
+        of this size cost page faults that dominate a large batch on the CPU."""
+        t, cash, shares = self.t, self.cash, self.shares
+        if index is not None:
+            t, cash, shares = t[index], cash[index], shares[index]
+        state = torch.index_select(self.rows, 0, t, out=out) if out is not None else self.rows.index_select(0, t)
+        state[:, : self.head] = account_block(cash, shares, self.scales)
+        return state
 
-    def reset(self) -> torch.Tensor:
+    def reset(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """Reset every sub-environment and return the first states."""
         self._reset_where(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
-        return self.observe()
+        return self.observe(out)
 
     def _reset_where(self, mask: torch.Tensor) -> None:
-        self.cash = torch.where(mask, torch.full_like(self.cash, self.cfg.initial_cash), self.cash)
+        cfg = self.cfg
+        self.cash = torch.where(mask, torch.full_like(self.cash, cfg.initial_cash), self.cash)
+        self.value = torch.where(mask, torch.full_like(self.value, cfg.initial_cash), self.value)
         self.shares = torch.where(mask.unsqueeze(1), torch.zeros_like(self.shares), self.shares)
         if self.random_start:
-            span = self.t_hi - self.t_lo  # a start must leave at least one step
-            start = self.t_lo + torch.randint(
-                0, span, (self.num_envs,), generator=self.generator, device=self.device
-            )
-            end = torch.clamp(start + self.cfg.episode_len, max=self.t_hi)
+            size, g, dev = (self.num_envs,), self.generator, self.device
+            start = torch.randint(self.t_lo, self.t_hi, size, generator=g, device=dev)  # leaves >= 1 step
+            length = torch.randint(cfg.min_episode_len, cfg.episode_len + 1, size, generator=g, device=dev)
+            end = torch.clamp(start + length, max=self.t_hi)
         else:
             start = torch.full_like(self.t, self.t_lo)
             end = torch.full_like(self.t, self.t_hi)
         self.t = torch.where(mask, start, self.t)
         self.t_end = torch.where(mask, end, self.t_end)
 
-    def step(
-        self, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Advance every sub-environment by one bar.
+    def _gate(self) -> torch.Tensor | None:
+        """Accounts whose current bar's turbulence reaches the threshold (known at bar t)."""
+        if self.cfg.turbulence_threshold is None:
+            return None
+        assert self.data.turbulence is not None
+        return self.data.turbulence[self.t] >= self.cfg.turbulence_threshold
 
-        Returns ``(state, reward, truncated, final_state)``: ``state`` is the next state
-        (already the first state of a new episode where ``truncated``), ``reward`` is float32
-        ``[E]``, and ``final_state`` holds the last state of each truncated episode so the
-        learner can bootstrap its value.
+    def step(self, action: torch.Tensor, out: torch.Tensor | None = None) -> Step:
+        """Advance every sub-environment by one bar; ``out`` (``[E, state_dim]``) receives the
+        next states, e.g. the rollout buffer's next slot.
+
+        Truncated sub-environments start a new episode inside the step, and the last states
+        of the finished ones come back in ``final`` so the learner can bootstrap their value.
         """
-        value_before = self.account_value()
         t_next = self.t + 1
-        fill = execute_orders(
-            action, self.cash, self.shares, self.data.open[t_next], self.cfg.hmax, self.cfg.cost_pct
-        )
+        price = self.data.open.index_select(0, t_next)
+        fill = execute_orders(action, self.cash, self.shares, price, self.cfg.hmax, self.cfg.cost_pct, self._gate())
         self.cash, self.shares, self.t = fill.cash, fill.shares, t_next
-        reward = ((self.account_value() - value_before) * self.cfg.reward_scale).to(torch.float32)
+        value = self.account_value()
+        reward = ((value - self.value) * self.cfg.reward_scale).to(torch.float32)
+        self.value = value
         truncated = self.t >= self.t_end
-        final_state = self.observe()
-        if self.random_start and bool(truncated.any()):
+        if self.device.type == "cpu":  # a host check is free here: list only truncated envs
+            index = truncated.nonzero().squeeze(1) if self.random_start else self._all[:0]
+            final = FinalStates(index, self.observe(index=index) if len(index) else self.rows[:0])
+            if len(index):
+                self._reset_where(truncated)
+            return Step(self.observe(out), reward, truncated, final)
+        # CUDA: no host round trip; every env's pre-reset state is returned
+        final = FinalStates(self._all, self.observe())
+        if self.random_start:
             self._reset_where(truncated)
-            state = self.observe()
-        else:
-            state = final_state
-        return state, reward, truncated, final_state
+        return Step(self.observe(out), reward, truncated, final)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Accounts, clocks and the random stream: what a checkpoint needs to resume exactly."""
+        return {"cash": self.cash, "shares": self.shares, "value": self.value, "t": self.t,
+                "t_end": self.t_end, "rng": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name in ("cash", "shares", "value", "t", "t_end"):
+            setattr(self, name, state[name].to(self.device).clone())
+        self.generator.set_state(state["rng"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from trainers import profiler
 from trainers.env import EnvConfig, MarketData, MarketEnv
 from trainers.ppo import Actor
 from trainers.state import StateScales
@@ -27,8 +28,11 @@ def run_policy(
     state = env.reset()
     values = [env.account_value()]
     for _ in range(window[1] - window[0]):
-        state, _, _, _ = env.step(actor(state))
-        values.append(env.account_value())
+        with profiler.operation("inference"):
+            action = actor(state)
+        with profiler.operation("simulation"):
+            state = env.step(action).state
+            values.append(env.value)
     return torch.cat(values).cpu().numpy().astype(np.float64)
 
 

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from trainers import profiler
 from trainers._checks import require
-from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.agent import PPOAgent
+from trainers.env import EnvConfig, MarketData
 from trainers.evaluate import run_policy
 from trainers.metrics import sharpe
-from trainers.ppo import HPARAMS, PPOAgent, PPOConfig
-from trainers.state import StateScales, state_dim
+from trainers.ppo import HPARAMS, PPOConfig
+from trainers.state import StateScales
 
 
 @dataclass(frozen=True)
@@ -155,24 +157,21 @@ def evolve(
     eq. 1's J(π) measured on held-out data); the snapshot with the highest fitness over
     all generations is the result, which mitigates over-fitting as training goes on.
     """
-    device = data.close.device
     rng = np.random.default_rng(evo_cfg.seed)
-    dims = state_dim(data.n_stocks, data.n_features)
     hparams = initial_hparams(ppo_cfg, evo_cfg, rng)
-    agents, envs = [], []
-    for i, h in enumerate(hparams):
-        seed = evo_cfg.seed * 1000 + i
-        agents.append(PPOAgent(dims, data.n_stocks, ppo_cfg.with_hparams(h), seed, device))
-        envs.append(MarketEnv(data, scales, env_cfg, ppo_cfg.num_envs, train_window, seed=seed))
+    agents = [PPOAgent(data, scales, env_cfg, ppo_cfg.with_hparams(h), train_window, evo_cfg.seed * 1000 + i)
+              for i, h in enumerate(hparams)]
     history: list[AgentRecord] = []
     parents: dict[int, int] = {}
     best = (-math.inf, 0, 0)
     best_actor = copy.deepcopy(agents[0].actor.state_dict())
     for gen in range(evo_cfg.generations):
         fitness = []
-        for i, (agent, env) in enumerate(zip(agents, envs)):
+        for i, agent in enumerate(agents):
+            profiler.set_phase("training")
             for _ in range(evo_cfg.iterations_per_generation):
-                agent.update(agent.collect(env))
+                agent.train_iteration()
+            profiler.set_phase("evaluation")
             score = sharpe(run_policy(agent.actor, data, scales, env_cfg, val_window), per_year)
             fitness.append(score)
             history.append(AgentRecord(gen, i, score, agent.cfg.hparams(), parents.get(i)))
@@ -183,6 +182,7 @@ def evolve(
                 on_evaluated(gen, i, score)
         if gen == evo_cfg.generations - 1:
             break
+        profiler.set_phase("selection")
         chosen = select(
             fitness, [a.cfg.hparams() for a in agents], evo_cfg.replace_fraction,
             evo_cfg.search_space, evo_cfg.perturb_factors, rng,
@@ -192,7 +192,7 @@ def evolve(
         for agent, h in zip(agents, chosen.hparams):
             agent.set_hparams(h)
         parents = dict(chosen.copies)
-    steps = evo_cfg.generations * evo_cfg.iterations_per_generation * ppo_cfg.num_envs * ppo_cfg.horizon
+    steps = evo_cfg.generations * evo_cfg.iterations_per_generation * agents[0].samples_per_iteration
     return EvolutionResult(
         best_actor=best_actor,
         best_fitness=best[0],

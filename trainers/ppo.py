@@ -5,17 +5,21 @@ finrl-podracer.txt Table 3: Adam, lr 2^-14, γ 0.99, batch 2^10, repeat 2^3, buf
 (``num_envs × horizon``), ratio clip 0.25, entropy 0.02.
 
 The rollout buffer is a set of contiguous tensors on the env's device (§4.4, "replay
-buffer on GPU"); truncated episodes bootstrap their value (DESIGN §2, end of data).
+buffer on GPU"), filled without a host round trip; truncated episodes bootstrap their
+value (DESIGN §2, end of data). :class:`PPOLearner` is one learner; several learners
+fused by parameter averaging make an agent (:mod:`trainers.agent`).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
+from trainers import profiler
 from trainers._checks import require
 from trainers.env import MarketEnv
 
@@ -44,6 +48,9 @@ class PPOConfig:
     """Steps per env per rollout; ``num_envs × horizon`` is the buffer size (2^12)."""
     net_dims: tuple[int, ...] = (128, 64)
     init_log_std: float = -0.5
+    learners: int = 1
+    """Parallel learners per agent, each with its own seed and envs, whose parameters are
+    averaged at the end of every epoch (finrl-podracer.txt §4.4)."""
 
     def __post_init__(self) -> None:
         require(self.lr > 0, "lr must be > 0")
@@ -55,6 +62,7 @@ class PPOConfig:
         require(self.repeat_times >= 1, "repeat_times must be >= 1")
         require(self.num_envs >= 1 and self.horizon >= 1, "num_envs and horizon must be >= 1")
         require(len(self.net_dims) >= 1 and min(self.net_dims) >= 1, "net_dims must be positive")
+        require(self.learners >= 1, "learners must be >= 1")
 
     def hparams(self) -> dict[str, float]:
         """The evolvable hyperparameters as a plain dict."""
@@ -116,6 +124,16 @@ class Rollout:
     returns: torch.Tensor
 
 
+class Batch(NamedTuple):
+    """A rollout flattened to ``[H·E, ...]`` for minibatch sampling."""
+
+    states: torch.Tensor
+    raw_actions: torch.Tensor
+    log_probs: torch.Tensor
+    returns: torch.Tensor
+    advantages: torch.Tensor
+
+
 def gae_advantages(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -142,7 +160,7 @@ def gae_advantages(
     return advantages
 
 
-class PPOAgent:
+class PPOLearner:
     """One actor-critic learner with its own optimizer and random stream."""
 
     def __init__(self, state_dim: int, action_dim: int, cfg: PPOConfig, seed: int, device: torch.device):
@@ -151,9 +169,8 @@ class PPOAgent:
             torch.manual_seed(seed)
             self.actor = Actor(state_dim, action_dim, cfg.net_dims, cfg.init_log_std).to(device)
             self.critic = Critic(state_dim, cfg.net_dims).to(device)
-        self.optimizer = torch.optim.Adam(
-            [*self.actor.parameters(), *self.critic.parameters()], lr=cfg.lr
-        )
+        self.params = [*self.actor.parameters(), *self.critic.parameters()]
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr)
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self._state: torch.Tensor | None = None
 
@@ -163,7 +180,7 @@ class PPOAgent:
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.lr
 
-    def copy_from(self, other: PPOAgent) -> None:
+    def copy_from(self, other: PPOLearner) -> None:
         """Take ``other``'s weights and optimizer state (the selector's exploit step)."""
         self.actor.load_state_dict(other.actor.state_dict())
         self.critic.load_state_dict(other.critic.state_dict())
@@ -171,68 +188,96 @@ class PPOAgent:
         self.optimizer.load_state_dict(copy.deepcopy(other.optimizer.state_dict()))
         self.set_hparams(other.cfg.hparams())
 
+    def state_dict(self) -> dict[str, Any]:
+        """Weights, optimizer, hyperparameters, random stream and the env's current state."""
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "hparams": self.cfg.hparams(),
+                "rng": self.generator.get_state(), "obs": self._state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.set_hparams(state["hparams"])
+        self.generator.set_state(state["rng"])
+        obs = state["obs"]
+        self._state = None if obs is None else obs.to(self.device).clone()
+
     @torch.no_grad()
     def collect(self, env: MarketEnv) -> Rollout:
-        """Step ``env`` for ``horizon`` steps and compute GAE(λ) advantages."""
+        """Step ``env`` for ``horizon`` steps and compute GAE(λ) advantages.
+
+        The env writes each next state straight into the buffer, and nothing in the loop
+        reads a value back to the host on CUDA (truncated episodes' final states are valued
+        for every env there, then masked).
+        """
         h, e = self.cfg.horizon, env.num_envs
         dev = env.device
-        states = torch.empty((h, e, env.state_dim), dtype=torch.float32, device=dev)
+        states = torch.empty((h + 1, e, env.state_dim), dtype=torch.float32, device=dev)
         raw_actions = torch.empty((h, e, env.action_dim), dtype=torch.float32, device=dev)
         log_probs = torch.empty((h, e), dtype=torch.float32, device=dev)
         rewards = torch.empty((h, e), dtype=torch.float32, device=dev)
         truncated = torch.empty((h, e), dtype=torch.bool, device=dev)
         final_values = torch.zeros((h, e), dtype=torch.float32, device=dev)
-        state = env.reset() if self._state is None else self._state
+        if self._state is None:
+            env.reset(out=states[0])
+        else:
+            states[0] = self._state
         for i in range(h):
-            dist = self.actor.distribution(state)
-            raw = dist.mean + dist.stddev * torch.randn(
-                dist.mean.shape, generator=self.generator, device=dev
-            )
-            states[i], raw_actions[i] = state, raw
-            log_probs[i] = dist.log_prob(raw).sum(-1)
-            state, rewards[i], truncated[i], final_state = env.step(torch.tanh(raw))
-            if bool(truncated[i].any()):
-                final_values[i] = torch.where(truncated[i], self.critic(final_state), 0.0)
-        self._state = state
-        values = self.critic(states.reshape(h * e, -1)).reshape(h, e)
-        advantages = gae_advantages(rewards, values, self.critic(state), truncated, final_values,
-                                    self.cfg.gamma, self.cfg.gae_lambda)
-        return Rollout(states, raw_actions, log_probs, rewards, truncated, values, advantages, advantages + values)
+            with profiler.operation("inference"):
+                dist = self.actor.distribution(states[i])
+                raw = dist.mean + dist.stddev * torch.randn(
+                    dist.mean.shape, generator=self.generator, device=dev
+                )
+                raw_actions[i] = raw
+                log_probs[i] = dist.log_prob(raw).sum(-1)
+            with profiler.operation("simulation"):
+                step = env.step(torch.tanh(raw), out=states[i + 1])
+            rewards[i], truncated[i] = step.reward, step.truncated
+            if len(step.final.index):  # a shape, known on the host: no device sync
+                with profiler.operation("inference"):
+                    final_values[i].index_copy_(0, step.final.index, self.critic(step.final.states))
+        self._state = states[h].clone()
+        with profiler.operation("advantage"):
+            final_values = torch.where(truncated, final_values, 0.0)
+            values = self.critic(states[:h].flatten(0, 1)).reshape(h, e)
+            advantages = gae_advantages(rewards, values, self.critic(states[h]), truncated, final_values,
+                                        self.cfg.gamma, self.cfg.gae_lambda)
+        return Rollout(states[:h], raw_actions, log_probs, rewards, truncated, values, advantages,
+                       advantages + values)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
-        """``repeat_times`` epochs of minibatch updates on the clipped surrogate objective."""
+        """``repeat_times`` epochs of minibatch updates on the clipped surrogate objective,
+        with the value loss, the entropy bonus, normalised advantages and clipped gradients."""
         cfg = self.cfg
-        states = rollout.states.flatten(0, 1)
-        raw_actions = rollout.raw_actions.flatten(0, 1)
-        old_log_probs = rollout.log_probs.flatten()
-        returns = rollout.returns.flatten()
         adv = rollout.advantages.flatten()
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        size = states.shape[0]
-        batch = min(cfg.batch_size, size)
-        params = [*self.actor.parameters(), *self.critic.parameters()]
+        batch = Batch(rollout.states.flatten(0, 1), rollout.raw_actions.flatten(0, 1), rollout.log_probs.flatten(),
+                      rollout.returns.flatten(), (adv - adv.mean()) / (adv.std() + 1e-8))
+        size = adv.shape[0]
+        width = min(cfg.batch_size, size)
         totals = torch.zeros(3, device=self.device)
         steps = 0
         for _ in range(cfg.repeat_times):
             order = torch.randperm(size, generator=self.generator, device=self.device)
-            for start in range(0, size - batch + 1, batch):
-                idx = order[start : start + batch]
-                dist = self.actor.distribution(states[idx])
-                log_prob = dist.log_prob(raw_actions[idx]).sum(-1)
-                ratio = (log_prob - old_log_probs[idx]).exp()
-                surrogate = torch.minimum(
-                    ratio * adv[idx], ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * adv[idx]
-                )
-                policy_loss = -surrogate.mean()
-                value_loss = (self.critic(states[idx]) - returns[idx]).pow(2).mean()
-                entropy = dist.entropy().sum(-1).mean()
-                loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                self.optimizer.step()
-                totals += torch.stack((policy_loss, value_loss, entropy)).detach()
+            for start in range(0, size - width + 1, width):
+                with profiler.operation("backprop"):
+                    totals += self._gradient_step(batch, order[start : start + width])
                 steps += 1
         means = (totals / max(steps, 1)).tolist()  # one host sync per update
         return dict(zip(("policy_loss", "value_loss", "entropy"), means))
 
+    def _gradient_step(self, batch: Batch, idx: torch.Tensor) -> torch.Tensor:
+        """One Adam step on minibatch ``idx``; returns (policy loss, value loss, entropy)."""
+        cfg = self.cfg
+        states, adv = batch.states[idx], batch.advantages[idx]
+        dist = self.actor.distribution(states)
+        ratio = (dist.log_prob(batch.raw_actions[idx]).sum(-1) - batch.log_probs[idx]).exp()
+        policy_loss = -torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * adv).mean()
+        value_loss = (self.critic(states) - batch.returns[idx]).pow(2).mean()
+        entropy = dist.entropy().sum(-1).mean()
+        loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        self.optimizer.step()
+        return torch.stack((policy_loss, value_loss, entropy)).detach()

@@ -55,6 +55,20 @@ def normalise_features(raw: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np
     return np.clip(z, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
 
 
+def account_block(cash: torch.Tensor, shares: torch.Tensor, scales: StateScales) -> torch.Tensor:
+    """The account part of the state, ``[E, 1 + n]`` float32: scaled cash and share counts."""
+    parts = ((cash * scales.cash_scale).unsqueeze(1), shares * scales.shares_scale)
+    return torch.cat(parts, dim=1).to(torch.float32)
+
+
+def bar_block(close: torch.Tensor, features: torch.Tensor, scales: StateScales) -> torch.Tensor:
+    """The bar part of the state, ``[..., n + n·k]`` float32: closes relative to ``price_ref``
+    and the normalised indicators. It depends only on the bar, so the env computes it once."""
+    price_ref = torch.as_tensor(scales.price_ref, dtype=close.dtype, device=close.device)
+    prices = (close / price_ref).to(torch.float32)
+    return torch.cat((prices, features.reshape(*features.shape[:-2], -1).to(torch.float32)), dim=-1)
+
+
 def build_state(
     cash: torch.Tensor,
     shares: torch.Tensor,
@@ -62,7 +76,7 @@ def build_state(
     features: torch.Tensor,
     scales: StateScales,
 ) -> torch.Tensor:
-    """Batch of float32 states ``[E, state_dim]``.
+    """Batch of float32 states ``[E, state_dim]``: ``[cash, shares, prices, indicators]``.
 
     Args:
         cash: ``[E]`` balance.
@@ -71,11 +85,4 @@ def build_state(
         features: ``[E, n, k]`` normalised indicators of that bar.
         scales: the saved scaling constants.
     """
-    price_ref = torch.as_tensor(scales.price_ref, dtype=close.dtype, device=close.device)
-    parts = (
-        (cash * scales.cash_scale).unsqueeze(1),
-        shares * scales.shares_scale,
-        close / price_ref,
-    )
-    head = torch.cat(parts, dim=1).to(torch.float32)
-    return torch.cat((head, features.reshape(features.shape[0], -1).to(torch.float32)), dim=1)
+    return torch.cat((account_block(cash, shares, scales), bar_block(close, features, scales)), dim=1)

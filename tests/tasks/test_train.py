@@ -23,3 +23,17 @@ def test_training_is_bit_identical_for_the_same_seed(built_copy):
     again = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
     assert all(torch.equal(first[k], again[k]) for k in first)
     assert result.env_steps == 2 * 2 * 1 * 4 * 16
+
+
+def test_profiled_training_writes_the_breakdown_and_changes_nothing(built_copy):
+    first = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
+    result = train(built_copy.model_copy(update={"train": built_copy.train.model_copy(update={"profile": True})}))
+    again = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
+    assert all(torch.equal(first[k], again[k]) for k in first)  # profiling observes, never steers
+    assert result.profile == built_copy.dirs.models / "profile.png"
+    assert result.profile.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = pd.read_csv(built_copy.dirs.models / "profile.csv")
+    ops = set(zip(rows["phase"], rows["operation"]))
+    assert {("training", "simulation"), ("training", "inference"), ("training", "backprop"),
+            ("evaluation", "simulation")} <= ops
+    assert (rows["seconds"] >= 0).all() and rows["calls"].sum() > 0

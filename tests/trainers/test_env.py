@@ -1,11 +1,12 @@
+import pytest
 import torch
 
-from trainers.env import EnvConfig, MarketEnv, execute_orders
-from trainers.state import state_dim
+from trainers.env import EnvConfig, MarketData, MarketEnv, execute_orders
+from trainers.state import build_state, state_dim
 
 from .helpers import market, scales
 
-CFG = EnvConfig(initial_cash=10_000.0, hmax=10, cost_pct=0.002, episode_len=8)
+CFG = EnvConfig(initial_cash=10_000.0, hmax=10, cost_pct=0.002, episode_len=8, min_episode_len=3)
 
 
 def test_sells_execute_before_buys_and_fund_them():
@@ -57,17 +58,63 @@ def test_orders_fill_at_next_open_and_reward_marks_next_close():
     assert env.t.item() == 6
 
 
-def test_state_at_t_ignores_bars_after_t():
+@pytest.mark.parametrize("cut", [3, 11, 25])
+def test_state_at_t_ignores_bars_after_t(cut):
+    """No look-ahead: a market that differs only after bar t gives bit-identical states up to t."""
     data = market()
-    env = MarketEnv(data, scales(data, CFG), CFG, num_envs=1, window=(0, 39), random_start=False)
+    later = MarketData(data.open.clone(), data.close.clone(), data.features.clone())
+    later.close[cut + 1 :] *= 3
+    later.open[cut + 1 :] *= 0.5
+    later.features[cut + 1 :] += 5
+    envs = [MarketEnv(d, scales(data, CFG), CFG, 2, (0, 39), random_start=False) for d in (data, later)]
+    states = [env.reset() for env in envs]
+    assert torch.equal(*states)
+    for _ in range(cut):
+        action = torch.tensor([[0.7, -0.2, 0.4], [-0.5, 0.9, 0.1]])
+        states = [env.step(action)[0] for env in envs]
+        assert torch.equal(*states)
+
+
+def test_turbulence_gate_blocks_buys_and_liquidates():
+    data = market()
+    data.turbulence = torch.zeros(40, dtype=torch.float64)
+    data.turbulence[2] = 50.0  # observed at bar 2: the orders that fill at bar 3's open are gated
+    cfg = EnvConfig(initial_cash=10_000.0, hmax=10, turbulence_threshold=30.0, episode_len=8, min_episode_len=3)
+    env = MarketEnv(data, scales(data, cfg), cfg, num_envs=1, window=(0, 39), random_start=False)
     env.reset()
-    for _ in range(10):
-        env.step(torch.full((1, 3), 0.3))
-    before = env.observe().clone()
-    data.close[11:] *= 3
-    data.open[11:] *= 3
-    data.features[11:] += 5
-    assert torch.equal(env.observe(), before)
+    env.step(torch.tensor([[1.0, 1.0, 0.0]]))
+    env.step(torch.tensor([[0.0, 0.0, 0.0]]))
+    assert env.shares.tolist() == [[10.0, 10.0, 0.0]]
+    env.step(torch.tensor([[1.0, 1.0, 1.0]]))  # wants to buy; the gate sells everything instead
+    assert env.shares.tolist() == [[0.0, 0.0, 0.0]]
+    env.step(torch.tensor([[1.0, 0.0, 0.0]]))  # calm again
+    assert env.shares.tolist() == [[10.0, 0.0, 0.0]]
+
+
+def test_the_env_state_is_the_serving_state():
+    """One state builder: the env's cached bar rows give exactly build_state's output."""
+    data = market()
+    env = MarketEnv(data, scales(data, CFG), CFG, num_envs=5, window=(0, 39), seed=2)
+    env.reset()
+    for _ in range(6):
+        state, *_ = env.step(torch.rand(5, 3) * 2 - 1)
+    expected = build_state(env.cash, env.shares, data.close[env.t], data.features[env.t], env.scales)
+    assert torch.equal(state, expected)
+
+
+def test_env_state_dict_resumes_the_same_episodes():
+    data = market()
+    a = MarketEnv(data, scales(data, CFG), CFG, num_envs=8, window=(0, 39), seed=4)
+    a.reset()
+    for _ in range(5):
+        a.step(torch.rand(8, 3) * 2 - 1)
+    b = MarketEnv(data, scales(data, CFG), CFG, num_envs=8, window=(0, 39), seed=99)
+    b.load_state_dict(a.state_dict())
+    action = torch.rand(8, 3) * 2 - 1
+    for _ in range(12):
+        x, y = a.step(action), b.step(action)
+        for u, v in zip([*x[:3], *x.final], [*y[:3], *y.final]):
+            assert torch.equal(u, v)
 
 
 def test_episodes_truncate_and_reset_inside_step():
@@ -75,12 +122,16 @@ def test_episodes_truncate_and_reset_inside_step():
     env = MarketEnv(data, scales(data, CFG), CFG, num_envs=64, window=(0, 39), seed=3)
     state = env.reset()
     assert state.shape == (64, state_dim(3, 2)) and state.dtype == torch.float32
-    starts = env.t.clone()
-    assert starts.unique().numel() > 5  # random start offsets per env
+    assert env.t.unique().numel() > 5  # random start offsets per env
+    lengths = env.t_end - env.t
+    assert lengths.unique().numel() > 2 and lengths.max() <= CFG.episode_len  # random lengths
+    assert ((lengths >= CFG.min_episode_len) | (env.t_end == 39)).all()
     ends = 0
     for _ in range(12):
-        state, _, truncated, final = env.step(torch.rand(64, 3) * 2 - 1)
+        step = env.step(torch.rand(64, 3) * 2 - 1)
+        state, truncated, final = step.state, step.truncated, step.last_states()
+        assert torch.equal(step.final.index, truncated.nonzero().squeeze(1))  # CPU: only those
         ends += int(truncated.sum())
         assert torch.equal(env.cash[truncated], torch.full_like(env.cash[truncated], CFG.initial_cash))
         assert not torch.equal(final[truncated], state[truncated]) or not truncated.any()
-    assert ends >= 64  # every env finished an 8-bar episode (or hit the end of data)
+    assert ends >= 64  # every env finished an episode of at most 8 bars (or hit the end of data)

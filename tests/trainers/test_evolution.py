@@ -54,7 +54,7 @@ def test_same_seed_same_selection():
 
 def test_evolve_returns_the_best_validation_snapshot_deterministically():
     data = market(t=60)
-    env = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8)
+    env = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
     ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,))
     evo = EvolutionConfig(population=3, generations=3, iterations_per_generation=1, replace_fraction=0.34)
     seen = []

@@ -1,30 +1,44 @@
+import dataclasses
+
+import pytest
 import torch
 
-from trainers.env import EnvConfig, MarketEnv
-from trainers.ppo import PPOAgent, PPOConfig, gae_advantages
+from trainers.agent import PPOAgent
+from trainers.env import EnvConfig
+from trainers.ppo import PPOConfig, gae_advantages
 
 from .helpers import market, scales
 
-ENV = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8)
+ENV = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
 PPO = PPOConfig(num_envs=4, horizon=12, batch_size=16, repeat_times=2, net_dims=(16,))
 
 
-def trained(seed: int) -> PPOAgent:
+def make_agent(seed: int, cfg: PPOConfig = PPO) -> PPOAgent:
     data = market()
-    env = MarketEnv(data, scales(data, ENV), ENV, PPO.num_envs, (0, 39), seed=seed)
-    agent = PPOAgent(env.state_dim, env.action_dim, PPO, seed, torch.device("cpu"))
-    for _ in range(3):
-        stats = agent.update(agent.collect(env))
+    return PPOAgent(data, scales(data, ENV), ENV, cfg, (0, 39), seed)
+
+
+def trained(seed: int, iterations: int = 3, cfg: PPOConfig = PPO) -> PPOAgent:
+    agent = make_agent(seed, cfg)
+    for _ in range(iterations):
+        stats = agent.train_iteration()
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
     return agent
 
 
+def weights(agent: PPOAgent) -> list[torch.Tensor]:
+    return [*agent.actor.state_dict().values(), *agent.learners[0].critic.state_dict().values()]
+
+
 def test_same_seed_gives_bit_identical_weights():
     a, b, c = trained(1), trained(1), trained(2)
-    for (name, x), y, z in zip(a.actor.state_dict().items(), b.actor.state_dict().values(),
-                               c.actor.state_dict().values()):
-        assert torch.equal(x, y), name
-    assert not all(torch.equal(x, z) for x, z in zip(a.actor.state_dict().values(), c.actor.state_dict().values()))
+    assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b)))
+    assert not all(torch.equal(x, z) for x, z in zip(weights(a), weights(c)))
+
+
+def test_training_changes_the_policy():
+    fresh, agent = make_agent(1), trained(1)
+    assert not all(torch.equal(x, y) for x, y in zip(weights(fresh), weights(agent)))
 
 
 def test_gae_bootstraps_at_truncation_and_cuts_the_recursion():
@@ -42,10 +56,47 @@ def test_gae_bootstraps_at_truncation_and_cuts_the_recursion():
     torch.testing.assert_close(adv, expected)
 
 
+def test_rollout_values_truncated_episodes_from_their_final_state():
+    agent = make_agent(3)
+    learner, env = agent.learners[0], agent.envs[0]
+    rollout = learner.collect(env)
+    assert rollout.truncated.any()  # 12 steps of 4..8-bar episodes
+    assert rollout.states.is_contiguous() and rollout.states.device == env.device
+    # the step after a truncation starts a new episode: its state is a fresh account
+    i, e = (int(x) for x in rollout.truncated.nonzero()[0])
+    if i + 1 < rollout.states.shape[0]:
+        assert rollout.states[i + 1, e, 0].item() == pytest.approx(1.0)  # cash / initial cash
+
+
 def test_copy_from_duplicates_weights_and_optimizer_without_sharing():
     a, b = trained(1), trained(2)
     b.copy_from(a)
-    assert all(torch.equal(x, y) for x, y in zip(a.actor.state_dict().values(), b.actor.state_dict().values()))
-    state_a = a.optimizer.state_dict()["state"][0]["exp_avg"]
-    state_b = b.optimizer.state_dict()["state"][0]["exp_avg"]
+    assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b)))
+    state_a = a.learners[0].optimizer.state_dict()["state"][0]["exp_avg"]
+    state_b = b.learners[0].optimizer.state_dict()["state"][0]["exp_avg"]
     assert torch.equal(state_a, state_b) and state_a.data_ptr() != state_b.data_ptr()
+
+
+@pytest.mark.parametrize("learners", [1, 2])
+def test_resuming_a_checkpoint_is_bit_identical(tmp_path, learners):
+    cfg = dataclasses.replace(PPO, learners=learners)
+    straight = trained(5, iterations=4, cfg=cfg)
+    first = trained(5, iterations=2, cfg=cfg)
+    first.save(tmp_path / "ckpt.pt")
+    resumed = make_agent(77, cfg)  # other seeds: everything must come from the checkpoint
+    resumed.load(tmp_path / "ckpt.pt")
+    for _ in range(2):
+        resumed.train_iteration()
+    assert all(torch.equal(x, y) for x, y in zip(weights(straight), weights(resumed)))
+    assert torch.equal(straight.envs[0].cash, resumed.envs[0].cash)
+
+
+def test_parallel_learners_are_fused_by_parameter_averaging():
+    agent = trained(4, iterations=1, cfg=dataclasses.replace(PPO, learners=3))
+    first, *others = agent.learners
+    for other in others:  # after each epoch every learner holds the average
+        assert all(torch.equal(x, y) for x, y in zip(first.actor.parameters(), other.actor.parameters()))
+    # ...while their seeds keep their rollouts (and so their updates) different
+    a, b = (learner.collect(env) for learner, env in zip(agent.learners[:2], agent.envs[:2]))
+    assert not torch.equal(a.raw_actions, b.raw_actions)
+    assert agent.samples_per_iteration == 3 * PPO.num_envs * PPO.horizon

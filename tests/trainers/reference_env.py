@@ -1,0 +1,82 @@
+"""A slow, scalar, plain-Python statement of the MDP (DESIGN §2), to check the batched env.
+
+One account, one stock at a time, floats and loops, written from the rules rather than
+from trainers/env.py: fill at the next bar's open, sells before buys, whole shares, cash
+never below zero, ``cost_pct`` on every traded notional, reward = change of account value
+from close to close, optional turbulence gate (block buys, sell everything).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RefStep:
+    cash: float
+    shares: list[float]
+    reward: float
+    cost: float
+    near_boundary: bool
+    """True when a scaled-down buy landed within 1e-9 of a whole share, so a last-bit
+    difference in summation order may round it the other way in the batched env."""
+
+
+@dataclass
+class ReferenceAccount:
+    """One trading account following the MDP rules, bar by bar."""
+
+    opens: list[list[float]]
+    closes: list[list[float]]
+    hmax: int
+    cost_pct: float
+    reward_scale: float
+    initial_cash: float
+    turbulence: list[float] | None = None
+    threshold: float | None = None
+    t: int = 0
+    cash: float = 0.0
+    shares: list[float] = field(default_factory=list)
+
+    def reset(self, t: int) -> None:
+        self.t, self.cash = t, self.initial_cash
+        self.shares = [0.0] * len(self.closes[0])
+
+    def value(self, t: int) -> float:
+        return self.cash + sum(q * p for q, p in zip(self.shares, self.closes[t]))
+
+    def step(self, action: list[float]) -> RefStep:
+        n = len(action)
+        before = self.value(self.t)
+        price = self.opens[self.t + 1]
+        gated = self.threshold is not None and self.turbulence is not None \
+            and self.turbulence[self.t] >= self.threshold
+        orders = [math.trunc(max(-1.0, min(1.0, a)) * self.hmax) for a in action]
+        cost = 0.0
+        # 1. sells, never more than held
+        for i in range(n):
+            sell = self.shares[i] if gated else min(float(max(-orders[i], 0)), self.shares[i])
+            if sell > 0:
+                notional = sell * price[i]
+                self.cash += notional - notional * self.cost_pct
+                cost += notional * self.cost_pct
+                self.shares[i] -= sell
+        # 2. buys, scaled down together when the cash (after costs) cannot pay for them all
+        wanted = [0.0 if gated else float(max(o, 0)) for o in orders]
+        need = sum(w * p for w, p in zip(wanted, price)) * (1.0 + self.cost_pct)
+        ratio = self.cash / need if need > self.cash else 1.0
+        near = False
+        for i in range(n):
+            exact = wanted[i] * ratio
+            near = near or (ratio < 1.0 and abs(exact - round(exact)) < 1e-9 and exact > 0)
+            buy = float(math.floor(exact))
+            if buy > 0:
+                notional = buy * price[i]
+                self.cash -= notional * (1.0 + self.cost_pct)
+                cost += notional * self.cost_pct
+                self.shares[i] += buy
+        self.cash = max(self.cash, 0.0)
+        self.t += 1
+        reward = (self.value(self.t) - before) * self.reward_scale
+        return RefStep(self.cash, list(self.shares), reward, cost, near)

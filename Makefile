@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 include .env
 export
 
-.PHONY: help install run test test-fast repro mlflow-ui clean clean-data
+.PHONY: help install run test test-fast repro mlflow-ui bench-data bench-train clean clean-data
 .DEFAULT_GOAL := help
 
 help:
@@ -17,6 +17,7 @@ help:
 	@echo "make test       install into .venv and run the test suite"
 	@echo "make test-fast  unit tests only (skips the slow end-to-end tests)"
 	@echo "make repro      run the same stages through DVC (dvc repro)"
+	@echo "make bench-data / bench-train  run a benchmark; results go to docs/benchmarks.md"
 	@echo "make mlflow-ui  open the MLflow UI on the local store at http://127.0.0.1:5000"
 	@echo "make clean-data remove generated data/ and mlflow/ content"
 
@@ -25,6 +26,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps finrl==0.3.7  # only its env module is used (benchmarks/)
 	@touch $@
 
 install: $(STAMP)
@@ -42,6 +44,12 @@ test-fast: $(STAMP)
 
 repro: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+
+bench-data: $(STAMP)
+	$(BIN)/python benchmarks/data.py
+
+bench-train: $(STAMP)
+	$(BIN)/python benchmarks/train.py
 
 mlflow-ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow/mlflow.db --host 127.0.0.1 --port 5000

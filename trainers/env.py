@@ -215,6 +215,8 @@ class MarketEnv:
         self.t = torch.full((e,), t_lo, dtype=torch.long, device=self.device)
         self.t_end = torch.full((e,), t_hi, dtype=torch.long, device=self.device)
         self._all = torch.arange(e, device=self.device)
+        self.host_sync_free = self.device.type == "cpu"
+        """Whether reading a value on the host is free (CPU); on CUDA the step avoids it."""
 
     @property
     def state_dim(self) -> int:
@@ -241,24 +243,26 @@ class MarketEnv:
 
     def reset(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """Reset every sub-environment and return the first states."""
-        self._reset_where(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+        self._reset_where(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), self._episodes())
         return self.observe(out)
 
-    def _reset_where(self, mask: torch.Tensor) -> None:
-        cfg = self.cfg
-        self.cash = torch.where(mask, torch.full_like(self.cash, cfg.initial_cash), self.cash)
-        self.value = torch.where(mask, torch.full_like(self.value, cfg.initial_cash), self.value)
+    def _episodes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """New (start, end) bars for every env. Drawn on every reset and every training step,
+        needed or not, so the random stream never depends on which envs finished."""
+        if not self.random_start:
+            return torch.full_like(self.t, self.t_lo), torch.full_like(self.t, self.t_hi)
+        size, g, dev, cfg = (self.num_envs,), self.generator, self.device, self.cfg
+        start = torch.randint(self.t_lo, self.t_hi, size, generator=g, device=dev)  # leaves >= 1 step
+        length = torch.randint(cfg.min_episode_len, cfg.episode_len + 1, size, generator=g, device=dev)
+        return start, torch.clamp(start + length, max=self.t_hi)
+
+    def _reset_where(self, mask: torch.Tensor, episodes: tuple[torch.Tensor, torch.Tensor]) -> None:
+        cash = self.cfg.initial_cash
+        self.cash = torch.where(mask, torch.full_like(self.cash, cash), self.cash)
+        self.value = torch.where(mask, torch.full_like(self.value, cash), self.value)
         self.shares = torch.where(mask.unsqueeze(1), torch.zeros_like(self.shares), self.shares)
-        if self.random_start:
-            size, g, dev = (self.num_envs,), self.generator, self.device
-            start = torch.randint(self.t_lo, self.t_hi, size, generator=g, device=dev)  # leaves >= 1 step
-            length = torch.randint(cfg.min_episode_len, cfg.episode_len + 1, size, generator=g, device=dev)
-            end = torch.clamp(start + length, max=self.t_hi)
-        else:
-            start = torch.full_like(self.t, self.t_lo)
-            end = torch.full_like(self.t, self.t_hi)
-        self.t = torch.where(mask, start, self.t)
-        self.t_end = torch.where(mask, end, self.t_end)
+        self.t = torch.where(mask, episodes[0], self.t)
+        self.t_end = torch.where(mask, episodes[1], self.t_end)
 
     def _gate(self) -> torch.Tensor | None:
         """Accounts whose current bar's turbulence reaches the threshold (known at bar t)."""
@@ -282,16 +286,17 @@ class MarketEnv:
         reward = ((value - self.value) * self.cfg.reward_scale).to(torch.float32)
         self.value = value
         truncated = self.t >= self.t_end
-        if self.device.type == "cpu":  # a host check is free here: list only truncated envs
-            index = truncated.nonzero().squeeze(1) if self.random_start else self._all[:0]
-            final = FinalStates(index, self.observe(index=index) if len(index) else self.rows[:0])
-            if len(index):
-                self._reset_where(truncated)
-            return Step(self.observe(out), reward, truncated, final)
-        # CUDA: no host round trip; every env's pre-reset state is returned
-        final = FinalStates(self._all, self.observe())
-        if self.random_start:
-            self._reset_where(truncated)
+        if not self.random_start:  # one pass over the window: nothing resets
+            return Step(self.observe(out), reward, truncated, FinalStates(self._all[:0], self.rows[:0]))
+        episodes = self._episodes()
+        if self.host_sync_free:  # list only the truncated envs; skip the reset when none did
+            index = truncated.nonzero().squeeze(1)
+            if not len(index):
+                return Step(self.observe(out), reward, truncated, FinalStates(index, self.rows[:0]))
+            final = FinalStates(index, self.observe(index=index))
+        else:  # CUDA: no host round trip; every env's pre-reset state is returned
+            final = FinalStates(self._all, self.observe())
+        self._reset_where(truncated, episodes)
         return Step(self.observe(out), reward, truncated, final)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

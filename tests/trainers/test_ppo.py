@@ -100,3 +100,17 @@ def test_parallel_learners_are_fused_by_parameter_averaging():
     a, b = (learner.collect(env) for learner, env in zip(agent.learners[:2], agent.envs[:2]))
     assert not torch.equal(a.raw_actions, b.raw_actions)
     assert agent.samples_per_iteration == 3 * PPO.num_envs * PPO.horizon
+
+
+def test_the_cuda_step_path_gives_the_same_rollout():
+    """CUDA steps never ask the device which envs truncated; run that path on the CPU and
+    check it matches the CPU path (states, rewards and truncations exactly)."""
+    cpu, cuda_like = make_agent(3), make_agent(3)
+    for env in cuda_like.envs:
+        env.host_sync_free = False
+    a = cpu.learners[0].collect(cpu.envs[0])
+    b = cuda_like.learners[0].collect(cuda_like.envs[0])
+    assert a.truncated.any()
+    for name in ("states", "raw_actions", "rewards", "truncated"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    torch.testing.assert_close(a.advantages, b.advantages)

@@ -74,7 +74,7 @@ class MarketData:
     close: torch.Tensor
     features: torch.Tensor
     turbulence: torch.Tensor | None = None
-    _blocks: dict[StateScales, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
+    _rows: dict[StateScales, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_stocks(self) -> int:
@@ -92,11 +92,11 @@ class MarketData:
         """Every bar's state row ``[T, state_dim]`` float32 with the account columns zeroed,
         computed once per ``scales``: a step gathers one row per env and fills in the account,
         instead of rebuilding the bar part (the same values, bit for bit)."""
-        if scales not in self._blocks:
+        if scales not in self._rows:
             bars = bar_block(self.close, self.features, scales)
             account = torch.zeros((bars.shape[0], 1 + self.n_stocks), dtype=bars.dtype, device=bars.device)
-            self._blocks[scales] = torch.cat((account, bars), dim=1)
-        return self._blocks[scales]
+            self._rows[scales] = torch.cat((account, bars), dim=1)
+        return self._rows[scales]
 
 
 @dataclass

@@ -160,6 +160,25 @@ def gae_advantages(
     return advantages
 
 
+def surrogate(
+    actor: Actor,
+    states: torch.Tensor,
+    raw_actions: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped policy loss (the negated surrogate objective) and the mean entropy.
+
+    ``raw_actions`` are the pre-``tanh`` Gaussian samples the rollout took; the ratio
+    π_new/π_old is computed on them, where the ``tanh`` Jacobian cancels.
+    """
+    dist = actor.distribution(states)
+    ratio = (dist.log_prob(raw_actions).sum(-1) - old_log_probs).exp()
+    loss = -torch.minimum(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages).mean()
+    return loss, dist.entropy().sum(-1).mean()
+
+
 class PPOLearner:
     """One actor-critic learner with its own optimizer and random stream."""
 
@@ -269,12 +288,10 @@ class PPOLearner:
     def _gradient_step(self, batch: Batch, idx: torch.Tensor) -> torch.Tensor:
         """One Adam step on minibatch ``idx``; returns (policy loss, value loss, entropy)."""
         cfg = self.cfg
-        states, adv = batch.states[idx], batch.advantages[idx]
-        dist = self.actor.distribution(states)
-        ratio = (dist.log_prob(batch.raw_actions[idx]).sum(-1) - batch.log_probs[idx]).exp()
-        policy_loss = -torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * adv).mean()
+        states = batch.states[idx]
+        policy_loss, entropy = surrogate(self.actor, states, batch.raw_actions[idx], batch.log_probs[idx],
+                                         batch.advantages[idx], cfg.clip)
         value_loss = (self.critic(states) - batch.returns[idx]).pow(2).mean()
-        entropy = dist.entropy().sum(-1).mean()
         loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -47,11 +47,14 @@ ParamsPath = Annotated[Path, typer.Option("--params", "-p", help="Config file.")
 Overrides = Annotated[list[str], typer.Option("--set", "-s", help="Override a key, e.g. -s evolution.generations=2")]
 Profile = Annotated[bool, typer.Option("--profile", help="Profile training: a time breakdown table and "
                                        "data/models/profile.png (sets train.profile).")]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue a killed training run from its last finished "
+                                     "generation (sets train.resume).")]
 T = TypeVar("T")
 
 
-def _params(path: Path, overrides: list[str] | None, profile: bool = False) -> Params:
-    return load_params(path, [*(overrides or []), *(["train.profile=true"] if profile else [])])
+def _params(path: Path, overrides: list[str] | None, profile: bool = False, resume: bool = False) -> Params:
+    flags = [f"train.{name}=true" for name, on in (("profile", profile), ("resume", resume)) if on]
+    return load_params(path, [*(overrides or []), *flags])
 
 
 def _stage(name: str, fn: Callable[[], T]) -> T:
@@ -134,19 +137,19 @@ STAGES: dict[str, tuple[str, Callable[[Any], RenderableType]]] = {
 
 
 def _add_stage_command(name: str, doc: str, describe: Callable[[Any], RenderableType]) -> None:
-    def run_stage(params: Path, set_: list[str], profile: bool = False) -> None:
+    def run_stage(params: Path, set_: list[str], profile: bool = False, resume: bool = False) -> None:
         stage = getattr(importlib.import_module(f"tasks.{name}"), name)
         _log_to_console()
-        console.print(describe(_stage(name, lambda: stage(_params(params, set_, profile)))))
+        console.print(describe(_stage(name, lambda: stage(_params(params, set_, profile, resume)))))
 
     def command(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
         run_stage(params, set_)
 
-    def profiled_command(params: ParamsPath = Path("params.yaml"), set_: Overrides = [],  # noqa: B006
-                         profile: Profile = False) -> None:
-        run_stage(params, set_, profile)
+    def train_command(params: ParamsPath = Path("params.yaml"), set_: Overrides = [],  # noqa: B006
+                      profile: Profile = False, resume: Resume = False) -> None:
+        run_stage(params, set_, profile, resume)
 
-    chosen = profiled_command if name == "train" else command
+    chosen = train_command if name == "train" else command
     chosen.__doc__ = doc
     app.command(name=name)(chosen)
 

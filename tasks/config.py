@@ -129,6 +129,7 @@ class FeatureParams(_Section):
 class TrainParams(_Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     profile: bool = Field(False, description="profile training (trainers/profiler.py); `--profile` sets it")
+    resume: bool = Field(False, description="continue a killed run from its last generation; `--resume` sets it")
 
 
 class BacktestParams(_Section):
@@ -196,6 +197,7 @@ class Layout(NamedTuple):
     models: Path
     backtest: Path
     broker: Path
+    checkpoints: Path
 
     @classmethod
     def under(cls, root: Path) -> Layout:

@@ -7,6 +7,7 @@ policy bundle under ``data/models/`` with the leaderboard of every agent and gen
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import statistics
@@ -24,11 +25,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tasks import bundle, features
 from tasks.config import Params
+from tasks.errors import MissingInput
 from tasks.ingest import current_version
 from tasks.storage import atomic_dir
 from trainers import profiler
 from trainers.agent import PPOAgent
-from trainers.evolution import EvolutionResult, evolve
+from trainers.evolution import CHECKPOINT, EvolutionResult, evaluations_per_generation, evolve
 from trainers.metrics import periods_per_year
 from trainers.state import StateScales
 
@@ -111,6 +113,15 @@ def save_profile(report: profiler.Report, folder: Path) -> None:
     report.plot(png)
 
 
+def checkpoint_path(params: Params, data_version: str | None = None) -> Path:
+    """The evolution checkpoint of this run. Its folder is named by the data version and
+    every setting that shapes training, so ``--resume`` only ever continues the same run."""
+    version = data_version or current_version(params)
+    spec = [version, str(pick_device(params.train.device)), params.env, params.ppo, params.evolution,
+            params.features.model_dump(mode="json")]
+    return params.dirs.checkpoints / hashlib.sha256(repr(spec).encode()).hexdigest()[:16] / CHECKPOINT
+
+
 def train(params: Params, data_version: str | None = None) -> TrainResult:
     """Train the population and write the best validation snapshot to ``data/models/``.
 
@@ -135,18 +146,25 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
         TextColumn("[bold]train[/] gen {task.fields[gen]}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("best val Sharpe {task.fields[best]}"), TimeElapsedColumn(), transient=False,
     ) as progress:
-        bar = progress.add_task("train", total=evo.generations * evo.population, gen=0, best="-")
+        total = evo.generations * evo.population * evaluations_per_generation(evo)
+        bar = progress.add_task("train", total=total, gen=0, best="-")
         best = [float("-inf")]
 
         def on_evaluated(gen: int, agent: int, fitness: float) -> None:
             best[0] = max(best[0], fitness)
             progress.update(bar, advance=1, gen=gen + 1, best=f"{best[0]:.2f}")
-            log.info("generation %d agent %d: validation Sharpe %.3f", gen, agent, fitness)
+            log.info("generation %d agent %d: validation %s %.3f", gen, agent, evo.fitness, fitness)
+
+        checkpoints = checkpoint_path(params, data_version).parent
+        if params.train.resume and not (checkpoints / CHECKPOINT).exists():
+            raise MissingInput(f"{checkpoints / CHECKPOINT}: no checkpoint of this run (same data and config) "
+                               "to resume; run without --resume")
 
         def run() -> EvolutionResult:
             return evolve(
                 data, scales, params.env, params.ppo, evo, train_window, fs.window("validation"),
                 per_year=periods_per_year(params.data.freq), on_evaluated=on_evaluated,
+                checkpoint_dir=checkpoints, resume=params.train.resume,
             )
 
         if params.train.profile:
@@ -157,7 +175,8 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
     seconds = time.perf_counter() - started
     meta = bundle.PolicyMeta(
         symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
-        scales=scales, env=params.env, net_dims=list(params.ppo.net_dims), freq=params.data.freq,
+        scales=scales, env=params.env, net_dims=list(params.ppo.with_hparams(result.best_hparams).net_dims),
+        freq=params.data.freq,
         data_version=data_version,
     )
     with atomic_dir(params.dirs.models) as staging:

@@ -26,6 +26,7 @@ TINY = [
     "env.episode_len=32", "env.min_episode_len=8",
     "ppo.num_envs=4", "ppo.horizon=16", "ppo.batch_size=32", "ppo.repeat_times=2", "ppo.net_dims=[16]",
     "evolution.population=2", "evolution.generations=2", "evolution.iterations_per_generation=1",
+    "evolution.search_space={lr: [0.0001, 0.001], net_width: [12, 20]}",
 ]
 
 

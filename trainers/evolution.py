@@ -1,17 +1,22 @@
 """Generational evolution of a PPO population (finrl-podracer.txt §4.2).
 
-Each generation every agent trains, the **evaluator** scores its deterministic policy on
-the validation window (never the test window, DESIGN §3) and keeps the best snapshot,
-and the **selector** replaces the bottom agents with copies of top ones (weights and
-optimizer state) whose hyperparameters it perturbs.
+Each generation every agent trains; the **evaluator** scores its deterministic policy on
+the validation window (never the test window, DESIGN §3) every ``eval_interval``
+iterations and keeps each agent's best snapshot; an agent whose fitness has fallen for
+``patience`` evaluations in a row stops training; and the **selector**
+(:mod:`trainers.selection`) replaces the bottom agents with explored copies of top ones
+(weights and optimizer state). A checkpoint after every generation lets a killed run
+resume and end exactly as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -21,107 +26,66 @@ from trainers._checks import require
 from trainers.agent import PPOAgent
 from trainers.env import EnvConfig, MarketData
 from trainers.evaluate import run_policy
-from trainers.metrics import sharpe
+from trainers.metrics import FITNESS
 from trainers.ppo import HPARAMS, PPOConfig
+from trainers.selection import STRUCTURAL, initial_population, select
 from trainers.state import StateScales
+
+CHECKPOINT = "evolution.pt"
 
 
 @dataclass(frozen=True)
 class EvolutionConfig:
-    """Population size, schedule and hyperparameter search space."""
+    """Population size, schedule, evaluator, selector and hyperparameter search space."""
 
     __pydantic_config__ = {"extra": "forbid"}
 
-    population: int = 4
+    population: int = 8
     generations: int = 5
-    iterations_per_generation: int = 6
+    iterations_per_generation: int = 8
     """PPO iterations (rollout + update) each agent runs per generation."""
-    replace_fraction: float = 0.25
+    eval_interval: int = 8
+    """Evaluate every this many iterations (and always at the end of a generation)."""
+    fitness: Literal["sharpe", "sortino", "cumulative_return"] = "sharpe"
+    patience: int = 0
+    """Stop an agent once its fitness has fallen this many evaluations in a row (0: never)."""
+    quantile: float = 0.25
     """Bottom fraction of the population replaced by copies of top agents."""
     perturb_factors: tuple[float, float] = (0.8, 1.2)
-    search_space: dict[str, tuple[float, float]] = field(
-        default_factory=lambda: {"lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05)}
-    )
-    """Bounds of the evolved hyperparameters; agent 0 starts from the PPO defaults and
-    the others are drawn log-uniformly within these bounds."""
+    resample_p: float = 0.25
+    """Probability that a copy resamples a hyperparameter instead of perturbing it (PBT)."""
+    search_space: dict[str, tuple[float, float]] = field(default_factory=lambda: {
+        "lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.1, 0.3), "gamma": (0.95, 0.999),
+        "gae_lambda": (0.9, 0.99), "repeat_times": (4, 16), "num_envs": (16, 64), "net_width": (64, 256)})
+    """Bounds of the searched hyperparameters; agent 0 starts from the PPO defaults."""
     seed: int = 0
 
     def __post_init__(self) -> None:
         require(self.population >= 1, "population must be >= 1")
         require(self.generations >= 1, "generations must be >= 1")
         require(self.iterations_per_generation >= 1, "iterations_per_generation must be >= 1")
-        require(0 <= self.replace_fraction <= 0.5, "replace_fraction must be in [0, 0.5]")
+        require(self.eval_interval >= 1, "eval_interval must be >= 1")
+        require(self.patience >= 0, "patience must be >= 0")
+        require(0 <= self.quantile <= 0.5, "quantile must be in [0, 0.5]")
         require(min(self.perturb_factors) > 0, "perturb_factors must be > 0")
+        require(0 <= self.resample_p <= 1, "resample_p must be in [0, 1]")
         for name, (lo, hi) in self.search_space.items():
             require(name in HPARAMS, f"search_space.{name} is not one of {', '.join(HPARAMS)}")
             require(0 < lo <= hi, f"search_space.{name} needs 0 < low <= high")
 
 
-@dataclass(frozen=True)
-class Selection:
-    """What the selector decided for one generation."""
-
-    ranking: list[int]
-    """Agent indices, best first."""
-    copies: dict[int, int]
-    """Replaced agent → the top agent it becomes a copy of."""
-    hparams: list[dict[str, float]]
-    """Hyperparameters of every agent for the next generation."""
-
-
-def select(
-    fitness: Sequence[float],
-    hparams: Sequence[Mapping[str, float]],
-    replace_fraction: float,
-    bounds: Mapping[str, tuple[float, float]],
-    factors: tuple[float, float],
-    rng: np.random.Generator,
-) -> Selection:
-    """Rank by fitness and replace the bottom ``replace_fraction`` with perturbed copies.
-
-    A pure function of its inputs and ``rng``. Ranking is descending (NaN counts as
-    worst), so the top agents always survive unchanged: the published FinRL_Podracer
-    code sorted ascending and copied the worst agents over the best (DESIGN §3).
-    Each copy's evolved hyperparameters are multiplied by a factor drawn from
-    ``factors`` and clipped to ``bounds`` (PBT-style exploration).
-    """
-    n = len(fitness)
-    scores = np.array([f if math.isfinite(f) else -np.inf for f in fitness], dtype=np.float64)
-    ranking = [int(i) for i in np.argsort(-scores, kind="stable")]
-    n_replace = min(int(n * replace_fraction), n // 2)
-    top, bottom = ranking[:n_replace], ranking[n - n_replace :]
-    new = [dict(h) for h in hparams]
-    copies: dict[int, int] = {}
-    for dst in bottom:
-        src = int(rng.choice(top))
-        copies[dst] = src
-        new[dst] = dict(hparams[src])
-        for name, (lo, hi) in bounds.items():
-            new[dst][name] = float(np.clip(hparams[src][name] * rng.choice(factors), lo, hi))
-    return Selection(ranking=ranking, copies=copies, hparams=new)
-
-
-def initial_hparams(base: PPOConfig, cfg: EvolutionConfig, rng: np.random.Generator) -> list[dict[str, float]]:
-    """Agent 0 keeps ``base``'s values; the others are drawn log-uniformly from the search space."""
-    population = [base.hparams()]
-    for _ in range(cfg.population - 1):
-        h = base.hparams()
-        for name, (lo, hi) in cfg.search_space.items():
-            h[name] = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-        population.append(h)
-    return population
-
-
 @dataclass
 class AgentRecord:
-    """One agent in one generation: the lineage and leaderboard row."""
+    """One evaluation of one agent: the leaderboard row and its lineage."""
 
     generation: int
     agent: int
+    iteration: int
     fitness: float
     hparams: dict[str, float]
     parent: int | None
     """The agent this one was copied from at the start of the generation, if any."""
+    stopped: bool = False
 
 
 @dataclass
@@ -139,6 +103,143 @@ ProgressFn = Callable[[int, int, float], None]
 """Called as ``(generation, agent, fitness)`` after each evaluation."""
 
 
+@dataclass
+class _Population:
+    """Everything that changes during a run: what a checkpoint holds."""
+
+    hparams: list[dict[str, float]]
+    seeds: list[int]
+    agents: list[PPOAgent]
+    best: list[tuple[float, int, dict[str, torch.Tensor]]]
+    """Per agent: best fitness, its generation, its actor snapshot."""
+    last: list[float]
+    falls: list[int]
+    history: list[AgentRecord] = field(default_factory=list)
+    parents: dict[int, int] = field(default_factory=dict)
+    env_steps: int = 0
+    generation: int = 0
+    """The next generation to run."""
+
+
+class Evolution:
+    """One evolution run over ``data``: build or resume the population, then run it."""
+
+    def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
+                 cfg: EvolutionConfig, train_window: tuple[int, int], val_window: tuple[int, int],
+                 per_year: float) -> None:
+        self.data, self.scales, self.env_cfg, self.ppo_cfg, self.cfg = data, scales, env_cfg, ppo_cfg, cfg
+        self.train_window, self.val_window, self.per_year = train_window, val_window, per_year
+        self.rng = np.random.default_rng(cfg.seed)
+        hparams = initial_population(ppo_cfg.hparams(), cfg.search_space, cfg.population, self.rng)
+        seeds = [cfg.seed * 1000 + i for i in range(cfg.population)]
+        agents = [self._agent(h, s) for h, s in zip(hparams, seeds)]
+        snapshot = [(-math.inf, 0, copy.deepcopy(a.actor.state_dict())) for a in agents]
+        self.pop = _Population(hparams, seeds, agents, snapshot, [math.nan] * len(agents), [0] * len(agents))
+
+    def _agent(self, hparams: dict[str, float], seed: int) -> PPOAgent:
+        return PPOAgent(self.data, self.scales, self.env_cfg, self.ppo_cfg.with_hparams(hparams), self.train_window,
+                        seed)
+
+    def evaluate(self, agent: PPOAgent) -> float:
+        """Fitness of the deterministic policy on the validation window (§4.2)."""
+        values = run_policy(agent.actor, self.data, self.scales, self.env_cfg, self.val_window)
+        return FITNESS[self.cfg.fitness](values, self.per_year)
+
+    def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None) -> EvolutionResult:
+        """Run the remaining generations, checkpointing after each into ``checkpoint_dir``."""
+        pop, cfg = self.pop, self.cfg
+        while pop.generation < cfg.generations:
+            gen = pop.generation
+            for i, agent in enumerate(pop.agents):
+                self._train_agent(gen, i, agent, on_evaluated)
+            if gen < cfg.generations - 1:
+                self._select(gen)
+            pop.generation += 1
+            if checkpoint_dir is not None:
+                self.save(checkpoint_dir / CHECKPOINT)
+        score, gen, agent = max(((b[0], b[1], i) for i, b in enumerate(pop.best)), key=lambda x: (x[0], -x[2]))
+        return EvolutionResult(
+            best_actor=pop.best[agent][2], best_fitness=score, best_generation=gen, best_agent=agent,
+            best_hparams=next(r.hparams for r in pop.history if (r.generation, r.agent) == (gen, agent)),
+            history=pop.history, env_steps=pop.env_steps,
+        )
+
+    def _train_agent(self, gen: int, i: int, agent: PPOAgent, on_evaluated: ProgressFn | None) -> None:
+        pop, cfg = self.pop, self.cfg
+        for it in range(1, cfg.iterations_per_generation + 1):
+            stopped = cfg.patience > 0 and pop.falls[i] >= cfg.patience
+            if not stopped:
+                profiler.set_phase("training")
+                agent.train_iteration()
+                pop.env_steps += agent.samples_per_iteration
+            if it % cfg.eval_interval and it != cfg.iterations_per_generation:
+                continue
+            profiler.set_phase("evaluation")
+            score = pop.last[i] if stopped else self.evaluate(agent)
+            if not stopped:
+                pop.falls[i] = pop.falls[i] + 1 if score < pop.last[i] else 0
+                pop.last[i] = score
+                if score > pop.best[i][0]:
+                    pop.best[i] = (score, gen, copy.deepcopy(agent.actor.state_dict()))
+            pop.history.append(AgentRecord(gen, i, it, score, dict(pop.hparams[i]), pop.parents.get(i), stopped))
+            if on_evaluated is not None:
+                on_evaluated(gen, i, score)
+
+    def _select(self, gen: int) -> None:
+        """Exploit and explore: bottom agents become copies of top ones, rebuilt with the
+        copy's explored hyperparameters (so a new env count or width takes effect)."""
+        profiler.set_phase("selection")
+        pop, cfg = self.pop, self.cfg
+        chosen = select(pop.last, pop.hparams, cfg.quantile, cfg.search_space, cfg.perturb_factors, self.rng,
+                        cfg.resample_p)
+        for dst, src in chosen.copies.items():
+            h = {**chosen.hparams[dst], **{k: pop.hparams[src][k] for k in STRUCTURAL if k in pop.hparams[src]}}
+            pop.seeds[dst] += 1_000_003  # a fresh random stream for the copy
+            agent = self._agent(h, pop.seeds[dst])
+            agent.copy_from(pop.agents[src])
+            agent.set_hparams(h)
+            pop.agents[dst], pop.hparams[dst] = agent, h
+            pop.last[dst], pop.falls[dst] = pop.last[src], 0
+        pop.parents = dict(chosen.copies)
+
+    def save(self, path: Path) -> None:
+        """Checkpoint the population after a generation (atomic: temp file, then rename)."""
+        pop = self.pop
+        state: dict[str, Any] = {
+            "generation": pop.generation, "hparams": pop.hparams, "seeds": pop.seeds,
+            "agents": [a.state_dict() for a in pop.agents],
+            "best": [(f, g, snap) for f, g, snap in pop.best], "last": pop.last, "falls": pop.falls,
+            "history": [asdict(r) for r in pop.history], "parents": pop.parents, "env_steps": pop.env_steps,
+            "rng": self.rng.bit_generator.state, "config": asdict(self.cfg),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(state, tmp)
+        tmp.replace(path)
+
+    def load(self, path: Path) -> None:
+        """Resume from :meth:`save`: the run continues as if it had never stopped."""
+        state = torch.load(path, weights_only=True)
+        if state["config"] != asdict(self.cfg):
+            raise ValueError(f"{path}: checkpoint of a different evolution config; start afresh without --resume")
+        agents = [self._agent(h, s) for h, s in zip(state["hparams"], state["seeds"])]
+        for agent, saved in zip(agents, state["agents"]):
+            agent.load_state_dict(saved)
+        self.pop = _Population(
+            hparams=state["hparams"], seeds=state["seeds"], agents=agents,
+            best=[(f, g, snap) for f, g, snap in state["best"]], last=state["last"], falls=state["falls"],
+            history=[AgentRecord(**r) for r in state["history"]], parents=state["parents"],
+            env_steps=state["env_steps"], generation=state["generation"],
+        )
+        self.rng.bit_generator.state = state["rng"]
+
+
+def evaluations_per_generation(cfg: EvolutionConfig) -> int:
+    """How many evaluations each agent gets per generation."""
+    last = cfg.iterations_per_generation
+    return sum(1 for it in range(1, last + 1) if it % cfg.eval_interval == 0 or it == last)
+
+
 def evolve(
     data: MarketData,
     scales: StateScales,
@@ -150,55 +251,20 @@ def evolve(
     *,
     per_year: float,
     on_evaluated: ProgressFn | None = None,
+    checkpoint_dir: Path | None = None,
+    resume: bool = False,
 ) -> EvolutionResult:
-    """Train a population with generational evolution and return the best validation snapshot.
+    """Train a population with generational evolution; return the best validation snapshot.
 
-    Fitness is the Sharpe ratio of the deterministic policy on ``val_window`` (§4.2,
-    eq. 1's J(π) measured on held-out data); the snapshot with the highest fitness over
-    all generations is the result, which mitigates over-fitting as training goes on.
+    Fitness is measured on ``val_window`` only (§4.2, eq. 1's J(π) on held-out data); the
+    snapshot with the highest fitness over all agents and generations is the result, which
+    mitigates over-fitting as training goes on. With ``resume`` the run continues from the
+    checkpoint in ``checkpoint_dir`` and ends exactly as an uninterrupted run would.
     """
-    rng = np.random.default_rng(evo_cfg.seed)
-    hparams = initial_hparams(ppo_cfg, evo_cfg, rng)
-    agents = [PPOAgent(data, scales, env_cfg, ppo_cfg.with_hparams(h), train_window, evo_cfg.seed * 1000 + i)
-              for i, h in enumerate(hparams)]
-    history: list[AgentRecord] = []
-    parents: dict[int, int] = {}
-    best = (-math.inf, 0, 0)
-    best_actor = copy.deepcopy(agents[0].actor.state_dict())
-    for gen in range(evo_cfg.generations):
-        fitness = []
-        for i, agent in enumerate(agents):
-            profiler.set_phase("training")
-            for _ in range(evo_cfg.iterations_per_generation):
-                agent.train_iteration()
-            profiler.set_phase("evaluation")
-            score = sharpe(run_policy(agent.actor, data, scales, env_cfg, val_window), per_year)
-            fitness.append(score)
-            history.append(AgentRecord(gen, i, score, agent.cfg.hparams(), parents.get(i)))
-            if score > best[0]:
-                best = (score, gen, i)
-                best_actor = copy.deepcopy(agent.actor.state_dict())
-            if on_evaluated is not None:
-                on_evaluated(gen, i, score)
-        if gen == evo_cfg.generations - 1:
-            break
-        profiler.set_phase("selection")
-        chosen = select(
-            fitness, [a.cfg.hparams() for a in agents], evo_cfg.replace_fraction,
-            evo_cfg.search_space, evo_cfg.perturb_factors, rng,
-        )
-        for dst, src in chosen.copies.items():
-            agents[dst].copy_from(agents[src])
-        for agent, h in zip(agents, chosen.hparams):
-            agent.set_hparams(h)
-        parents = dict(chosen.copies)
-    steps = evo_cfg.generations * evo_cfg.iterations_per_generation * agents[0].samples_per_iteration
-    return EvolutionResult(
-        best_actor=best_actor,
-        best_fitness=best[0],
-        best_generation=best[1],
-        best_agent=best[2],
-        best_hparams=next(r.hparams for r in history if (r.generation, r.agent) == best[1:]),
-        history=history,
-        env_steps=steps * evo_cfg.population,
-    )
+    run = Evolution(data, scales, env_cfg, ppo_cfg, evo_cfg, train_window, val_window, per_year)
+    if resume:
+        path = None if checkpoint_dir is None else checkpoint_dir / CHECKPOINT
+        if path is None or not path.exists():
+            raise FileNotFoundError(f"{path or 'no checkpoint folder'}: no checkpoint to resume from")
+        run.load(path)
+    return run.run(on_evaluated, checkpoint_dir)

@@ -24,6 +24,26 @@ def sharpe(values: np.ndarray, per_year: float, risk_free: float = 0.0) -> float
     return float(excess.mean() / std * math.sqrt(per_year))
 
 
+def sortino(values: np.ndarray, per_year: float, risk_free: float = 0.0) -> float:
+    """Annualised Sortino ratio: mean excess return over the downside deviation; 0 when
+    there is no downside."""
+    returns = np.diff(values) / values[:-1]
+    excess = returns - risk_free / per_year
+    downside = float(np.sqrt(np.mean(np.minimum(excess, 0.0) ** 2))) if excess.size else 0.0
+    if downside < 1e-12:
+        return 0.0
+    return float(excess.mean() / downside * math.sqrt(per_year))
+
+
+def cumulative_return(values: np.ndarray, per_year: float) -> float:
+    """Final over initial account value, minus one (``per_year`` unused: a common signature)."""
+    return float(values[-1] / values[0] - 1.0)
+
+
+FITNESS = {"sharpe": sharpe, "sortino": sortino, "cumulative_return": cumulative_return}
+"""The evaluator's fitness functions of an account-value curve (finrl-podracer.txt §4.2)."""
+
+
 def max_drawdown(values: np.ndarray) -> float:
     """Largest peak-to-trough loss, as a negative fraction (0 if the curve never falls)."""
     peaks = np.maximum.accumulate(values)

@@ -13,6 +13,7 @@ fused by parameter averaging make an agent (:mod:`trainers.agent`).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -23,8 +24,9 @@ from trainers import profiler
 from trainers._checks import require
 from trainers.env import MarketEnv
 
-HPARAMS = ("lr", "entropy_coef", "clip", "gamma", "gae_lambda")
-"""Hyperparameters that may differ between agents of a population and be evolved."""
+HPARAMS = ("lr", "entropy_coef", "clip", "gamma", "gae_lambda", "repeat_times", "num_envs", "net_width")
+"""Hyperparameters that may differ between agents of a population and be evolved;
+``net_width`` is the first hidden layer's width (the others keep their proportions)."""
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,24 @@ class PPOConfig:
         require(len(self.net_dims) >= 1 and min(self.net_dims) >= 1, "net_dims must be positive")
         require(self.learners >= 1, "learners must be >= 1")
 
+    @property
+    def net_width(self) -> int:
+        return self.net_dims[0]
+
     def hparams(self) -> dict[str, float]:
         """The evolvable hyperparameters as a plain dict."""
         return {name: float(getattr(self, name)) for name in HPARAMS}
 
-    def with_hparams(self, values: dict[str, float]) -> PPOConfig:
-        return replace(self, **{k: values[k] for k in HPARAMS if k in values})
+    def with_hparams(self, values: Mapping[str, float]) -> PPOConfig:
+        """This config with ``values`` applied (integers rounded; ``net_width`` rescales
+        ``net_dims``)."""
+        changes: dict[str, Any] = {k: float(values[k]) for k in ("lr", "entropy_coef", "clip", "gamma", "gae_lambda")
+                                   if k in values}
+        changes.update({k: int(round(values[k])) for k in ("repeat_times", "num_envs") if k in values})
+        if "net_width" in values:
+            scale = values["net_width"] / self.net_dims[0]
+            changes["net_dims"] = tuple(max(1, int(round(d * scale))) for d in self.net_dims)
+        return replace(self, **changes)
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -193,8 +207,9 @@ class PPOLearner:
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self._state: torch.Tensor | None = None
 
-    def set_hparams(self, values: dict[str, float]) -> None:
-        """Apply evolved hyperparameters (the selector's exploration step)."""
+    def set_hparams(self, values: Mapping[str, float]) -> None:
+        """Apply evolved hyperparameters (the selector's exploration step); the learner's
+        network shape stays, so ``net_width`` must be its own."""
         self.cfg = self.cfg.with_hparams(values)
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.lr

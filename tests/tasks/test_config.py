@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_repo_params_yaml_is_valid():
     params = load_params(REPO / "params.yaml")
-    assert params.evolution.population == 4
+    assert params.evolution.population == 8 and params.evolution.quantile == 0.25
     assert params.env.cost_pct == 0.002
 
 

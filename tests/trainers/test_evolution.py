@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from trainers.env import EnvConfig
-from trainers.evolution import EvolutionConfig, evolve, select
+from trainers.evolution import EvolutionConfig, evolve
+from trainers.selection import explore, select
 from trainers.ppo import PPOConfig
 
 from .helpers import market, scales
@@ -56,7 +57,8 @@ def test_evolve_returns_the_best_validation_snapshot_deterministically():
     data = market(t=60)
     env = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
     ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,))
-    evo = EvolutionConfig(population=3, generations=3, iterations_per_generation=1, replace_fraction=0.34)
+    evo = EvolutionConfig(population=3, generations=3, iterations_per_generation=1, quantile=0.34, eval_interval=1,
+                          search_space={"lr": (1e-4, 1e-3), "net_width": (4, 12), "num_envs": (2, 6)})
     seen = []
 
     def run():
@@ -69,10 +71,70 @@ def test_evolve_returns_the_best_validation_snapshot_deterministically():
     assert all(torch.equal(a.best_actor[k], b.best_actor[k]) for k in a.best_actor)
     assert [r.fitness for r in a.history] == [r.fitness for r in b.history]
     assert any(r.parent is not None for r in a.history if r.generation > 0)  # lineage is recorded
-    assert a.env_steps == 3 * 3 * 1 * 4 * 8
+    assert a.env_steps == sum(int(r.hparams["num_envs"]) * 8 for r in a.history)
+    assert len({r.hparams["net_width"] for r in a.history}) > 1  # widths differ across agents
 
 
-@pytest.mark.parametrize("bad", [{"population": 0}, {"replace_fraction": 0.9}, {"search_space": {"lr": (0.0, 1.0)}}])
+@pytest.mark.parametrize("bad", [{"population": 0}, {"quantile": 0.9}, {"search_space": {"lr": (0.0, 1.0)}}])
 def test_bad_evolution_config_is_rejected(bad):
     with pytest.raises(ValueError):
         EvolutionConfig(**bad)
+
+
+SPACE = {"lr": (1e-5, 1e-3), "entropy_coef": (0.001, 0.1), "num_envs": (8, 64), "net_width": (32, 256)}
+
+
+def test_exploration_resamples_within_bounds_and_never_reshapes_the_network():
+    source = {"lr": 1e-4, "entropy_coef": 0.01, "num_envs": 32.0, "net_width": 128.0, "clip": 0.25}
+    for seed in range(50):
+        out = explore(source, SPACE, (0.8, 1.2), 0.5, np.random.default_rng(seed))
+        assert out["net_width"] == 128.0 and out["clip"] == 0.25  # structural / unsearched: inherited
+        assert out["num_envs"] == int(out["num_envs"]) and 8 <= out["num_envs"] <= 64
+        for name in ("lr", "entropy_coef"):
+            assert SPACE[name][0] <= out[name] <= SPACE[name][1]
+    always = explore(source, SPACE, (0.8, 1.2), 1.0, np.random.default_rng(3))
+    never = explore(source, SPACE, (0.8, 1.2), 0.0, np.random.default_rng(3))
+    assert math.isclose(never["lr"] / 1e-4, 0.8) or math.isclose(never["lr"] / 1e-4, 1.2)
+    assert not (math.isclose(always["lr"] / 1e-4, 0.8) or math.isclose(always["lr"] / 1e-4, 1.2))
+
+
+def tiny_run(**evo_overrides):
+    data = market(t=60)
+    env = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)
+    ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,), lr=0.01)
+    evo = EvolutionConfig(**{"population": 4, "generations": 3, "iterations_per_generation": 2, "eval_interval": 1,
+                             "quantile": 0.25, "search_space": {"lr": (1e-3, 1e-2)}, **evo_overrides})
+    return lambda **kw: evolve(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), per_year=252.0, **kw)
+
+
+def test_patience_stops_an_agent_whose_fitness_keeps_falling():
+    result = tiny_run(patience=1, generations=2, iterations_per_generation=4)()
+    stopped = [r for r in result.history if r.stopped]
+    assert stopped, "some agent's validation fitness fell at least once"
+    for k, r in enumerate(result.history):  # a stopped agent is not trained or re-evaluated
+        if r.stopped:
+            before = [h for h in result.history[:k] if h.agent == r.agent]
+            assert before and r.fitness == before[-1].fitness
+
+
+def test_a_resumed_run_ends_exactly_as_an_uninterrupted_one(tmp_path):
+    run = tiny_run()
+    straight = run(checkpoint_dir=tmp_path / "a")
+    calls = []
+
+    def killed(gen, agent, fitness):
+        calls.append(gen)
+        if gen == 2:  # die in the middle of the last generation
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(checkpoint_dir=tmp_path / "b", on_evaluated=killed)
+    resumed = run(checkpoint_dir=tmp_path / "b", resume=True)
+    assert all(torch.equal(straight.best_actor[k], resumed.best_actor[k]) for k in straight.best_actor)
+    assert [r.fitness for r in straight.history] == [r.fitness for r in resumed.history]
+    assert straight.env_steps == resumed.env_steps
+
+
+def test_resume_without_a_checkpoint_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        tiny_run()(checkpoint_dir=tmp_path, resume=True)

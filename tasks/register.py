@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -25,8 +26,9 @@ from tasks import bundle, features
 from tasks.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE
 from tasks.config import Params, RegistryParams
 from tasks.errors import MissingInput
+from tasks.leaderboard import LEADERBOARD, PLOT, log_nested_runs
 from tasks.serving import policy_input
-from tasks.train import LEADERBOARD, PROFILE_FILES
+from tasks.train import PROFILE_FILES
 from tasks.validate import REPORT
 
 log = logging.getLogger("podracer.register")
@@ -114,7 +116,6 @@ def gate(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tupl
 
 def _requirements() -> list[str]:
     import mlflow
-    import pandas as pd
 
     return [f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}",
             f"pandas=={pd.__version__}", f"numpy=={np.__version__}"]
@@ -142,6 +143,8 @@ def register(params: Params) -> RegisterResult:
         for name in (METRICS_FILE, CURVE_FILE, PLOT_FILE):
             mlflow.log_artifact(str(dirs.backtest / name), artifact_path="backtest")
         mlflow.log_artifact(str(dirs.models / LEADERBOARD), artifact_path="training")
+        mlflow.log_artifact(str(dirs.models / PLOT), artifact_path="training")
+        log_nested_runs(pd.read_csv(dirs.models / LEADERBOARD))
         for name in PROFILE_FILES:  # present when training ran with --profile
             if (dirs.models / name).exists():
                 mlflow.log_artifact(str(dirs.models / name), artifact_path="training")

@@ -13,17 +13,16 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import pandas as pd
 import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tasks import bundle, features
+from tasks import bundle, features, leaderboard
 from tasks.config import Params
 from tasks.errors import MissingInput
 from tasks.ingest import current_version
@@ -36,7 +35,6 @@ from trainers.state import StateScales
 
 log = logging.getLogger("podracer.train")
 T = TypeVar("T")
-LEADERBOARD = "leaderboard.csv"
 PROFILE_FILES = ("profile.csv", "profile.json", "profile.png")
 
 
@@ -59,12 +57,6 @@ def pick_device(choice: str) -> torch.device:
     if choice == "auto":
         choice = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(choice)
-
-
-def leaderboard(result: EvolutionResult) -> pd.DataFrame:
-    """One row per agent per generation: fitness, hyperparameters and lineage."""
-    rows = [{**{k: v for k, v in asdict(r).items() if k != "hparams"}, **r.hparams} for r in result.history]
-    return pd.DataFrame(rows).sort_values(["generation", "fitness"], ascending=[True, False])
 
 
 def _annotations(count: int = 20_000) -> None:
@@ -181,7 +173,9 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
     )
     with atomic_dir(params.dirs.models) as staging:
         bundle.save(staging, {k: v.cpu() for k, v in result.best_actor.items()}, meta)
-        leaderboard(result).to_csv(staging / LEADERBOARD, index=False)
+        board = leaderboard.table(result)
+        board.to_csv(staging / leaderboard.LEADERBOARD, index=False)
+        leaderboard.plot(board, staging / leaderboard.PLOT, params.evolution.fitness)
         if report is not None:
             save_profile(report, staging)
     log.info("best agent %d of generation %d, validation Sharpe %.3f, %.0f env steps/s",

@@ -87,3 +87,16 @@ def test_promote_unknown_version_is_an_error(tmp_path):
     connect(params.registry)
     with pytest.raises(Exception, match="no version 7"):
         promote(params.registry, "7")
+
+
+def test_register_logs_one_nested_run_per_agent_per_generation(built_copy):
+    import mlflow
+
+    result = register(built_copy)
+    runs = mlflow.search_runs(experiment_names=[built_copy.registry.experiment],
+                              filter_string=f"tags.mlflow.parentRunId = '{result.run_id}'")
+    evo = built_copy.evolution
+    assert len(runs) == evo.population * evo.generations
+    assert {"params.lr", "params.net_width", "params.parent", "metrics.fitness"} <= set(runs.columns)
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id, "training")}
+    assert {"training/leaderboard.csv", "training/evolution.png"} <= artifacts

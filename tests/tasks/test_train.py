@@ -2,7 +2,8 @@ import pandas as pd
 import torch
 
 from tasks import bundle
-from tasks.train import LEADERBOARD, train
+from tasks.leaderboard import LEADERBOARD, PLOT
+from tasks.train import train
 
 
 def test_train_writes_a_bundle_serving_can_load(built):
@@ -14,7 +15,8 @@ def test_train_writes_a_bundle_serving_can_load(built):
     assert out.shape == (1, 4) and bool((out.abs() < 1).all())
     board = pd.read_csv(built.dirs.models / LEADERBOARD)
     assert len(board) == built.evolution.population * built.evolution.generations
-    assert {"generation", "agent", "fitness", "parent", "lr", "entropy_coef"} <= set(board.columns)
+    assert {"generation", "agent", "iteration", "fitness", "parent", "stopped", "lr", "net_width"} <= set(board.columns)
+    assert (built.dirs.models / PLOT).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_training_is_bit_identical_for_the_same_seed(built_copy):

@@ -1,0 +1,73 @@
+"""The evolution's leaderboard: its table, its lineage / fitness-over-time plot, and its
+MLflow nested runs (finrl-podracer.txt §4.2, Fig. 7's evolution of agents).
+
+The train stage writes ``leaderboard.csv`` and ``evolution.png`` beside the model; the
+register stage turns the table into one nested MLflow run per agent per generation under
+the pipeline's run, so the MLflow UI shows every agent's hyperparameters and fitness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from trainers.evolution import EvolutionResult
+
+LEADERBOARD = "leaderboard.csv"
+PLOT = "evolution.png"
+META = ("generation", "agent", "iteration", "fitness", "parent", "stopped")
+
+
+def table(result: EvolutionResult) -> pd.DataFrame:
+    """One row per evaluation of every agent: fitness, hyperparameters and lineage."""
+    rows = [{**{k: v for k, v in asdict(r).items() if k != "hparams"}, **r.hparams} for r in result.history]
+    return pd.DataFrame(rows)
+
+
+def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe") -> None:
+    """Fitness over training time for every agent slot. A slot's line breaks where the
+    selector replaced it with a copy, and a dashed line joins the copy to its parent."""
+    figure = Figure(figsize=(9, 4.5), layout="constrained")
+    axes = figure.add_subplot()
+    per_generation = int(board["iteration"].max())
+    board = board.assign(x=board["generation"] + board["iteration"] / per_generation)
+    for agent, rows in board.groupby("agent", sort=True):
+        colour = f"C{int(agent) % 10}"
+        copied = rows["parent"].notna() & (rows["generation"] != rows["generation"].shift())
+        for k, segment in rows.groupby(copied.cumsum()):
+            axes.plot(segment["x"], segment["fitness"], "o-", color=colour, markersize=3,
+                      label=f"agent {agent}" if k == 0 else None)
+            first = segment.iloc[0]
+            if k > 0:  # the segment is a copy: join it to its parent's last evaluation
+                before = board[(board["generation"] == first["generation"] - 1) & (board["agent"] == first["parent"])]
+                axes.plot([before["x"].iloc[-1], first["x"]], [before["fitness"].iloc[-1], first["fitness"]], "--",
+                          color=colour, linewidth=0.8)
+    best = board.loc[board["fitness"].idxmax()]
+    axes.scatter([best["x"]], [best["fitness"]], s=120, facecolors="none", edgecolors="black",
+                 label="best snapshot (the model)", zorder=5)
+    axes.set(xlabel="generations trained", ylabel=f"validation {fitness}",
+             title="Evolution: fitness over time; dashed = copied from a top agent")
+    axes.legend(fontsize=7, ncol=2, loc="best")
+    figure.savefig(path, dpi=100)
+
+
+def log_nested_runs(board: pd.DataFrame) -> None:
+    """One nested MLflow run per agent per generation under the active run: its
+    hyperparameters and parent as params, its fitness at each iteration as a metric."""
+    import mlflow  # lazily, like the register stage: the train stage imports this module
+
+    active = mlflow.active_run()
+    assert active is not None, "log_nested_runs needs an active parent run"
+    for (generation, agent), rows in board.groupby(["generation", "agent"], sort=True):
+        first = rows.iloc[0]
+        with mlflow.start_run(run_name=f"gen{generation}-agent{agent}", nested=True,
+                              experiment_id=active.info.experiment_id):
+            hparams = {k: v for k, v in first.items() if k not in META}
+            parent = "" if pd.isna(first["parent"]) else str(int(first["parent"]))
+            mlflow.log_params({**hparams, "generation": generation, "agent": agent, "parent": parent})
+            for _, row in rows.iterrows():
+                mlflow.log_metric("fitness", float(row["fitness"]), step=int(row["iteration"]))
+            mlflow.set_tag("stopped", str(bool(rows["stopped"].iloc[-1])))

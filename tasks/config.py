@@ -130,6 +130,15 @@ class TrainParams(_Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     profile: bool = Field(False, description="profile training (trainers/profiler.py); `--profile` sets it")
     resume: bool = Field(False, description="continue a killed run from its last generation; `--resume` sets it")
+    dask: str | None = Field(None, description="run agents' generations on Dask: 'local' (a LocalCluster on "
+                             "127.0.0.1) or a scheduler address such as tcp://host:8786; unset: in this process")
+    dask_workers: int = Field(2, ge=1, description="worker processes of the 'local' cluster")
+
+    @model_validator(mode="after")
+    def _check_dask(self) -> TrainParams:
+        if self.dask not in (None, "local") and not self.dask.startswith(("tcp://", "tls://")):
+            raise ValueError("dask must be 'local' or a scheduler address like tcp://host:8786")
+        return self
 
 
 class BacktestParams(_Section):

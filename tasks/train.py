@@ -26,6 +26,7 @@ from tasks import bundle, features, leaderboard
 from tasks.config import Params
 from tasks.errors import MissingInput
 from tasks.ingest import current_version
+from tasks.scaleout import job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
 from trainers.agent import PPOAgent
@@ -153,11 +154,12 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
                                "to resume; run without --resume")
 
         def run() -> EvolutionResult:
-            return evolve(
-                data, scales, params.env, params.ppo, evo, train_window, fs.window("validation"),
-                per_year=periods_per_year(params.data.freq), on_evaluated=on_evaluated,
-                checkpoint_dir=checkpoints, resume=params.train.resume,
-            )
+            with job_runner(params.train, gpu=device.type == "cuda") as runner:
+                return evolve(
+                    data, scales, params.env, params.ppo, evo, train_window, fs.window("validation"),
+                    per_year=periods_per_year(params.data.freq), on_evaluated=on_evaluated,
+                    checkpoint_dir=checkpoints, resume=params.train.resume, runner=runner,
+                )
 
         if params.train.profile:
             agent = PPOAgent(data, scales, params.env, params.ppo, train_window, seed=evo.seed)

@@ -23,10 +23,8 @@ import torch
 
 from trainers import profiler
 from trainers._checks import require
-from trainers.agent import PPOAgent
 from trainers.env import EnvConfig, MarketData
-from trainers.evaluate import run_policy
-from trainers.metrics import FITNESS
+from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, run_job
 from trainers.ppo import HPARAMS, PPOConfig
 from trainers.selection import STRUCTURAL, initial_population, select
 from trainers.state import StateScales
@@ -75,20 +73,6 @@ class EvolutionConfig:
 
 
 @dataclass
-class AgentRecord:
-    """One evaluation of one agent: the leaderboard row and its lineage."""
-
-    generation: int
-    agent: int
-    iteration: int
-    fitness: float
-    hparams: dict[str, float]
-    parent: int | None
-    """The agent this one was copied from at the start of the generation, if any."""
-    stopped: bool = False
-
-
-@dataclass
 class EvolutionResult:
     best_actor: dict[str, torch.Tensor]
     best_fitness: float
@@ -103,15 +87,24 @@ ProgressFn = Callable[[int, int, float], None]
 """Called as ``(generation, agent, fitness)`` after each evaluation."""
 
 
+JobRunner = Callable[[list[AgentJob], Setting], list[AgentJob]]
+"""Runs a generation's jobs and returns them in order: in this process by default, or as
+Prefect tasks on a Dask cluster (``tasks/scaleout.py``)."""
+
+
+def run_serially(jobs: list[AgentJob], setting: Setting) -> list[AgentJob]:
+    return [run_job(job, setting) for job in jobs]
+
+
 @dataclass
 class _Population:
     """Everything that changes during a run: what a checkpoint holds."""
 
     hparams: list[dict[str, float]]
     seeds: list[int]
-    agents: list[PPOAgent]
-    best: list[tuple[float, int, dict[str, torch.Tensor]]]
-    """Per agent: best fitness, its generation, its actor snapshot."""
+    states: list[dict[str, Any]]
+    """Each agent's ``PPOAgent.state_dict()``."""
+    best: list[Snapshot]
     last: list[float]
     falls: list[int]
     history: list[AgentRecord] = field(default_factory=list)
@@ -127,33 +120,34 @@ class Evolution:
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
                  cfg: EvolutionConfig, train_window: tuple[int, int], val_window: tuple[int, int],
                  per_year: float) -> None:
-        self.data, self.scales, self.env_cfg, self.ppo_cfg, self.cfg = data, scales, env_cfg, ppo_cfg, cfg
-        self.train_window, self.val_window, self.per_year = train_window, val_window, per_year
+        self.cfg = cfg
+        self.setting = Setting(data, scales, env_cfg, ppo_cfg, train_window, val_window, per_year, cfg.fitness,
+                               cfg.iterations_per_generation, cfg.eval_interval, cfg.patience)
         self.rng = np.random.default_rng(cfg.seed)
         hparams = initial_population(ppo_cfg.hparams(), cfg.search_space, cfg.population, self.rng)
         seeds = [cfg.seed * 1000 + i for i in range(cfg.population)]
-        agents = [self._agent(h, s) for h, s in zip(hparams, seeds)]
-        snapshot = [(-math.inf, 0, copy.deepcopy(a.actor.state_dict())) for a in agents]
-        self.pop = _Population(hparams, seeds, agents, snapshot, [math.nan] * len(agents), [0] * len(agents))
+        agents = [self.setting.agent(h, s) for h, s in zip(hparams, seeds)]
+        self.pop = _Population(hparams, seeds, [a.state_dict() for a in agents],
+                               [(-math.inf, 0, copy.deepcopy(a.actor.state_dict())) for a in agents],
+                               [math.nan] * len(agents), [0] * len(agents))
 
-    def _agent(self, hparams: dict[str, float], seed: int) -> PPOAgent:
-        return PPOAgent(self.data, self.scales, self.env_cfg, self.ppo_cfg.with_hparams(hparams), self.train_window,
-                        seed)
-
-    def evaluate(self, agent: PPOAgent) -> float:
-        """Fitness of the deterministic policy on the validation window (§4.2)."""
-        values = run_policy(agent.actor, self.data, self.scales, self.env_cfg, self.val_window)
-        return FITNESS[self.cfg.fitness](values, self.per_year)
-
-    def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None) -> EvolutionResult:
+    def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
+            runner: JobRunner = run_serially) -> EvolutionResult:
         """Run the remaining generations, checkpointing after each into ``checkpoint_dir``."""
         pop, cfg = self.pop, self.cfg
         while pop.generation < cfg.generations:
             gen = pop.generation
-            for i, agent in enumerate(pop.agents):
-                self._train_agent(gen, i, agent, on_evaluated)
+            jobs = [AgentJob(gen, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i],
+                             pop.falls[i], pop.parents.get(i)) for i in range(cfg.population)]
+            for done in runner(jobs, self.setting):
+                i = done.index
+                pop.states[i], pop.best[i], pop.last[i], pop.falls[i] = done.state, done.best, done.last, done.falls
+                pop.env_steps += done.env_steps
+                pop.history.extend(done.records)
+                for record in done.records if on_evaluated is not None else []:
+                    on_evaluated(gen, i, record.fitness)
             if gen < cfg.generations - 1:
-                self._select(gen)
+                self._select()
             pop.generation += 1
             if checkpoint_dir is not None:
                 self.save(checkpoint_dir / CHECKPOINT)
@@ -164,41 +158,22 @@ class Evolution:
             history=pop.history, env_steps=pop.env_steps,
         )
 
-    def _train_agent(self, gen: int, i: int, agent: PPOAgent, on_evaluated: ProgressFn | None) -> None:
-        pop, cfg = self.pop, self.cfg
-        for it in range(1, cfg.iterations_per_generation + 1):
-            stopped = cfg.patience > 0 and pop.falls[i] >= cfg.patience
-            if not stopped:
-                profiler.set_phase("training")
-                agent.train_iteration()
-                pop.env_steps += agent.samples_per_iteration
-            if it % cfg.eval_interval and it != cfg.iterations_per_generation:
-                continue
-            profiler.set_phase("evaluation")
-            score = pop.last[i] if stopped else self.evaluate(agent)
-            if not stopped:
-                pop.falls[i] = pop.falls[i] + 1 if score < pop.last[i] else 0
-                pop.last[i] = score
-                if score > pop.best[i][0]:
-                    pop.best[i] = (score, gen, copy.deepcopy(agent.actor.state_dict()))
-            pop.history.append(AgentRecord(gen, i, it, score, dict(pop.hparams[i]), pop.parents.get(i), stopped))
-            if on_evaluated is not None:
-                on_evaluated(gen, i, score)
-
-    def _select(self, gen: int) -> None:
-        """Exploit and explore: bottom agents become copies of top ones, rebuilt with the
-        copy's explored hyperparameters (so a new env count or width takes effect)."""
+    def _select(self) -> None:
+        """Exploit and explore: bottom agents become copies of top ones (weights and Adam
+        state), rebuilt with the copy's explored hyperparameters and own random streams."""
         profiler.set_phase("selection")
         pop, cfg = self.pop, self.cfg
         chosen = select(pop.last, pop.hparams, cfg.quantile, cfg.search_space, cfg.perturb_factors, self.rng,
                         cfg.resample_p)
         for dst, src in chosen.copies.items():
             h = {**chosen.hparams[dst], **{k: pop.hparams[src][k] for k in STRUCTURAL if k in pop.hparams[src]}}
+            parent = self.setting.agent(pop.hparams[src], pop.seeds[src])
+            parent.load_state_dict(pop.states[src])
             pop.seeds[dst] += 1_000_003  # a fresh random stream for the copy
-            agent = self._agent(h, pop.seeds[dst])
-            agent.copy_from(pop.agents[src])
+            agent = self.setting.agent(h, pop.seeds[dst])
+            agent.copy_from(parent)
             agent.set_hparams(h)
-            pop.agents[dst], pop.hparams[dst] = agent, h
+            pop.hparams[dst], pop.states[dst] = h, agent.state_dict()
             pop.last[dst], pop.falls[dst] = pop.last[src], 0
         pop.parents = dict(chosen.copies)
 
@@ -207,7 +182,7 @@ class Evolution:
         pop = self.pop
         state: dict[str, Any] = {
             "generation": pop.generation, "hparams": pop.hparams, "seeds": pop.seeds,
-            "agents": [a.state_dict() for a in pop.agents],
+            "states": pop.states,
             "best": [(f, g, snap) for f, g, snap in pop.best], "last": pop.last, "falls": pop.falls,
             "history": [asdict(r) for r in pop.history], "parents": pop.parents, "env_steps": pop.env_steps,
             "rng": self.rng.bit_generator.state, "config": asdict(self.cfg),
@@ -222,11 +197,8 @@ class Evolution:
         state = torch.load(path, weights_only=True)
         if state["config"] != asdict(self.cfg):
             raise ValueError(f"{path}: checkpoint of a different evolution config; start afresh without --resume")
-        agents = [self._agent(h, s) for h, s in zip(state["hparams"], state["seeds"])]
-        for agent, saved in zip(agents, state["agents"]):
-            agent.load_state_dict(saved)
         self.pop = _Population(
-            hparams=state["hparams"], seeds=state["seeds"], agents=agents,
+            hparams=state["hparams"], seeds=state["seeds"], states=state["states"],
             best=[(f, g, snap) for f, g, snap in state["best"]], last=state["last"], falls=state["falls"],
             history=[AgentRecord(**r) for r in state["history"]], parents=state["parents"],
             env_steps=state["env_steps"], generation=state["generation"],
@@ -253,6 +225,7 @@ def evolve(
     on_evaluated: ProgressFn | None = None,
     checkpoint_dir: Path | None = None,
     resume: bool = False,
+    runner: JobRunner = run_serially,
 ) -> EvolutionResult:
     """Train a population with generational evolution; return the best validation snapshot.
 
@@ -267,4 +240,4 @@ def evolve(
         if path is None or not path.exists():
             raise FileNotFoundError(f"{path or 'no checkpoint folder'}: no checkpoint to resume from")
         run.load(path)
-    return run.run(on_evaluated, checkpoint_dir)
+    return run.run(on_evaluated, checkpoint_dir, runner)

@@ -26,7 +26,7 @@ from trainers._checks import require
 from trainers.env import EnvConfig, MarketData
 from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, run_job
 from trainers.ppo import HPARAMS, PPOConfig
-from trainers.selection import STRUCTURAL, initial_population, select
+from trainers.selection import initial_population, select
 from trainers.state import StateScales
 
 CHECKPOINT = "evolution.pt"
@@ -166,14 +166,9 @@ class Evolution:
         chosen = select(pop.last, pop.hparams, cfg.quantile, cfg.search_space, cfg.perturb_factors, self.rng,
                         cfg.resample_p)
         for dst, src in chosen.copies.items():
-            h = {**chosen.hparams[dst], **{k: pop.hparams[src][k] for k in STRUCTURAL if k in pop.hparams[src]}}
-            parent = self.setting.agent(pop.hparams[src], pop.seeds[src])
-            parent.load_state_dict(pop.states[src])
             pop.seeds[dst] += 1_000_003  # a fresh random stream for the copy
-            agent = self.setting.agent(h, pop.seeds[dst])
-            agent.copy_from(parent)
-            agent.set_hparams(h)
-            pop.hparams[dst], pop.states[dst] = h, agent.state_dict()
+            pop.hparams[dst], pop.states[dst] = self.setting.offspring(
+                pop.hparams[src], pop.seeds[src], pop.states[src], chosen.hparams[dst], pop.seeds[dst])
             pop.last[dst], pop.falls[dst] = pop.last[src], 0
         pop.parents = dict(chosen.copies)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -22,6 +22,7 @@ from trainers.env import EnvConfig, MarketData
 from trainers.evaluate import run_policy
 from trainers.metrics import FITNESS
 from trainers.ppo import PPOConfig
+from trainers.selection import STRUCTURAL
 from trainers.state import StateScales
 
 Snapshot = tuple[float, int, dict[str, torch.Tensor]]
@@ -48,6 +49,27 @@ class Setting:
         """A fresh agent with ``hparams`` applied to the PPO base."""
         return PPOAgent(self.data, self.scales, self.env_cfg, self.ppo_cfg.with_hparams(hparams),
                         self.train_window, seed)
+
+    def offspring(self, parent_hparams: Mapping[str, float], parent_seed: int, parent_state: dict[str, Any],
+                  hparams: Mapping[str, float], seed: int) -> tuple[dict[str, float], dict[str, Any]]:
+        """A copy of a trained agent (weights and Adam state, deep-copied) with explored
+        ``hparams`` and its own random streams and fresh envs: the selector's exploit step
+        and the tournament generator's. Structural hyperparameters (the net width) are the
+        parent's, since they fix the weights' shapes. Returns the child's hparams and state."""
+        child = {**hparams, **{k: parent_hparams[k] for k in STRUCTURAL if k in parent_hparams}}
+        parent = self.agent(parent_hparams, parent_seed)
+        parent.load_state_dict(parent_state)
+        agent = self.agent(child, seed)
+        agent.copy_from(parent)
+        agent.set_hparams(child)
+        return child, agent.state_dict()
+
+    def nominal_cost(self, hparams: Mapping[str, float]) -> float:
+        """Scheduled compute of one job with ``hparams``: env steps plus gradient samples
+        over its iterations. Deterministic, so a simulated pool can order finishes by it."""
+        cfg = self.ppo_cfg.with_hparams(hparams)
+        samples = cfg.learners * cfg.num_envs * cfg.horizon
+        return float(self.iterations * samples * (1 + cfg.repeat_times))
 
     def evaluate(self, agent: PPOAgent) -> float:
         """Fitness of the deterministic policy on the validation window (§4.2)."""
@@ -113,3 +135,17 @@ def run_job(job: AgentJob, setting: Setting) -> AgentJob:
         job.records.append(AgentRecord(job.generation, job.index, it, score, dict(job.hparams), job.parent, stopped))
     job.state = agent.state_dict()
     return job
+
+
+class JobPool(Protocol):
+    """Runs agent jobs concurrently and hands each back when it finishes (tournament mode,
+    elegantrl-podracers.txt §3: a training pool with no generation barrier)."""
+
+    def submit(self, job: AgentJob) -> None:
+        """Start training ``job`` (``run_job`` with the pool's :class:`Setting`)."""
+
+    def next_finished(self) -> AgentJob:
+        """Block until some submitted job finishes and return its result."""
+
+    def pending(self) -> list[AgentJob]:
+        """The inputs of the jobs submitted and not yet handed back (for checkpoints)."""

@@ -106,6 +106,16 @@ def save_profile(report: profiler.Report, folder: Path) -> None:
     report.plot(png)
 
 
+def state_scales(params: Params, fs: features.FeatureSet) -> StateScales:
+    """The state's scaling constants: cash over initial cash, shares over hmax, prices over
+    the first training bar's closes (saved with the model, so serving scales alike)."""
+    return StateScales(
+        cash_scale=1.0 / params.env.initial_cash,
+        shares_scale=1.0 / params.env.hmax,
+        price_ref=tuple(float(p) for p in fs.prices[fs.window("train")[0]]),
+    )
+
+
 def checkpoint_path(params: Params, data_version: str | None = None) -> Path:
     """The evolution checkpoint of this run. Its folder is named by the data version and
     every setting that shapes training, so ``--resume`` only ever continues the same run."""
@@ -128,11 +138,7 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
     torch.manual_seed(params.evolution.seed)
     data = fs.market(device)
     train_window = fs.window("train")
-    scales = StateScales(
-        cash_scale=1.0 / params.env.initial_cash,
-        shares_scale=1.0 / params.env.hmax,
-        price_ref=tuple(float(p) for p in fs.prices[train_window[0]]),
-    )
+    scales = state_scales(params, fs)
     evo = params.evolution
     started = time.perf_counter()
     with Progress(

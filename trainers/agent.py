@@ -19,7 +19,7 @@ import torch
 
 from trainers import profiler
 from trainers.env import EnvConfig, MarketData, MarketEnv
-from trainers.ppo import Actor, PPOConfig, PPOLearner
+from trainers.ppo import Actor, PPOConfig, PPOLearner, Rollout
 from trainers.state import StateScales
 
 SEED_STRIDE = 7919
@@ -44,6 +44,8 @@ class PPOAgent:
         dims, actions = self.envs[0].state_dim, self.envs[0].action_dim
         self.learners = [PPOLearner(dims, actions, cfg, s, device) for s in seeds]
         self.fuse()  # learners start from one set of weights; their seeds differ in sampling
+        self.last_rollout: Rollout | None = None
+        """Learner 0's latest rollout (Nitro's detector inspects it, nitro §6.2)."""
 
     @property
     def cfg(self) -> PPOConfig:
@@ -60,7 +62,9 @@ class PPOAgent:
 
     def train_iteration(self) -> dict[str, float]:
         """One epoch: every learner collects a rollout and updates, then parameters fuse."""
-        stats = [learner.update(learner.collect(env)) for learner, env in zip(self.learners, self.envs)]
+        rollouts = [learner.collect(env) for learner, env in zip(self.learners, self.envs)]
+        stats = [learner.update(rollout) for learner, rollout in zip(self.learners, rollouts)]
+        self.last_rollout = rollouts[0]
         with profiler.operation("fuse"):
             self.fuse()
         return {key: sum(s[key] for s in stats) / len(stats) for key in stats[0]}
@@ -80,6 +84,15 @@ class PPOAgent:
     def set_hparams(self, values: dict[str, float]) -> None:
         for learner in self.learners:
             learner.set_hparams(values)
+
+    def resize_envs(self, num_envs: int) -> None:
+        """Give every learner ``num_envs`` envs from the next rollout on (Nitro's actor
+        scaling): running episodes continue, new envs start fresh ones."""
+        for learner, env in zip(self.learners, self.envs):
+            env.resize(num_envs)
+            if learner._state is not None:
+                learner._state = env.observe()
+            learner.set_hparams({"num_envs": num_envs})
 
     def copy_from(self, other: PPOAgent) -> None:
         """Take ``other``'s weights and optimizer states, learner by learner."""

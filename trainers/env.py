@@ -17,6 +17,7 @@ MDP rules (DESIGN §2):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -217,6 +218,35 @@ class MarketEnv:
         self._all = torch.arange(e, device=self.device)
         self.host_sync_free = self.device.type == "cpu"
         """Whether reading a value on the host is free (CPU); on CUDA the step avoids it."""
+        self.streams: list[tuple[torch.Generator, int]] = [(self.generator, e)]
+        """Random streams and how many consecutive envs each draws for (one, or one per stacked env)."""
+
+    ACCOUNT = ("cash", "shares", "value", "t", "t_end")
+    """The per-env state tensors (dim 0 is the env)."""
+
+    @classmethod
+    def stack(cls, envs: Sequence[MarketEnv]) -> MarketEnv:
+        """One env stepping the accounts of ``envs`` as one batch (the multiplexed population).
+
+        Each part keeps its own random stream, so the stacked env draws, steps and resets
+        exactly what the parts would one by one; :meth:`unstack` hands the accounts back.
+        """
+        first = envs[0]
+        require(all(e.data is first.data and e.scales == first.scales and e.cfg == first.cfg
+                    and (e.t_lo, e.t_hi, e.random_start) == (first.t_lo, first.t_hi, first.random_start)
+                    for e in envs), "stacked envs must share data, scales, config and window")
+        env = cls(first.data, first.scales, first.cfg, sum(e.num_envs for e in envs), (first.t_lo, first.t_hi),
+                  random_start=first.random_start)
+        env.streams = [stream for e in envs for stream in e.streams]
+        for name in cls.ACCOUNT:
+            setattr(env, name, torch.cat([getattr(e, name) for e in envs]))
+        return env
+
+    def unstack(self, envs: Sequence[MarketEnv]) -> None:
+        """Write this stacked env's accounts back into the ``envs`` it was stacked from."""
+        for name in self.ACCOUNT:
+            for e, part in zip(envs, getattr(self, name).split([e.num_envs for e in envs])):
+                setattr(e, name, part.clone())
 
     @property
     def state_dim(self) -> int:
@@ -251,10 +281,13 @@ class MarketEnv:
         needed or not, so the random stream never depends on which envs finished."""
         if not self.random_start:
             return torch.full_like(self.t, self.t_lo), torch.full_like(self.t, self.t_hi)
-        size, g, dev, cfg = (self.num_envs,), self.generator, self.device, self.cfg
-        start = torch.randint(self.t_lo, self.t_hi, size, generator=g, device=dev)  # leaves >= 1 step
-        length = torch.randint(cfg.min_episode_len, cfg.episode_len + 1, size, generator=g, device=dev)
-        return start, torch.clamp(start + length, max=self.t_hi)
+        starts, lengths = [], []
+        for g, count in self.streams:
+            starts.append(torch.randint(self.t_lo, self.t_hi, (count,), generator=g, device=self.device))
+            lengths.append(torch.randint(self.cfg.min_episode_len, self.cfg.episode_len + 1, (count,), generator=g,
+                                         device=self.device))
+        start, length = (parts[0] if len(parts) == 1 else torch.cat(parts) for parts in (starts, lengths))
+        return start, torch.clamp(start + length, max=self.t_hi)  # a start below t_hi leaves >= 1 step
 
     def _reset_where(self, mask: torch.Tensor, episodes: tuple[torch.Tensor, torch.Tensor]) -> None:
         cash = self.cfg.initial_cash
@@ -299,12 +332,31 @@ class MarketEnv:
         self._reset_where(truncated, episodes)
         return Step(self.observe(out), reward, truncated, final)
 
+    def resize(self, num_envs: int) -> None:
+        """Grow or shrink the batch to ``num_envs`` (Nitro's actor scaling, nitro §5.3): the
+        first envs keep their accounts and episodes, new ones start fresh episodes."""
+        require(num_envs >= 1 and len(self.streams) == 1, "resize needs >= 1 env and an unstacked env")
+        keep = min(num_envs, self.num_envs)
+        old = {name: getattr(self, name)[:keep] for name in self.ACCOUNT}
+        self._set_size(num_envs)
+        start, end = self._episodes()
+        self.cash = torch.full((num_envs,), self.cfg.initial_cash, dtype=torch.float64, device=self.device)
+        self.shares = torch.zeros((num_envs, self.data.n_stocks), dtype=torch.float64, device=self.device)
+        self.value, self.t, self.t_end = self.cash.clone(), start, end
+        for name, kept in old.items():
+            getattr(self, name)[:keep] = kept
+
+    def _set_size(self, num_envs: int) -> None:
+        self.num_envs, self.streams = num_envs, [(self.generator, num_envs)]
+        self._all = torch.arange(num_envs, device=self.device)
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Accounts, clocks and the random stream: what a checkpoint needs to resume exactly."""
         return {"cash": self.cash, "shares": self.shares, "value": self.value, "t": self.t,
                 "t_end": self.t_end, "rng": self.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for name in ("cash", "shares", "value", "t", "t_end"):
+        for name in self.ACCOUNT:
             setattr(self, name, state[name].to(self.device).clone())
+        self._set_size(len(self.cash))  # Nitro may have resized the batch since it was built
         self.generator.set_state(state["rng"])

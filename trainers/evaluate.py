@@ -6,34 +6,48 @@ MDP: next-bar-open fills, sells before buys, integer shares, cash ≥ 0 and cost
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
 from trainers import profiler
 from trainers.env import EnvConfig, MarketData, MarketEnv
-from trainers.ppo import Actor
 from trainers.state import StateScales
 
 
-@torch.no_grad()
-def run_policy(
-    actor: Actor, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int]
-) -> np.ndarray:
-    """Account value at each close of ``window`` for the deterministic policy.
+Policy = Callable[[torch.Tensor], torch.Tensor]
+"""Deterministic actions ``[E, A]`` in (-1, 1) for states ``[E, state_dim]`` (an Actor is one)."""
 
-    Starts with ``initial_cash`` at the close of ``window[0]`` and returns
-    ``window[1] − window[0] + 1`` values.
+
+@torch.no_grad()
+def run_policies(
+    policy: Policy, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int], accounts: int
+) -> np.ndarray:
+    """Account values ``[T + 1, accounts]`` at each close of ``window``, one account per row of
+    ``policy``'s batch: the multiplexed evaluator scores N agents in one pass this way.
+
+    Each account starts with ``initial_cash`` at the close of ``window[0]``; T is
+    ``window[1] − window[0]``.
     """
-    env = MarketEnv(data, scales, cfg, num_envs=1, window=window, random_start=False)
+    env = MarketEnv(data, scales, cfg, num_envs=accounts, window=window, random_start=False)
     state = env.reset()
     values = [env.account_value()]
     for _ in range(window[1] - window[0]):
         with profiler.operation("inference"):
-            action = actor(state)
+            action = policy(state)
         with profiler.operation("simulation"):
             state = env.step(action).state
             values.append(env.value)
-    return torch.cat(values).cpu().numpy().astype(np.float64)
+    return torch.stack(values).cpu().numpy().astype(np.float64)
+
+
+def run_policy(
+    actor: Policy, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int]
+) -> np.ndarray:
+    """Account value at each close of ``window`` for one deterministic policy
+    (``window[1] − window[0] + 1`` values)."""
+    return run_policies(actor, data, scales, cfg, window, accounts=1)[:, 0]
 
 
 def buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, int]) -> np.ndarray:

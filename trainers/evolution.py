@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ import torch
 from trainers import profiler
 from trainers._checks import require
 from trainers.env import EnvConfig, MarketData
+from trainers.nitro import CostLedger, NitroConfig
 from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, run_job
 from trainers.ppo import HPARAMS, PPOConfig
 from trainers.selection import initial_population, select
@@ -44,6 +45,9 @@ class EvolutionConfig:
     """PPO iterations (rollout + update) each agent runs per generation."""
     eval_interval: int = 8
     """Evaluate every this many iterations (and always at the end of a generation)."""
+    mode: Literal["generational", "tournament"] = "generational"
+    """Generations with a selector (finrl-podracer.txt §4.2), or an asynchronous training pool
+    with a leaderboard (elegantrl-podracers.txt §3, :mod:`trainers.tournament`)."""
     fitness: Literal["sharpe", "sortino", "cumulative_return"] = "sharpe"
     patience: int = 0
     """Stop an agent once its fitness has fallen this many evaluations in a row (0: never)."""
@@ -56,6 +60,9 @@ class EvolutionConfig:
         "lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.1, 0.3), "gamma": (0.95, 0.999),
         "gae_lambda": (0.9, 0.99), "repeat_times": (4, 16), "num_envs": (16, 64), "net_width": (64, 256)})
     """Bounds of the searched hyperparameters; agent 0 starts from the PPO defaults."""
+    budget_env_steps: int | None = None
+    """Hard budget on the run's env steps (nitro §5.3's cost ledger), shared equally by its
+    jobs (an agent's generation, or a tournament job); None: the schedule alone decides."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -67,6 +74,7 @@ class EvolutionConfig:
         require(0 <= self.quantile <= 0.5, "quantile must be in [0, 0.5]")
         require(min(self.perturb_factors) > 0, "perturb_factors must be > 0")
         require(0 <= self.resample_p <= 1, "resample_p must be in [0, 1]")
+        require(self.budget_env_steps is None or self.budget_env_steps >= 1, "budget_env_steps must be >= 1")
         for name, (lo, hi) in self.search_space.items():
             require(name in HPARAMS, f"search_space.{name} is not one of {', '.join(HPARAMS)}")
             require(0 < lo <= hi, f"search_space.{name} needs 0 < low <= high")
@@ -80,7 +88,25 @@ class EvolutionResult:
     best_agent: int
     best_hparams: dict[str, float]
     history: list[AgentRecord]
-    env_steps: int
+    cost: CostLedger
+    """What the whole run spent: env steps, CPU and GPU seconds."""
+
+    @property
+    def env_steps(self) -> int:
+        return self.cost.env_steps
+
+
+def make_setting(data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig, cfg: EvolutionConfig,
+                 train_window: tuple[int, int], val_window: tuple[int, int], per_year: float,
+                 nitro: NitroConfig = NitroConfig()) -> Setting:
+    """What every job of a run shares, from the run's configs."""
+    return Setting(data, scales, env_cfg, ppo_cfg, train_window, val_window, per_year, cfg.fitness,
+                   cfg.iterations_per_generation, cfg.eval_interval, cfg.patience, nitro)
+
+
+def job_budget(cfg: EvolutionConfig, jobs: int) -> int | None:
+    """Each job's equal share of the run's hard env-step budget."""
+    return None if cfg.budget_env_steps is None else cfg.budget_env_steps // jobs
 
 
 ProgressFn = Callable[[int, int, float], None]
@@ -107,9 +133,11 @@ class _Population:
     best: list[Snapshot]
     last: list[float]
     falls: list[int]
+    boost: list[dict[str, Any] | None]
+    """Each agent's Nitro score state."""
     history: list[AgentRecord] = field(default_factory=list)
     parents: dict[int, int] = field(default_factory=dict)
-    env_steps: int = 0
+    cost: CostLedger = field(default_factory=CostLedger)
     generation: int = 0
     """The next generation to run."""
 
@@ -119,17 +147,17 @@ class Evolution:
 
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
                  cfg: EvolutionConfig, train_window: tuple[int, int], val_window: tuple[int, int],
-                 per_year: float) -> None:
+                 per_year: float, nitro: NitroConfig = NitroConfig()) -> None:
         self.cfg = cfg
-        self.setting = Setting(data, scales, env_cfg, ppo_cfg, train_window, val_window, per_year, cfg.fitness,
-                               cfg.iterations_per_generation, cfg.eval_interval, cfg.patience)
+        self.setting = make_setting(data, scales, env_cfg, ppo_cfg, cfg, train_window, val_window, per_year, nitro)
+        self.budget = job_budget(cfg, cfg.population * cfg.generations)
         self.rng = np.random.default_rng(cfg.seed)
         hparams = initial_population(ppo_cfg.hparams(), cfg.search_space, cfg.population, self.rng)
         seeds = [cfg.seed * 1000 + i for i in range(cfg.population)]
         agents = [self.setting.agent(h, s) for h, s in zip(hparams, seeds)]
         self.pop = _Population(hparams, seeds, [a.state_dict() for a in agents],
                                [(-math.inf, 0, copy.deepcopy(a.actor.state_dict())) for a in agents],
-                               [math.nan] * len(agents), [0] * len(agents))
+                               [math.nan] * len(agents), [0] * len(agents), [None] * len(agents))
 
     def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
             runner: JobRunner = run_serially) -> EvolutionResult:
@@ -138,11 +166,13 @@ class Evolution:
         while pop.generation < cfg.generations:
             gen = pop.generation
             jobs = [AgentJob(gen, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i],
-                             pop.falls[i], pop.parents.get(i)) for i in range(cfg.population)]
+                             pop.falls[i], pop.parents.get(i), self.budget, pop.boost[i])
+                    for i in range(cfg.population)]
             for done in runner(jobs, self.setting):
                 i = done.index
                 pop.states[i], pop.best[i], pop.last[i], pop.falls[i] = done.state, done.best, done.last, done.falls
-                pop.env_steps += done.env_steps
+                pop.hparams[i], pop.boost[i] = done.hparams, done.boost  # Nitro may have rescaled the envs
+                pop.cost += done.cost
                 pop.history.extend(done.records)
                 for record in done.records if on_evaluated is not None else []:
                     on_evaluated(gen, i, record.fitness)
@@ -155,12 +185,12 @@ class Evolution:
         return EvolutionResult(
             best_actor=pop.best[agent][2], best_fitness=score, best_generation=gen, best_agent=agent,
             best_hparams=next(r.hparams for r in pop.history if (r.generation, r.agent) == (gen, agent)),
-            history=pop.history, env_steps=pop.env_steps,
+            history=pop.history, cost=pop.cost,
         )
 
     def _select(self) -> None:
-        """Exploit and explore: bottom agents become copies of top ones (weights and Adam
-        state), rebuilt with the copy's explored hyperparameters and own random streams."""
+        """Exploit and explore: bottom agents become copies of top ones (weights, Adam state
+        and Nitro's score), rebuilt with the copy's explored hyperparameters and own random streams."""
         profiler.set_phase("selection")
         pop, cfg = self.pop, self.cfg
         chosen = select(pop.last, pop.hparams, cfg.quantile, cfg.search_space, cfg.perturb_factors, self.rng,
@@ -169,36 +199,55 @@ class Evolution:
             pop.seeds[dst] += 1_000_003  # a fresh random stream for the copy
             pop.hparams[dst], pop.states[dst] = self.setting.offspring(
                 pop.hparams[src], pop.seeds[src], pop.states[src], chosen.hparams[dst], pop.seeds[dst])
-            pop.last[dst], pop.falls[dst] = pop.last[src], 0
+            pop.last[dst], pop.falls[dst], pop.boost[dst] = pop.last[src], 0, copy.deepcopy(pop.boost[src])
         pop.parents = dict(chosen.copies)
+
+    def _config(self) -> dict[str, Any]:
+        return {"evolution": asdict(self.cfg), "nitro": asdict(self.setting.nitro)}
 
     def save(self, path: Path) -> None:
         """Checkpoint the population after a generation (atomic: temp file, then rename)."""
         pop = self.pop
         state: dict[str, Any] = {
-            "generation": pop.generation, "hparams": pop.hparams, "seeds": pop.seeds,
-            "states": pop.states,
-            "best": [(f, g, snap) for f, g, snap in pop.best], "last": pop.last, "falls": pop.falls,
-            "history": [asdict(r) for r in pop.history], "parents": pop.parents, "env_steps": pop.env_steps,
-            "rng": self.rng.bit_generator.state, "config": asdict(self.cfg),
+            "generation": pop.generation, "hparams": pop.hparams, "seeds": pop.seeds, "states": pop.states,
+            "best": pop.best, "last": pop.last, "falls": pop.falls, "boost": pop.boost,
+            "history": [asdict(r) for r in pop.history], "parents": pop.parents, "cost": pop.cost.as_dict(),
+            "rng": self.rng.bit_generator.state, "config": self._config(),
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(state, tmp)
-        tmp.replace(path)
+        atomic_save(state, path)
 
     def load(self, path: Path) -> None:
         """Resume from :meth:`save`: the run continues as if it had never stopped."""
         state = torch.load(path, weights_only=True)
-        if state["config"] != asdict(self.cfg):
+        if state["config"] != self._config():
             raise ValueError(f"{path}: checkpoint of a different evolution config; start afresh without --resume")
         self.pop = _Population(
             hparams=state["hparams"], seeds=state["seeds"], states=state["states"],
             best=[(f, g, snap) for f, g, snap in state["best"]], last=state["last"], falls=state["falls"],
-            history=[AgentRecord(**r) for r in state["history"]], parents=state["parents"],
-            env_steps=state["env_steps"], generation=state["generation"],
+            boost=state["boost"], history=[AgentRecord(**r) for r in state["history"]], parents=state["parents"],
+            cost=CostLedger(**state["cost"]), generation=state["generation"],
         )
         self.rng.bit_generator.state = state["rng"]
+
+
+def atomic_save(state: dict[str, Any], path: Path) -> None:
+    """``torch.save`` to a temp file, then rename: a kill never leaves half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+class Resumable(Protocol):
+    def load(self, path: Path) -> None: ...
+
+
+def resume_from(run: Resumable, checkpoint_dir: Path | None, name: str) -> None:
+    """Load ``run``'s checkpoint ``name`` from ``checkpoint_dir``, or say there is none."""
+    path = None if checkpoint_dir is None else checkpoint_dir / name
+    if path is None or not path.exists():
+        raise FileNotFoundError(f"{path or 'no checkpoint folder'}: no checkpoint to resume from")
+    run.load(path)
 
 
 def evaluations_per_generation(cfg: EvolutionConfig) -> int:
@@ -221,18 +270,17 @@ def evolve(
     checkpoint_dir: Path | None = None,
     resume: bool = False,
     runner: JobRunner = run_serially,
+    nitro: NitroConfig = NitroConfig(),
 ) -> EvolutionResult:
     """Train a population with generational evolution; return the best validation snapshot.
 
     Fitness is measured on ``val_window`` only (§4.2, eq. 1's J(π) on held-out data); the
     snapshot with the highest fitness over all agents and generations is the result, which
     mitigates over-fitting as training goes on. With ``resume`` the run continues from the
-    checkpoint in ``checkpoint_dir`` and ends exactly as an uninterrupted run would.
+    checkpoint in ``checkpoint_dir`` and ends exactly as an uninterrupted run would. With
+    ``nitro.enabled`` every agent's env count follows Nitro's boosting score round by round.
     """
-    run = Evolution(data, scales, env_cfg, ppo_cfg, evo_cfg, train_window, val_window, per_year)
+    run = Evolution(data, scales, env_cfg, ppo_cfg, evo_cfg, train_window, val_window, per_year, nitro)
     if resume:
-        path = None if checkpoint_dir is None else checkpoint_dir / CHECKPOINT
-        if path is None or not path.exists():
-            raise FileNotFoundError(f"{path or 'no checkpoint folder'}: no checkpoint to resume from")
-        run.load(path)
+        resume_from(run, checkpoint_dir, CHECKPOINT)
     return run.run(on_evaluated, checkpoint_dir, runner)

@@ -10,7 +10,7 @@ restoring a state dict resumes an agent exactly.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,7 +21,8 @@ from trainers.agent import PPOAgent
 from trainers.env import EnvConfig, MarketData
 from trainers.evaluate import run_policy
 from trainers.metrics import FITNESS
-from trainers.ppo import PPOConfig
+from trainers.nitro import BoostScore, CostLedger, NitroConfig, actor_convexity, next_env_count
+from trainers.ppo import Actor, PPOConfig, Rollout
 from trainers.selection import STRUCTURAL
 from trainers.state import StateScales
 
@@ -44,6 +45,7 @@ class Setting:
     iterations: int
     eval_interval: int
     patience: int
+    nitro: NitroConfig = NitroConfig()
 
     def agent(self, hparams: Mapping[str, float], seed: int) -> PPOAgent:
         """A fresh agent with ``hparams`` applied to the PPO base."""
@@ -105,34 +107,84 @@ class AgentJob:
     last: float
     falls: int
     parent: int | None
+    budget: int | None = None
+    """Env steps this job may spend (its share of the run's hard budget); None: no limit."""
+    boost: dict[str, Any] | None = None
+    """Nitro's score state (the agent's recent R values and round count), carried from job to job."""
     records: list[AgentRecord] = field(default_factory=list)
-    env_steps: int = 0
+    cost: CostLedger = field(default_factory=CostLedger)
+    """What the job spent: env steps and CPU/GPU seconds (nitro §5.3's cost ledger)."""
+
+
+def stopped(job: AgentJob, setting: Setting, next_round: int) -> bool:
+    """Does this agent rest: the evaluator stopped it (fitness fell ``patience`` evaluations in
+    a row), or a round of ``next_round`` env steps would overrun its budget?"""
+    return (setting.patience > 0 and job.falls >= setting.patience) or not job.cost.affordable(next_round)
+
+
+def boost(job: AgentJob, actor: Actor, rollout: Rollout, setting: Setting, clip: float) -> int:
+    """Nitro after a round (nitro-serverless-boosting.txt §5.2–5.3): the convexity ratio R of
+    the new policy's surrogate on a subset of the round's rollout, the boosting score S_k over
+    the agent's last ``window`` rounds, and the next round's env count I_k. The subset and
+    the Lanczos start are drawn from a generator seeded by the agent's seed and round, so
+    the choice is deterministic."""
+    cfg = setting.nitro
+    score = BoostScore(cfg.window, cfg.decay) if job.boost is None else BoostScore.from_state(job.boost)
+    generator = torch.Generator(device=rollout.states.device).manual_seed(job.seed * 7919 + score.rounds)
+    level = score.update(actor_convexity(actor, rollout, cfg, clip, generator))
+    job.boost = score.state()
+    return next_env_count(level, cfg)
+
+
+def evaluation_due(iteration: int, setting: Setting) -> bool:
+    """Evaluate every ``eval_interval`` iterations and at the end of the generation."""
+    return iteration % setting.eval_interval == 0 or iteration == setting.iterations
+
+
+def record(job: AgentJob, iteration: int, score: float, halted: bool,
+           snapshot: Callable[[], dict[str, torch.Tensor]]) -> None:
+    """The evaluator's bookkeeping after one evaluation (§4.2): count falls, keep the best
+    snapshot (``snapshot()`` copies the actor's weights only when needed), add the record.
+    A ``halted`` agent keeps its last score and is not re-evaluated."""
+    if not halted:
+        job.falls = job.falls + 1 if score < job.last else 0
+        job.last = score
+        if score > job.best[0]:
+            job.best = (score, job.generation, snapshot())
+    job.records.append(AgentRecord(job.generation, job.index, iteration, score, dict(job.hparams), job.parent, halted))
+
+
+def fresh(job: AgentJob) -> AgentJob:
+    """A copy of ``job`` for running: no records yet and nothing spent, within its budget."""
+    job = copy.copy(job)
+    job.records, job.cost = [], CostLedger(max_env_steps=job.budget)
+    return job
 
 
 def run_job(job: AgentJob, setting: Setting) -> AgentJob:
     """Train one agent for a generation, evaluating every ``eval_interval`` iterations and
     at the end; keep its best snapshot; stop training once its fitness has fallen
-    ``patience`` evaluations in a row. Returns the updated job (the input is not changed)."""
-    job = copy.copy(job)
-    job.records, job.env_steps = [], 0
+    ``patience`` evaluations in a row or its budget is spent; with Nitro on, rescale its
+    envs after every round. Returns the updated job (the input is not changed)."""
+    job = fresh(job)
     agent = setting.agent(job.hparams, job.seed)
     agent.load_state_dict(job.state)
+    gpu = agent.envs[0].device.type == "cuda"
     for it in range(1, setting.iterations + 1):
-        stopped = setting.patience > 0 and job.falls >= setting.patience
-        if not stopped:
+        halted = stopped(job, setting, agent.samples_per_iteration)
+        if not halted:
             profiler.set_phase("training")
-            agent.train_iteration()
-            job.env_steps += agent.samples_per_iteration
-        if it % setting.eval_interval and it != setting.iterations:
+            with job.cost.meter(agent.samples_per_iteration, gpu):
+                agent.train_iteration()
+                if setting.nitro.enabled:
+                    assert agent.last_rollout is not None
+                    agent.resize_envs(boost(job, agent.actor, agent.last_rollout, setting, agent.cfg.clip))
+                    job.hparams = {**job.hparams, "num_envs": float(agent.cfg.num_envs)}
+        if not evaluation_due(it, setting):
             continue
         profiler.set_phase("evaluation")
-        score = job.last if stopped else setting.evaluate(agent)
-        if not stopped:
-            job.falls = job.falls + 1 if score < job.last else 0
-            job.last = score
-            if score > job.best[0]:
-                job.best = (score, job.generation, copy.deepcopy(agent.actor.state_dict()))
-        job.records.append(AgentRecord(job.generation, job.index, it, score, dict(job.hparams), job.parent, stopped))
+        score = job.last if halted else setting.evaluate(agent)
+        record(job, it, score, halted, lambda: copy.deepcopy(agent.actor.state_dict()))
     job.state = agent.state_dict()
     return job
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -137,6 +137,11 @@ class Rollout:
     advantages: torch.Tensor
     returns: torch.Tensor
 
+    def split(self, sizes: list[int]) -> list[Rollout]:
+        """The rollouts of consecutive blocks of ``sizes`` envs (a multiplexed population's agents)."""
+        parts = [getattr(self, f.name).split(sizes, dim=1) for f in fields(self)]
+        return [Rollout(*tensors) for tensors in zip(*parts)]
+
 
 class Batch(NamedTuple):
     """A rollout flattened to ``[H·E, ...]`` for minibatch sampling."""
@@ -154,8 +159,8 @@ def gae_advantages(
     next_value: torch.Tensor,
     truncated: torch.Tensor,
     final_values: torch.Tensor,
-    gamma: float,
-    lam: float,
+    gamma: float | torch.Tensor,
+    lam: float | torch.Tensor,
 ) -> torch.Tensor:
     """GAE(λ) advantages ``[H, E]`` (Schulman et al. 2016) with truncation bootstrapping.
 
@@ -231,7 +236,8 @@ class PPOLearner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # Deep copy: Adam would otherwise update the caller's moment tensors in place.
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         self.set_hparams(state["hparams"])
         self.generator.set_state(state["rng"])
         obs = state["obs"]

@@ -135,3 +135,29 @@ def test_episodes_truncate_and_reset_inside_step():
         assert torch.equal(env.cash[truncated], torch.full_like(env.cash[truncated], CFG.initial_cash))
         assert not torch.equal(final[truncated], state[truncated]) or not truncated.any()
     assert ends >= 64  # every env finished an episode of at most 8 bars (or hit the end of data)
+
+
+def test_a_stack_of_envs_steps_exactly_as_its_parts():
+    data = market(t=60)
+    cfg = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=6, min_episode_len=2)
+    s = scales(data, cfg)
+
+    def parts():
+        return [MarketEnv(data, s, cfg, n, (0, 59), seed=seed) for n, seed in ((3, 1), (5, 2))]
+
+    alone, together = parts(), parts()
+    for env in (*alone, *together):
+        env.reset()
+    stack = MarketEnv.stack(together)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        action = torch.rand((8, data.n_stocks), generator=g) * 2 - 1
+        joint = stack.step(action)
+        single = [env.step(a) for env, a in zip(alone, action.split([3, 5]))]
+        assert torch.equal(joint.state, torch.cat([step.state for step in single]))
+        assert torch.equal(joint.reward, torch.cat([step.reward for step in single]))
+        assert torch.equal(joint.truncated, torch.cat([step.truncated for step in single]))
+    stack.unstack(together)
+    for a, b in zip(alone, together):
+        for key, value in a.state_dict().items():
+            assert torch.equal(value, b.state_dict()[key])

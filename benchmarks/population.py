@@ -1,0 +1,160 @@
+"""Benchmark of one-device multiplexing (issue 5 §5): a population trained as one batched model
+(``trainers.multiplex.run_multiplexed``) against the same agents trained one after another
+(``trainers.evolution.run_serially``), side by side in one run on the same data.
+
+Population throughput is the population's env steps (training samples) per second of wall
+time for one generation: ``iterations`` PPO iterations per agent and an evaluation of every
+agent on the validation window at the end, as the evolution runs them. Each engine runs
+``repeats`` times, interleaved, and the median is reported; both start from the same jobs,
+and the table also gives the largest weight difference between their results (the same
+agents up to float summation order).
+
+Populations:
+* ``default``: ``params.yaml``'s search space: widths, env counts and repeat times differ;
+* ``uniform``: every agent with the PPO defaults (Table 3): the same shapes, no padding.
+
+    make install && .venv/bin/python benchmarks/population.py          # about 10 minutes on 2 cores
+    .venv/bin/python benchmarks/population.py --sizes 8 --repeats 1    # quicker
+    .venv/bin/python benchmarks/population.py --save-market m.pt       # the market for a GPU machine
+    python3 benchmarks/population.py --market m.pt --device cuda       # there: needs only torch + numpy
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from trainers.env import EnvConfig, MarketData  # noqa: E402
+from trainers.evolution import Evolution, EvolutionConfig, run_serially  # noqa: E402
+from trainers.multiplex import run_multiplexed  # noqa: E402
+from trainers.population import AgentJob  # noqa: E402
+from trainers.ppo import PPOConfig  # noqa: E402
+from trainers.state import StateScales  # noqa: E402
+
+TARGET = ">= 3x population throughput on CPU (multiplexed vs one agent after another)"
+
+
+def pipeline_market(device: str) -> dict:
+    """The default embedded market through stages 1–3 in a temp folder, as tensors + configs."""
+    import tempfile
+
+    from benchmarks.train import build_features
+
+    with tempfile.TemporaryDirectory() as tmp:
+        params, fs = build_features(Path(tmp))
+        data = fs.market("cpu")
+        market = {"open": data.open, "close": data.close, "features": data.features, "turbulence": data.turbulence,
+                  "train": fs.window("train"), "validation": fs.window("validation"),
+                  "env": asdict(params.env), "ppo": asdict(params.ppo), "evolution": asdict(params.evolution)}
+    return market
+
+
+def jobs_for(market: dict, population: int, uniform: bool, device: str) -> tuple[list[AgentJob], object]:
+    """The first generation's jobs of a population on ``market``, and their Setting."""
+    data = MarketData(*(market[k].to(device) if market[k] is not None else None
+                        for k in ("open", "close", "features", "turbulence")))
+    env = EnvConfig(**market["env"])
+    ppo = PPOConfig(**{**market["ppo"], "net_dims": tuple(market["ppo"]["net_dims"])})
+    raw = market["evolution"]
+    evo = EvolutionConfig(**{**raw, "perturb_factors": tuple(raw["perturb_factors"]), "population": population,
+                             "search_space": {} if uniform else {k: tuple(v) for k, v in raw["search_space"].items()}})
+    first = market["train"][0]
+    scales = StateScales(1 / env.initial_cash, 1 / env.hmax, tuple(data.close[first].tolist()))
+    run = Evolution(data, scales, env, ppo, evo, tuple(market["train"]), tuple(market["validation"]), 252.0)
+    pop = run.pop
+    jobs = [AgentJob(0, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i], pop.falls[i], None)
+            for i in range(population)]
+    return jobs, run.setting
+
+
+def timed(runner, jobs, setting, device: str) -> tuple[float, list[AgentJob]]:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    done = runner(jobs, setting)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, done
+
+
+def largest_difference(a: list[AgentJob], b: list[AgentJob]) -> float:
+    return max(float((x.state["learners"][0]["actor"][k] - y.state["learners"][0]["actor"][k]).abs().max())
+               for x, y in zip(a, b) for k in x.state["learners"][0]["actor"])
+
+
+def measure(market: dict, population: int, uniform: bool, iterations: int, repeats: int, device: str) -> dict:
+    jobs, setting = jobs_for(market, population, uniform, device)
+    setting = dataclasses.replace(setting, iterations=iterations, eval_interval=iterations)
+    steps = sum(setting.ppo_cfg.with_hparams(j.hparams).num_envs * setting.ppo_cfg.horizon for j in jobs) * iterations
+    serial, multiplexed = [], []
+    for _ in range(repeats):  # interleaved, so drift in the machine's speed hits both alike
+        t, alone = timed(run_serially, jobs, setting, device)
+        serial.append(t)
+        t, batched = timed(run_multiplexed, jobs, setting, device)
+        multiplexed.append(t)
+    s, m = statistics.median(serial), statistics.median(multiplexed)
+    return {"population": population, "kind": "uniform" if uniform else "default", "env_steps": steps,
+            "serial_s": s, "multiplexed_s": m, "serial_rate": steps / s, "multiplexed_rate": steps / m,
+            "speedup": s / m, "max_weight_diff": largest_difference(alone, batched),
+            "widths": sorted(int(j.hparams["net_width"]) for j in jobs)}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| population | hparams | env steps | serial s | multiplexed s | serial steps/s | multiplexed steps/s "
+             "| speedup | max weight diff |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['population']} | {r['kind']} | {r['env_steps']:,} | {r['serial_s']:.1f} | "
+                     f"{r['multiplexed_s']:.1f} | {r['serial_rate']:,.0f} | {r['multiplexed_rate']:,.0f} | "
+                     f"{r['speedup']:.2f}x | {r['max_weight_diff']:.1e} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--iterations", type=int, default=2, help="PPO iterations per agent per generation")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--market", type=Path, help="a market saved with --save-market (skips stages 1-3)")
+    parser.add_argument("--save-market", type=Path)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args()
+    market = torch.load(args.market, weights_only=False) if args.market else pipeline_market(args.device)
+    if args.save_market:
+        torch.save(market, args.save_market)
+        return
+    rows = []
+    for population in args.sizes:
+        for uniform in (True, False):
+            row = measure(market, population, uniform, args.iterations, args.repeats, args.device)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    name = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
+    command = " ".join(["benchmarks/population.py", *sys.argv[1:]])
+    text = table(rows)
+    print(text)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    with args.out.open("a") as f:
+        f.write(f"\n## Population multiplexing: one batched model vs one agent after another ({stamp})\n\n"
+                f"Command: `.venv/bin/python {command}`  \n"
+                f"Machine: {name}, {platform.machine()}, torch {torch.__version__}. Target: {TARGET}.  \n"
+                f"One generation of {args.iterations} PPO iterations per agent plus a validation evaluation of every "
+                f"agent; median of {args.repeats} interleaved runs per engine. `default` = params.yaml's search space, "
+                f"`uniform` = every agent at the PPO defaults.\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()

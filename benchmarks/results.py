@@ -122,7 +122,7 @@ def mean_std(values: list[float]) -> str:
 def paired(rows: list[Row], market: str, a: str, b: str, metric: str) -> str:
     """Mean ± std of the per-seed difference a − b, and its t statistic (n − 1 dof)."""
     by = {(r.arm, r.seed): getattr(r, metric) for r in rows if r.market == market}
-    diffs = [by[(a, s)] - by[(b, s)] for s in sorted({r.seed for r in rows})]
+    diffs = [by[(a, s)] - by[(b, s)] for s in sorted({r.seed for r in rows if r.market == market})]
     if len(diffs) < 2:
         return f"{diffs[0]:+.2f}"
     sd = statistics.stdev(diffs)
@@ -130,10 +130,10 @@ def paired(rows: list[Row], market: str, a: str, b: str, metric: str) -> str:
     return f"{statistics.fmean(diffs):+.2f} ± {sd:.2f} (t = {t:+.2f})"
 
 
-def report(rows: list[Row], command: str, seconds: float) -> str:
+def report(rows: list[Row], command: str, minutes: float) -> str:
     markets = sorted({r.market for r in rows}, key=lambda m: m != "learnable")
     seeds = sorted({r.seed for r in rows})
-    lines = [f"Command: `{command}` ({len(seeds)} seeds, {seconds / 60:.0f} min on this machine).", "",
+    lines = [f"Command: `{command}` (seeds {seeds[0]}..{seeds[-1]}, {minutes:.0f} min on this machine).", "",
              "| market | arm | test Sharpe | test cumulative return | validation fitness | env steps |",
              "|---|---|---|---|---|---|"]
     for market in markets:
@@ -177,21 +177,31 @@ def main() -> None:
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[],
                         help="override a params.yaml key for every run, e.g. -s evolution.generations=2")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
-    parser.add_argument("--json", type=Path, help="also write every row here")
+    parser.add_argument("--json", type=Path, help="also write every row here (and nothing to --out)")
+    parser.add_argument("--merge", type=Path, nargs="+", help="report the rows of earlier --json runs")
     args = parser.parse_args()
     started, rows = time.perf_counter(), []
-    with tempfile.TemporaryDirectory() as tmp:
-        for market in args.markets:
-            for seed in range(args.seeds):
-                params = market_params(Path(tmp), market, seed, args.overrides)
-                for row in run_seed(params, market, seed):
-                    rows.append(row)
-                    print(json.dumps(row.__dict__), flush=True)
-    command = " ".join([".venv/bin/python benchmarks/results.py", *sys.argv[1:]])
-    text = report(rows, command, time.perf_counter() - started)
+    if args.merge:
+        rows = [Row(**row) for path in args.merge for row in json.loads(path.read_text())["rows"]]
+        minutes = max(json.loads(path.read_text())["minutes"] for path in args.merge)
+        command = " && ".join(json.loads(path.read_text())["command"] for path in args.merge)
+        command += f"; then .venv/bin/python benchmarks/results.py --merge {' '.join(str(p) for p in args.merge)}"
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            for market in args.markets:
+                for seed in range(args.seeds):
+                    params = market_params(Path(tmp), market, seed, args.overrides)
+                    for row in run_seed(params, market, seed):
+                        rows.append(row)
+                        print(json.dumps(row.__dict__), flush=True)
+        minutes = (time.perf_counter() - started) / 60
+        command = " ".join([".venv/bin/python benchmarks/results.py", *sys.argv[1:]])
+        if args.json:
+            args.json.write_text(json.dumps({"command": command, "minutes": minutes,
+                                             "rows": [r.__dict__ for r in rows]}, indent=1))
+            return
+    text = report(rows, command, minutes)
     print(text)
-    if args.json:
-        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
     image = args.out.parent / "img" / "results.png"
     image.parent.mkdir(parents=True, exist_ok=True)
     plot(rows, image)

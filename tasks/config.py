@@ -19,7 +19,9 @@ from tasks.errors import ConfigError
 from trainers.env import TURBULENCE, EnvConfig
 from trainers.evolution import EvolutionConfig
 from trainers.metrics import METRICS
+from trainers.nitro import NitroConfig
 from trainers.ppo import PPOConfig
+from trainers.tournament import TournamentConfig
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -127,16 +129,21 @@ class FeatureParams(_Section):
 
 
 class TrainParams(_Section):
+    """Stage 4: where and how the population trains."""
+
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    engine: Literal["multiplexed", "serial", "dask"] = Field(
+        "multiplexed", description="multiplexed: a generation's agents as one batched model in this process; "
+        "serial: one agent after another; dask: each agent's generation (or tournament job) as a Prefect task on Dask")
+    dask: str = Field("local", description="engine dask: 'local' (a LocalCluster on 127.0.0.1) or a scheduler "
+                      "address such as tcp://host:8786")
+    dask_workers: int = Field(2, ge=1, description="worker processes of the 'local' cluster")
     profile: bool = Field(False, description="profile training (trainers/profiler.py); `--profile` sets it")
     resume: bool = Field(False, description="continue a killed run from its last generation; `--resume` sets it")
-    dask: str | None = Field(None, description="run agents' generations on Dask: 'local' (a LocalCluster on "
-                             "127.0.0.1) or a scheduler address such as tcp://host:8786; unset: in this process")
-    dask_workers: int = Field(2, ge=1, description="worker processes of the 'local' cluster")
 
     @model_validator(mode="after")
     def _check_dask(self) -> TrainParams:
-        if self.dask not in (None, "local") and not self.dask.startswith(("tcp://", "tls://")):
+        if self.dask != "local" and not self.dask.startswith(("tcp://", "tls://")):
             raise ValueError("dask must be 'local' or a scheduler address like tcp://host:8786")
         return self
 
@@ -170,6 +177,8 @@ class Params(_Section):
     env: EnvConfig = EnvConfig()
     ppo: PPOConfig = PPOConfig()
     evolution: EvolutionConfig = EvolutionConfig()
+    tournament: TournamentConfig = TournamentConfig()
+    nitro: NitroConfig = NitroConfig()
     train: TrainParams = TrainParams()
     backtest: BacktestParams = BacktestParams()
     registry: RegistryParams = RegistryParams()
@@ -179,6 +188,9 @@ class Params(_Section):
     def _check(self) -> Params:
         if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
             raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
+        if self.train.engine == "multiplexed" and self.ppo.learners > 1:
+            raise ValueError("train.engine multiplexed trains one learner per agent: set ppo.learners: 1 "
+                             "or train.engine: serial")
         return self
 
     @property

@@ -27,29 +27,43 @@ def table(result: EvolutionResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe") -> None:
-    """Fitness over training time for every agent slot. A slot's line breaks where the
-    selector replaced it with a copy, and a dashed line joins the copy to its parent."""
+def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "generational") -> None:
+    """Fitness over training time with the lineage drawn in.
+
+    Generational: one colour per agent slot; a slot's line breaks where the selector replaced
+    it, and a dashed line joins the copy to its parent. Tournament: one short line per job
+    at the time it finished, coloured by lineage depth, a dashed line from its parent job."""
     figure = Figure(figsize=(9, 4.5), layout="constrained")
     axes = figure.add_subplot()
-    per_generation = int(board["iteration"].max())
-    board = board.assign(x=board["generation"] + board["iteration"] / per_generation)
-    for agent, rows in board.groupby("agent", sort=True):
-        colour = f"C{int(agent) % 10}"
-        copied = rows["parent"].notna() & (rows["generation"] != rows["generation"].shift())
-        for k, segment in rows.groupby(copied.cumsum()):
-            axes.plot(segment["x"], segment["fitness"], "o-", color=colour, markersize=3,
-                      label=f"agent {agent}" if k == 0 else None)
-            first = segment.iloc[0]
-            if k > 0:  # the segment is a copy: join it to its parent's last evaluation
-                before = board[(board["generation"] == first["generation"] - 1) & (board["agent"] == first["parent"])]
-                axes.plot([before["x"].iloc[-1], first["x"]], [before["fitness"].iloc[-1], first["fitness"]], "--",
-                          color=colour, linewidth=0.8)
+    per_job = int(board["iteration"].max())
+    if mode == "tournament":  # x: finishing order of the jobs, whose ids are in "agent"
+        order = {job: k for k, job in enumerate(dict.fromkeys(board["agent"]))}
+        board = board.assign(x=board["agent"].map(order) + board["iteration"] / per_job)
+        segments = [(rows, f"C{int(rows['generation'].iloc[0]) % 10}", board[board["agent"] == rows["parent"].iloc[0]])
+                    for _, rows in board.groupby("agent", sort=False)]
+        xlabel, title = "jobs finished", "Tournament: each job's fitness; colour = lineage depth, dashed = from its parent"
+    else:
+        board = board.assign(x=board["generation"] + board["iteration"] / per_job)
+        segments = []
+        for agent, rows in board.groupby("agent", sort=True):
+            copied = rows["parent"].notna() & (rows["generation"] != rows["generation"].shift())
+            for _, segment in rows.groupby(copied.cumsum()):
+                first = segment.iloc[0]
+                parent = board[(board["generation"] == first["generation"] - 1) & (board["agent"] == first["parent"])]
+                segments.append((segment, f"C{int(agent) % 10}", parent))
+        xlabel, title = "generations trained", "Evolution: fitness over time; dashed = copied from a top agent"
+    labelled: set[str] = set()
+    for rows, colour, parent in segments:
+        label = None if colour in labelled or mode == "tournament" else f"agent {rows['agent'].iloc[0]}"
+        labelled.add(colour)
+        axes.plot(rows["x"], rows["fitness"], "o-", color=colour, markersize=3, label=label)
+        if len(parent):  # join the copy to its parent's last evaluation
+            axes.plot([parent["x"].iloc[-1], rows["x"].iloc[0]], [parent["fitness"].iloc[-1], rows["fitness"].iloc[0]],
+                      "--", color=colour, linewidth=0.8)
     best = board.loc[board["fitness"].idxmax()]
     axes.scatter([best["x"]], [best["fitness"]], s=120, facecolors="none", edgecolors="black",
                  label="best snapshot (the model)", zorder=5)
-    axes.set(xlabel="generations trained", ylabel=f"validation {fitness}",
-             title="Evolution: fitness over time; dashed = copied from a top agent")
+    axes.set(xlabel=xlabel, ylabel=f"validation {fitness}", title=title)
     axes.legend(fontsize=7, ncol=2, loc="best")
     figure.savefig(path, dpi=100)
 

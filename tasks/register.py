@@ -28,7 +28,7 @@ from tasks.config import Params, RegistryParams
 from tasks.errors import MissingInput
 from tasks.leaderboard import LEADERBOARD, PLOT, log_nested_runs
 from tasks.serving import policy_input
-from tasks.train import PROFILE_FILES
+from tasks.train import PROFILE_FILES, SUMMARY
 from tasks.validate import REPORT
 
 log = logging.getLogger("podracer.register")
@@ -145,6 +145,11 @@ def register(params: Params) -> RegisterResult:
         mlflow.log_artifact(str(dirs.models / LEADERBOARD), artifact_path="training")
         mlflow.log_artifact(str(dirs.models / PLOT), artifact_path="training")
         log_nested_runs(pd.read_csv(dirs.models / LEADERBOARD))
+        training = json.loads((dirs.models / SUMMARY).read_text())
+        mlflow.set_tags({"training.mode": training.pop("mode"), "training.engine": training.pop("engine"),
+                         "training.device": training.pop("device")})
+        mlflow.log_metrics({f"training_{k}": float(v) for k, v in training.items()})
+        mlflow.log_artifact(str(dirs.models / SUMMARY), artifact_path="training")
         for name in PROFILE_FILES:  # present when training ran with --profile
             if (dirs.models / name).exists():
                 mlflow.log_artifact(str(dirs.models / name), artifact_path="training")

@@ -1,62 +1,166 @@
-"""Scale-out of the evolution on Dask: each agent's generation as a Prefect task
-(finrl-podracer.txt §4.3: the orchestrator spreads agents over workers).
+"""Where agent jobs run (finrl-podracer.txt §4.3: the orchestrator spreads agents over workers).
 
-``train.dask`` chooses where a generation's agent jobs (:class:`trainers.population.AgentJob`) run:
+``train.engine`` chooses:
 
-* unset (the default): one after another in this process;
-* ``local``: a Dask ``LocalCluster`` of ``train.dask_workers`` processes bound to 127.0.0.1;
-* ``tcp://host:8786``: an existing scheduler, e.g. the one in ``deploy/dask/``.
+* ``multiplexed`` (the default): a generation's agents as one batched model in this process
+  (:func:`trainers.multiplex.run_multiplexed`);
+* ``serial``: one agent after another in this process;
+* ``dask``: each agent's generation, or each tournament job, as the Prefect task
+  :data:`train_agent` on the Dask cluster ``train.dask`` names: ``local`` (a
+  ``LocalCluster`` of ``train.dask_workers`` processes on 127.0.0.1) or a scheduler address
+  such as ``tcp://host:8786`` (``deploy/dask/``).
 
-Jobs carry their agent's whole state and their own random streams, so where they run
-does not change the result. On CUDA each job asks Dask for one ``GPU`` resource, so a
-worker started with ``--resources GPU=1`` runs one agent at a time on its device.
+Jobs carry their agent's whole state and their own random streams, so where they run does
+not change the result. Jobs and the market cross to the cluster on the CPU (a scheduler
+unpickles task arguments and need not have a GPU); on CUDA each job asks Dask for one
+``GPU`` resource and trains on its worker's device, so a worker started with
+``--resources GPU=1`` runs one agent at a time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from prefect import flow, task, unmapped
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.config import TrainParams
 from trainers.evolution import JobRunner, run_serially
-from trainers.population import AgentJob, Setting, run_job
+from trainers.multiplex import run_multiplexed
+from trainers.population import AgentJob, JobPool, Setting, run_job, to_device
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 train_agent = task(run_job, name="train-agent-generation", cache_policy=NO_CACHE)
+GPU = {"GPU": 1}
+"""The Dask resource a job on CUDA asks for: one agent at a time per ``--resources GPU=1`` worker."""
 
 
-def dask_runner(address: str, gpu: bool) -> JobRunner:
-    """Runs a generation's jobs as Prefect tasks on the Dask scheduler at ``address``."""
-    import dask
-    from prefect_dask import DaskTaskRunner
+@contextmanager
+def scheduler(dask: str, workers: int, gpu: bool) -> Iterator[str]:
+    """The address of the scheduler ``train.dask`` names; for ``local``, a ``LocalCluster`` of
+    ``workers`` processes on 127.0.0.1 (each with one ``GPU`` resource on CUDA) for the block."""
+    if dask != "local":
+        yield dask
+        return
+    from distributed import LocalCluster
+
+    with _shared_prefect_api(), LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                             host="127.0.0.1", dashboard_address=None,
+                                             resources=GPU if gpu else None) as cluster:
+        yield cluster.scheduler_address
+
+
+@contextmanager
+def _shared_prefect_api() -> Iterator[None]:
+    """Local workers report task runs to this process's Prefect API. Workers take the API URL
+    from the settings each task carries; with none set, every worker process would start a
+    temporary server of its own (tens of seconds each, all on one database file)."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED, temporary_settings
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        yield
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # the one Prefect's client starts in this process when no URL is set
+    server.start()
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        yield
+
+
+def _keep(setting: Setting) -> Setting:
+    """Identity: as a Dask task, it leaves the setting in a worker's memory for jobs to share."""
+    return setting
+
+
+class DaskPool:
+    """A :class:`~trainers.population.JobPool` on Dask: jobs come back in the order they
+    really finish (tournament mode has no generation barrier; :func:`run_on` waits for all).
+
+    Each job runs as the Prefect task :data:`train_agent`, submitted through prefect-dask's
+    client, so its task run nests under whatever flow or task run is current. The pool opens
+    no flow run of its own: a flow's task runner (and its Dask client) ends with the flow
+    function, while the pool outlives the calls of the loop that drives it. The setting
+    (market data included) goes to the cluster once and every job refers to it. Closing the
+    ``client`` drops the jobs still pending (:func:`dask_pool` does that when its block ends).
+    """
+
+    def __init__(self, client: Client, setting: Setting, gpu: bool) -> None:
+        from distributed import as_completed
+
+        self._client, self.setting = client, setting
+        self._resources = GPU if gpu else None
+        self._setting = client.submit(_keep, setting.shipped(), resources=self._resources, pure=False)
+        self._finished = as_completed(loop=client.loop)
+        self._jobs: dict[str, AgentJob] = {}
+        """The pending jobs' inputs by Dask key, in submission order (``_finished`` holds their futures)."""
+
+    def submit(self, job: AgentJob) -> None:
+        """Start training ``job`` on the cluster (on a ``GPU`` worker when the setting is on CUDA)."""
+        shipped = dataclasses.replace(job, state=to_device(job.state, "cpu"), best=to_device(job.best, "cpu"))
+        future = self._client.submit(train_agent, shipped, self._setting, resources=self._resources, pure=False)
+        self._jobs[future.key] = job
+        self._finished.add(future)
+
+    def next_finished(self) -> AgentJob:
+        """Block until a submitted job finishes and return its result; it is no longer pending,
+        even when it failed (its exception is raised here). Raises ``RuntimeError`` when no job is pending."""
+        if not self._jobs:
+            raise RuntimeError("no job in the pool")
+        future = next(self._finished)
+        del self._jobs[future.key]
+        return future.result()
+
+    def pending(self) -> list[AgentJob]:
+        """The inputs of the jobs submitted and not yet handed back, in submission order."""
+        return list(self._jobs.values())
+
+
+def run_on(pool: DaskPool) -> JobRunner:
+    """A generation's jobs through ``pool``, all submitted at once and returned in order."""
 
     def run(jobs: list[AgentJob], setting: Setting) -> list[AgentJob]:
-        # The jobs travel as closure values, not flow parameters: Prefect records
-        # parameters with the flow run, and tensors are not for its database.
-        @flow(name="train-generation", task_runner=DaskTaskRunner(address=address), log_prints=False)
-        def generation() -> list[AgentJob]:
-            with dask.annotate(resources={"GPU": 1}) if gpu else nullcontext():
-                futures = train_agent.map(jobs, unmapped(setting))
-            return [future.result() for future in futures]
-
-        return generation()
+        assert setting is pool.setting, "the pool was opened for another run"
+        for job in jobs:
+            pool.submit(job)
+        return sorted((pool.next_finished() for _ in jobs), key=lambda job: job.index)
 
     return run
 
 
 @contextmanager
-def job_runner(train: TrainParams, gpu: bool) -> Iterator[JobRunner]:
-    """The job runner ``train.dask`` asks for; a local cluster lives as long as the block."""
-    if train.dask is None:
-        yield run_serially
-    elif train.dask == "local":
-        from distributed import LocalCluster
+def dask_pool(train: TrainParams, setting: Setting) -> Iterator[DaskPool]:
+    """A :class:`DaskPool` on the cluster ``train.dask`` names, for as long as the block."""
+    from prefect_dask.client import PrefectDaskClient
 
-        resources = {"GPU": 1} if gpu else None
-        with LocalCluster(n_workers=train.dask_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                          dashboard_address=None, resources=resources) as cluster:
-            yield dask_runner(cluster.scheduler_address, gpu)
+    gpu = setting.data.close.is_cuda
+    with (scheduler(train.dask, train.dask_workers, gpu) as address,
+          PrefectDaskClient(address, set_as_default=False) as client):
+        yield DaskPool(client, setting, gpu)
+
+
+@contextmanager
+def job_runner(train: TrainParams, setting: Setting) -> Iterator[JobRunner]:
+    """The generational mode's job runner that ``train.engine`` asks for."""
+    if train.engine == "dask":
+        with dask_pool(train, setting) as pool:
+            yield run_on(pool)
     else:
-        yield dask_runner(train.dask, gpu)
+        yield run_multiplexed if train.engine == "multiplexed" else run_serially
+
+
+@contextmanager
+def job_pool(train: TrainParams, setting: Setting) -> Iterator[JobPool | None]:
+    """The tournament's pool: a :class:`DaskPool` with ``train.engine: dask``; else ``None``,
+    and the tournament runs its jobs one at a time in this process, in the order its
+    simulated pool of ``tournament.workers`` would finish them."""
+    if train.engine == "dask":
+        with dask_pool(train, setting) as pool:
+            yield pool
+    else:
+        yield None

@@ -26,17 +26,21 @@ from tasks import bundle, features, leaderboard
 from tasks.config import Params
 from tasks.errors import MissingInput
 from tasks.ingest import current_version
-from tasks.scaleout import job_runner
+from tasks.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
 from trainers.agent import PPOAgent
-from trainers.evolution import CHECKPOINT, EvolutionResult, evaluations_per_generation, evolve
+from trainers.env import MarketData
+from trainers.evolution import Evolution, EvolutionResult, ProgressFn, evaluations_per_generation, resume_from
 from trainers.metrics import periods_per_year
 from trainers.state import StateScales
+from trainers.tournament import Tournament
 
 log = logging.getLogger("podracer.train")
 T = TypeVar("T")
 PROFILE_FILES = ("profile.csv", "profile.json", "profile.png")
+SUMMARY = "training.json"
+"""Mode, engine, seconds and the cost ledger (env steps, CPU/GPU seconds) of the training run."""
 
 
 @dataclass(frozen=True)
@@ -116,13 +120,35 @@ def state_scales(params: Params, fs: features.FeatureSet) -> StateScales:
     )
 
 
-def checkpoint_path(params: Params, data_version: str | None = None) -> Path:
-    """The evolution checkpoint of this run. Its folder is named by the data version and
-    every setting that shapes training, so ``--resume`` only ever continues the same run."""
+def checkpoint_dir(params: Params, data_version: str | None = None) -> Path:
+    """The folder of this run's checkpoints. It is named by the data version and every
+    setting that shapes training, so ``--resume`` only ever continues the same run."""
     version = data_version or current_version(params)
     spec = [version, str(pick_device(params.train.device)), params.env, params.ppo, params.evolution,
-            params.features.model_dump(mode="json")]
-    return params.dirs.checkpoints / hashlib.sha256(repr(spec).encode()).hexdigest()[:16] / CHECKPOINT
+            params.features.model_dump(mode="json"), params.nitro,
+            params.tournament if params.evolution.mode == "tournament" else None,
+            params.train.engine == "multiplexed"]  # the engines agree up to float summation order
+    return params.dirs.checkpoints / hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
+
+
+def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: StateScales) -> Evolution | Tournament:
+    """The training run ``evolution.mode`` asks for, on the train split, selecting on validation."""
+    args = (data, scales, params.env, params.ppo, params.evolution)
+    windows = (fs.window("train"), fs.window("validation"), periods_per_year(params.data.freq))
+    if params.evolution.mode == "tournament":
+        return Tournament(*args, params.tournament, *windows, params.nitro)
+    return Evolution(*args, *windows, params.nitro)
+
+
+def execute(run: Evolution | Tournament, params: Params, on_evaluated: ProgressFn, folder: Path) -> EvolutionResult:
+    """Run on the engine ``train.engine`` names, checkpointing into ``folder``."""
+    if isinstance(run, Tournament):
+        if params.train.engine == "multiplexed":
+            log.info("tournament jobs run one at a time in this process (train.engine: dask spreads them)")
+        with job_pool(params.train, run.setting) as pool:
+            return run.run(pool, on_evaluated, folder)
+    with job_runner(params.train, run.setting) as runner:
+        return run.run(on_evaluated, folder, runner)
 
 
 def train(params: Params, data_version: str | None = None) -> TrainResult:
@@ -137,41 +163,39 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
     device = pick_device(params.train.device)
     torch.manual_seed(params.evolution.seed)
     data = fs.market(device)
-    train_window = fs.window("train")
     scales = state_scales(params, fs)
     evo = params.evolution
+    run = new_run(params, fs, data, scales)
+    folder = checkpoint_dir(params, data_version)
+    if params.train.resume:
+        try:
+            resume_from(run, folder, run.CHECKPOINT)
+        except FileNotFoundError:
+            raise MissingInput(f"{folder / run.CHECKPOINT}: no checkpoint of this run (same data and config) "
+                               "to resume; run without --resume") from None
+    jobs = run.jobs if isinstance(run, Tournament) else evo.population * evo.generations
     started = time.perf_counter()
     with Progress(
-        TextColumn("[bold]train[/] gen {task.fields[gen]}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("best val Sharpe {task.fields[best]}"), TimeElapsedColumn(), transient=False,
+        TextColumn(f"[bold]train[/] {evo.mode} on {params.train.engine}" + " {task.fields[at]}"), BarColumn(),
+        MofNCompleteColumn(), TextColumn(f"best validation {evo.fitness} " + "{task.fields[best]}"),
+        TimeElapsedColumn(), transient=False,
     ) as progress:
-        total = evo.generations * evo.population * evaluations_per_generation(evo)
-        bar = progress.add_task("train", total=total, gen=0, best="-")
+        bar = progress.add_task("train", total=jobs * evaluations_per_generation(evo), at="", best="-")
+        progress.update(bar, completed=len(run.state.history if isinstance(run, Tournament) else run.pop.history))
         best = [float("-inf")]
+        unit = "job" if isinstance(run, Tournament) else "generation"
 
         def on_evaluated(gen: int, agent: int, fitness: float) -> None:
             best[0] = max(best[0], fitness)
-            progress.update(bar, advance=1, gen=gen + 1, best=f"{best[0]:.2f}")
-            log.info("generation %d agent %d: validation %s %.3f", gen, agent, evo.fitness, fitness)
-
-        checkpoints = checkpoint_path(params, data_version).parent
-        if params.train.resume and not (checkpoints / CHECKPOINT).exists():
-            raise MissingInput(f"{checkpoints / CHECKPOINT}: no checkpoint of this run (same data and config) "
-                               "to resume; run without --resume")
-
-        def run() -> EvolutionResult:
-            with job_runner(params.train, gpu=device.type == "cuda") as runner:
-                return evolve(
-                    data, scales, params.env, params.ppo, evo, train_window, fs.window("validation"),
-                    per_year=periods_per_year(params.data.freq), on_evaluated=on_evaluated,
-                    checkpoint_dir=checkpoints, resume=params.train.resume, runner=runner,
-                )
+            at = f"{unit} {agent}" if unit == "job" else f"{unit} {gen + 1}/{evo.generations}"
+            progress.update(bar, advance=1, at=at, best=f"{best[0]:.2f}")
+            log.info("%s %d agent %d: validation %s %.3f", unit, gen, agent, evo.fitness, fitness)
 
         if params.train.profile:
-            agent = PPOAgent(data, scales, params.env, params.ppo, train_window, seed=evo.seed)
-            result, report = profiled(run, agent.train_iteration)
+            agent = PPOAgent(data, scales, params.env, params.ppo, fs.window("train"), seed=evo.seed)
+            result, report = profiled(lambda: execute(run, params, on_evaluated, folder), agent.train_iteration)
         else:
-            result, report = run(), None
+            result, report = execute(run, params, on_evaluated, folder), None
     seconds = time.perf_counter() - started
     meta = bundle.PolicyMeta(
         symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
@@ -179,15 +203,19 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
         freq=params.data.freq,
         data_version=data_version,
     )
+    summary = {"mode": evo.mode, "engine": params.train.engine, "device": str(device), "seconds": seconds,
+               "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None}}
     with atomic_dir(params.dirs.models) as staging:
         bundle.save(staging, {k: v.cpu() for k, v in result.best_actor.items()}, meta)
         board = leaderboard.table(result)
         board.to_csv(staging / leaderboard.LEADERBOARD, index=False)
-        leaderboard.plot(board, staging / leaderboard.PLOT, params.evolution.fitness)
+        leaderboard.plot(board, staging / leaderboard.PLOT, evo.fitness, evo.mode)
+        (staging / SUMMARY).write_text(json.dumps(summary, indent=1))
         if report is not None:
             save_profile(report, staging)
-    log.info("best agent %d of generation %d, validation Sharpe %.3f, %.0f env steps/s",
-             result.best_agent, result.best_generation, result.best_fitness, result.env_steps / seconds)
+    log.info("best agent %d (%s %d), validation %s %.3f; %d env steps, %.0f env steps/s, %.0f CPU-seconds",
+             result.best_agent, unit, result.best_generation, evo.fitness, result.best_fitness, result.env_steps,
+             result.env_steps / seconds, result.cost.cpu_seconds)
     return TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
                        result.best_hparams, result.env_steps, seconds, str(device),
                        params.dirs.models / PROFILE_FILES[2] if report is not None else None)

@@ -9,9 +9,12 @@ has zero weights and bias, so its ReLU output is 0, its outgoing weights see no 
 ReLU's derivative at 0 is 0, so every padded parameter gets a zero gradient and Adam (with
 zero moments) leaves it at zero. Each agent therefore computes the function, gradients and
 updates of its own unpadded :class:`trainers.ppo.Actor` / :class:`trainers.ppo.Critic`.
+For the same reason a step may :meth:`BatchedNets.crop` the model to the agents it trains
+and to their widest hidden layers, and compute only that.
 
-Parameters are kept in the order of ``PPOLearner.params`` (the actor's, then the critic's),
-so Adam state converts one to one to and from ``torch.optim.Adam``'s state dict.
+Parameters are kept in the order of ``PPOLearner.params`` (the actor's ``log_std``, its
+layers, then the critic's layers), so Adam state converts one to one to and from
+``torch.optim.Adam``'s state dict.
 """
 
 from __future__ import annotations
@@ -35,39 +38,79 @@ def _linears(module: Actor | Critic) -> list[torch.nn.Linear]:
 
 
 class BatchedNets:
-    """The actors and critics of N agents, stacked and zero-padded; ``params`` are the leaves."""
+    """The actors and critics of N agents, stacked and zero-padded; ``params`` are the tensors.
 
-    def __init__(self, actors: Sequence[Actor], critics: Sequence[Critic]) -> None:
-        self.n = len(actors)
-        self.widths = [[lin.out_features for lin in _linears(a)[:-1]] for a in actors]
-        depth = {len(w) for w in self.widths}
-        if len(depth) != 1:
+    ``widths[i]`` are agent ``i``'s hidden widths; every tensor is padded to the largest.
+    """
+
+    def __init__(self, params: list[torch.Tensor], widths: list[list[int]]) -> None:
+        self.params, self.widths, self.n = params, widths, len(widths)
+        depth = (len(params) - 1) // 4  # log_std + (weight, bias) per layer, actor and critic alike
+        self.log_std = params[0]
+        self.actor = list(zip(params[1 : 1 + 2 * depth : 2], params[2 : 2 + 2 * depth : 2]))
+        self.critic = list(zip(params[1 + 2 * depth :: 2], params[2 + 2 * depth :: 2]))
+
+    @classmethod
+    def stack(cls, actors: Sequence[Actor], critics: Sequence[Critic]) -> BatchedNets:
+        """The agents' own modules, copied into stacked, zero-padded tensors."""
+        widths = [[lin.out_features for lin in _linears(a)[:-1]] for a in actors]
+        if len({len(w) for w in widths}) != 1:
             raise ValueError("multiplexed agents need the same number of hidden layers")
-        device = actors[0].log_std.device
-        self.actor = self._stack([_linears(a) for a in actors], device)
-        self.critic = self._stack([_linears(c) for c in critics], device)
-        self.log_std = torch.stack([a.log_std.detach() for a in actors]).clone().requires_grad_()
-        self.params: list[torch.Tensor] = [self.log_std, *self._flat(self.actor), *self._flat(self.critic)]
-        """In ``PPOLearner.params`` order: the actor's own ``log_std`` first, then its layers, then the critic's."""
+        params = [torch.stack([a.log_std.detach() for a in actors]).clone()]
+        for nets in ([_linears(a) for a in actors], [_linears(c) for c in critics]):
+            for depth in range(len(nets[0])):
+                fan_in = max(net[depth].in_features for net in nets)
+                fan_out = max(net[depth].out_features for net in nets)
+                weight = torch.zeros((len(nets), fan_in, fan_out), device=params[0].device)
+                bias = torch.zeros((len(nets), 1, fan_out), device=params[0].device)
+                for i, net in enumerate(nets):
+                    lin = net[depth]
+                    weight[i, : lin.in_features, : lin.out_features] = lin.weight.detach().T
+                    bias[i, 0, : lin.out_features] = lin.bias.detach()
+                params += [weight, bias]
+        return cls(params, widths)
 
-    @staticmethod
-    def _stack(nets: list[list[torch.nn.Linear]], device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        layers = []
-        for depth in range(len(nets[0])):
-            fan_in = max(net[depth].in_features for net in nets)
-            fan_out = max(net[depth].out_features for net in nets)
-            weight = torch.zeros((len(nets), fan_in, fan_out), device=device)
-            bias = torch.zeros((len(nets), 1, fan_out), device=device)
-            for i, net in enumerate(nets):
-                lin = net[depth]
-                weight[i, : lin.in_features, : lin.out_features] = lin.weight.detach().T
-                bias[i, 0, : lin.out_features] = lin.bias.detach()
-            layers.append((weight.requires_grad_(), bias.requires_grad_()))
-        return layers
+    def _cuts(self, agents: Sequence[int]) -> list[tuple[int, ...]]:
+        """Per tensor in ``params`` order, its extent for ``agents``: hidden widths cut to
+        their largest among them (inputs and outputs stay whole)."""
+        hidden = [max(self.widths[i][d] for i in agents) for d in range(len(self.actor) - 1)]
+        cuts: list[tuple[int, ...]] = [tuple(self.log_std.shape[1:])]
+        for layers in (self.actor, self.critic):
+            for d, (weight, _) in enumerate(layers):
+                fan_in = weight.shape[1] if d == 0 else hidden[d - 1]
+                fan_out = weight.shape[2] if d == len(layers) - 1 else hidden[d]
+                cuts += [(fan_in, fan_out), (1, fan_out)]
+        return cuts
 
-    @staticmethod
-    def _flat(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-        return [t for layer in layers for t in layer]
+    def whole(self, agents: Sequence[int]) -> bool:
+        """Whether ``agents`` are all the agents and need every padded unit."""
+        return len(agents) == self.n and all(c == tuple(t.shape[1:]) for c, t in zip(self._cuts(agents), self.params))
+
+    def crop(self, tensors: Sequence[torch.Tensor], agents: Sequence[int]) -> list[torch.Tensor]:
+        """Copies of rows ``agents`` of ``tensors`` (shaped like ``params``), cut to their
+        widths; the tensors themselves when :meth:`whole`."""
+        if self.whole(agents):
+            return list(tensors)
+        rows = torch.tensor(agents, device=tensors[0].device)
+        return [t.index_select(0, rows)[(slice(None), *(slice(0, c) for c in cut))].contiguous()
+                for t, cut in zip(tensors, self._cuts(agents))]
+
+    @torch.no_grad()
+    def paste(self, tensors: Sequence[torch.Tensor], agents: Sequence[int], values: Sequence[torch.Tensor]) -> None:
+        """Write :meth:`crop` ``values`` back into ``tensors`` (a no-op for whole tensors)."""
+        if self.whole(agents):
+            return
+        rows = torch.tensor(agents, device=tensors[0].device)
+        for t, v in zip(tensors, values):
+            t[(rows, *(slice(0, c) for c in v.shape[1:]))] = v
+
+    def sub(self, agents: Sequence[int], grad: bool = False) -> BatchedNets:
+        """The model of ``agents`` alone, cut to their widths; with ``grad``, its tensors are
+        leaves to differentiate (copies, or ``params`` themselves when whole)."""
+        tensors = self.crop(self.params, agents)
+        if grad:
+            tensors = [t.detach().requires_grad_() for t in tensors]
+        return BatchedNets(tensors, [self.widths[i] for i in agents])
 
     @staticmethod
     def _mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
@@ -76,18 +119,6 @@ class BatchedNets:
             if depth < len(layers) - 1:
                 x = torch.relu(x)
         return x
-
-    def select(self, agents: torch.Tensor | None) -> BatchedNets:
-        """A view of the agents in ``agents`` (all when None); differentiable back to ``params``."""
-        if agents is None:
-            return self
-        view = object.__new__(BatchedNets)
-        pick = [(w.index_select(0, agents), b.index_select(0, agents)) for w, b in self.actor]
-        view.actor = pick
-        view.critic = [(w.index_select(0, agents), b.index_select(0, agents)) for w, b in self.critic]
-        view.log_std = self.log_std.index_select(0, agents)
-        view.n = len(agents)
-        return view
 
     def mean(self, states: torch.Tensor) -> torch.Tensor:
         """Gaussian means ``[N, M, A]`` of the pre-``tanh`` actions for states ``[N, M, S]``."""
@@ -117,44 +148,31 @@ class BatchedNets:
                 lin.bias.copy_(bias[i, 0, : lin.out_features])
         actor.log_std.copy_(self.log_std[i])
 
-    def shapes(self, i: int) -> list[tuple[int, ...]]:
-        """Agent ``i``'s unpadded parameter shapes, in ``params`` order (nn.Linear layout)."""
-        out: list[tuple[int, ...]] = [(self.log_std.shape[1],)]
-        for layers in (self.actor, self.critic):
-            sizes = [layers[0][0].shape[1], *self.widths[i], layers[-1][0].shape[2]]
-            for d in range(len(layers)):
-                out += [(sizes[d + 1], sizes[d]), (sizes[d + 1],)]
-        return out
-
     def unpad(self, i: int, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Agent ``i``'s slices of tensors shaped like ``params`` (gradients, Adam moments),
-        unpadded and in nn.Linear's ``[out, in]`` layout."""
+        """Agent ``i``'s slices of tensors shaped like ``params`` (Adam moments), unpadded and
+        in nn.Linear's layout (weights ``[out, in]``, biases ``[out]``)."""
         out = []
-        for t, shape in zip(tensors, self.shapes(i)):
-            if len(shape) == 2:
-                out.append(t[i, : shape[1], : shape[0]].T.contiguous())
-            elif t.dim() == 3:  # bias [N, 1, out]
-                out.append(t[i, 0, : shape[0]].clone())
-            else:  # log_std [N, A]
-                out.append(t[i].clone())
+        for k, (t, cut) in enumerate(zip(tensors, self._cuts([i]))):
+            part = t[(i, *(slice(0, c) for c in cut))]
+            out.append(part.clone() if k == 0 else part.T.contiguous() if k % 2 else part[0].clone())
         return out
 
+    @torch.no_grad()
     def pad_into(self, i: int, tensors: Sequence[torch.Tensor], unpadded: Sequence[torch.Tensor]) -> None:
         """Write agent ``i``'s unpadded tensors (nn.Linear layout) into padded ``tensors``."""
-        for t, u in zip(tensors, unpadded):
-            if u.dim() == 2:
-                t[i].zero_()
-                t[i, : u.shape[1], : u.shape[0]] = u.T
-            elif t.dim() == 3:
-                t[i].zero_()
-                t[i, 0, : u.shape[0]] = u
-            else:
+        for k, (t, u) in enumerate(zip(tensors, unpadded)):
+            t[i].zero_()
+            if k == 0:
                 t[i] = u
+            elif k % 2:
+                t[i, : u.shape[1], : u.shape[0]] = u.T
+            else:
+                t[i, 0, : u.shape[0]] = u
 
 
 class BatchedAdam:
-    """Adam for N agents at once, each with its own learning rate and step count; only the
-    agents flagged active in a step move. Matches torch.optim.Adam (no weight decay, no
+    """Adam for N agents at once, each with its own learning rate and step count. A step
+    moves only the agents it is given. Matches torch.optim.Adam (no weight decay, no
     amsgrad) agent by agent, and PPOLearner's gradient-norm clipping before it."""
 
     def __init__(self, nets: BatchedNets, lr: torch.Tensor) -> None:
@@ -164,27 +182,30 @@ class BatchedAdam:
         self.step_count = torch.zeros(nets.n, dtype=torch.float64, device=lr.device)
 
     @torch.no_grad()
-    def step(self, grads: Sequence[torch.Tensor], active: torch.Tensor, max_grad_norm: float) -> None:
+    def step(self, sub: BatchedNets, grads: Sequence[torch.Tensor], agents: Sequence[int],
+             max_grad_norm: float) -> None:
         """Clip each agent's gradient to ``max_grad_norm`` (as nn.utils.clip_grad_norm_), then
-        one Adam step for the agents where ``active`` ``[N]`` is true; the others are untouched."""
-        n = self.nets.n
+        one Adam step of ``agents``, whose model ``sub`` (:meth:`BatchedNets.sub`) ``grads`` belong to."""
+        nets, n = self.nets, len(agents)
+        rows = torch.tensor(agents, device=self.lr.device)
         norms = torch.stack([torch.linalg.vector_norm(g.reshape(n, -1), dim=1) for g in grads])
-        total = torch.linalg.vector_norm(norms, dim=0)
-        coef = torch.where(active, (max_grad_norm / (total + 1e-6)).clamp(max=1.0), 0.0)  # resting agents: no gradient
+        coef = (max_grad_norm / (torch.linalg.vector_norm(norms, dim=0) + 1e-6)).clamp(max=1.0)
+        self.step_count[rows] += 1
+        steps = self.step_count[rows]
         beta1, beta2 = BETAS
-        self.step_count += active
-        steps = self.step_count.clamp(min=1.0)
-        step_size = torch.where(active, self.lr / (1 - beta1**steps), 0.0).to(torch.float32)
+        step_size = (self.lr[rows] / (1 - beta1**steps)).to(torch.float32)
         bias2_sqrt = (1 - beta2**steps).sqrt().to(torch.float32)
-        keep = torch.where(active, 1.0 - beta1, 0.0).to(torch.float32)
-        decay = torch.where(active, beta2, 1.0).to(torch.float32)
-        for p, g, m, v in zip(self.nets.params, grads, self.exp_avg, self.exp_avg_sq):
+        moments = nets.crop(self.exp_avg, agents), nets.crop(self.exp_avg_sq, agents)
+        for p, g, m, v in zip(sub.params, grads, *moments):
             shape = (n,) + (1,) * (p.dim() - 1)
             g = g * coef.reshape(shape)
-            m.lerp_(g, keep.reshape(shape))
-            v.mul_(decay.reshape(shape)).addcmul_(g, g, value=1 - beta2)
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
             denom = (v.sqrt() / bias2_sqrt.reshape(shape)).add_(EPS)
             p.add_((m * -step_size.reshape(shape)) / denom)
+        nets.paste(nets.params, agents, sub.params)
+        nets.paste(self.exp_avg, agents, moments[0])
+        nets.paste(self.exp_avg_sq, agents, moments[1])
 
     def state_of(self, i: int, groups: list[dict[str, Any]]) -> dict[str, Any]:
         """Agent ``i``'s optimizer state in ``torch.optim.Adam.state_dict()`` form; ``groups``

@@ -145,6 +145,8 @@ class _Population:
 class Evolution:
     """One evolution run over ``data``: build or resume the population, then run it."""
 
+    CHECKPOINT = CHECKPOINT
+
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
                  cfg: EvolutionConfig, train_window: tuple[int, int], val_window: tuple[int, int],
                  per_year: float, nitro: NitroConfig = NitroConfig()) -> None:

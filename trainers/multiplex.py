@@ -34,12 +34,18 @@ from trainers.population import AgentJob, Setting, boost, evaluation_due, fresh,
 from trainers.ppo import PPOLearner, Rollout, gae_advantages
 
 
+WIDTH_SPREAD = 1.5
+"""Agents whose first hidden layers differ by more than this factor update in separate batched matmuls."""
+
+
 @dataclass
 class _Layout:
     """Where each agent's envs sit in the stacked env (flat) and in the padded ``[N, M]`` layout."""
 
+    counts: list[int]
+    """Envs per agent, on the host."""
     sizes: torch.Tensor
-    """``[N]`` envs per agent."""
+    """The same, as a tensor on the device."""
     offsets: torch.Tensor
     agent_of_env: torch.Tensor
     """``[E_total]`` the agent each flat env belongs to."""
@@ -53,8 +59,8 @@ class _Layout:
         size = torch.tensor(sizes, device=device)
         offsets = torch.cumsum(size, 0) - size
         agent = torch.repeat_interleave(torch.arange(len(sizes), device=device), size)
-        local = torch.arange(int(size.sum()), device=device) - offsets[agent]
-        return cls(size, offsets, agent, local, max(sizes))
+        local = torch.arange(sum(sizes), device=device) - offsets[agent]
+        return cls(list(sizes), size, offsets, agent, local, max(sizes))
 
     def to_agents(self, x: torch.Tensor) -> torch.Tensor:
         """``[H, E_total, ...]`` → ``[N, H·M, ...]`` (padded slots repeat an agent's last env)."""
@@ -73,10 +79,10 @@ class _Layout:
     def samples(self, i: int, h: int) -> torch.Tensor:
         """Flat rollout rows of agent ``i`` in its own flattening order (``t·E_i + e``), which is
         how PPOLearner numbers the samples it permutes."""
-        total = int(self.sizes.sum())
-        t = torch.arange(h, device=self.sizes.device).unsqueeze(1)
-        e = torch.arange(int(self.sizes[i]), device=self.sizes.device).unsqueeze(0)
-        return (t * total + int(self.offsets[i]) + e).reshape(-1)
+        dev = self.sizes.device
+        t = torch.arange(h, device=dev).unsqueeze(1)
+        e = torch.arange(self.counts[i], device=dev).unsqueeze(0)
+        return (t * sum(self.counts) + sum(self.counts[:i]) + e).reshape(-1)
 
 
 class Multiplexed:
@@ -93,7 +99,7 @@ class Multiplexed:
         self.learners: list[PPOLearner] = [a.learners[0] for a in self.agents]
         self.envs: list[MarketEnv] = [a.envs[0] for a in self.agents]
         self.device = self.envs[0].device
-        self.nets = BatchedNets([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
+        self.nets = BatchedNets.stack([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
         self.adam = BatchedAdam(self.nets, self._hparam("lr", torch.float64))
         for i, learner in enumerate(self.learners):
             self.adam.load_state_of(i, learner.optimizer.state_dict())
@@ -106,13 +112,11 @@ class Multiplexed:
         """One PPO iteration (rollout + update) of the agents in ``group``; the others rest,
         their envs and random streams untouched, as if they had not been called. Returns each
         trained agent's part of the rollout (what Nitro's detector inspects)."""
-        index = torch.tensor(group, device=self.device)
-        everyone = len(group) == len(self.learners)
         layout = _Layout.of([self.envs[i].num_envs for i in group], self.device)
         with torch.no_grad():
-            rollout = self._collect(group, self.nets if everyone else self.nets.select(index), layout)
-        self._update(group, None if everyone else index, layout, rollout)
-        return rollout.split(layout.sizes.tolist())
+            rollout = self._collect(group, self.nets.sub(group), layout)
+        self._update(group, layout, rollout)
+        return rollout.split(layout.counts)
 
     def boost(self, jobs: Sequence[AgentJob], group: Sequence[int], rollouts: Sequence[Rollout]) -> None:
         """Nitro for each agent of ``group`` after its round: rescale its envs (nitro §5.3)."""
@@ -144,9 +148,9 @@ class Multiplexed:
         for t in range(h):
             with profiler.operation("inference"):
                 mean = nets.mean(layout.to_agents(states[t : t + 1]))
-                for j, learner in enumerate(learners):
-                    torch.randn((int(layout.sizes[j]), env.action_dim), generator=learner.generator, device=dev,
-                                out=noise[j, : int(layout.sizes[j])])
+                for j, (learner, count) in enumerate(zip(learners, layout.counts)):
+                    torch.randn((count, env.action_dim), generator=learner.generator, device=dev,
+                                out=noise[j, :count])
                 raw = mean + std * noise
                 raw_actions[t] = layout.from_agents(raw, 1)[0]
                 log_probs[t] = layout.from_agents(nets.log_prob(mean, raw), 1)[0]
@@ -157,7 +161,7 @@ class Multiplexed:
                 with profiler.operation("inference"):
                     final_values[t].index_copy_(0, step.final.index, self._values_at(nets, layout, step.final))
         env.unstack([self.envs[i] for i in group])
-        for learner, part in zip(learners, states[h].split(layout.sizes.tolist())):
+        for learner, part in zip(learners, states[h].split(layout.counts)):
             learner._state = part.clone()
         with profiler.operation("advantage"):
             final_values = torch.where(truncated, final_values, 0.0)
@@ -177,7 +181,7 @@ class Multiplexed:
         padded[agent, local] = states
         return nets.value(padded)[agent, local]
 
-    def _update(self, group: Sequence[int], index: torch.Tensor | None, layout: _Layout, rollout: Rollout) -> None:
+    def _update(self, group: Sequence[int], layout: _Layout, rollout: Rollout) -> None:
         """``repeat_times`` epochs of minibatch PPO updates per agent, as PPOLearner.update does,
         with each step batched over the agents that still have minibatches to go."""
         adv = rollout.advantages
@@ -190,7 +194,7 @@ class Multiplexed:
             var = torch.zeros(n, device=self.device).index_add_(0, per_env, centred.pow(2).sum(0)) / (count - 1)
             adv = centred / (var.sqrt()[per_env] + 1e-8)
         flat = [x.flatten(0, 1) for x in (rollout.states, rollout.raw_actions, rollout.log_probs, adv, rollout.returns)]
-        size = [h * int(s) for s in layout.sizes]
+        size = [h * count for count in layout.counts]
         width = [min(cfg.batch_size, s) for s in size]
         batches = [s // w for s, w in zip(size, width)]
         steps = [int(self.learners[i].cfg.repeat_times) * b for i, b in zip(group, batches)]
@@ -198,42 +202,52 @@ class Multiplexed:
         orders: list[torch.Tensor] = [torch.empty(0)] * n
         for s in range(max(steps)):
             active = [j for j in range(n) if s < steps[j]]
-            rows = []
+            rows = {}
             for j in active:
-                epoch_start = s % batches[j] == 0
-                if epoch_start:
+                if s % batches[j] == 0:  # a new epoch: a new permutation, drawn as PPOLearner draws it
                     perm = torch.randperm(size[j], generator=self.learners[group[j]].generator, device=self.device)
                     orders[j] = layout.samples(j, h)[perm]
                 start = (s % batches[j]) * width[j]
-                rows.append(orders[j][start : start + width[j]])
-            with profiler.operation("backprop"):
-                self._gradient_step(group, index, active, rows, flat, clip, entropy_coef)
+                rows[j] = orders[j][start : start + width[j]]
+            for part in self._by_width(group, active):
+                with profiler.operation("backprop"):
+                    self._gradient_step([group[j] for j in part], part, [rows[j] for j in part], flat, clip,
+                                        entropy_coef)
 
-    def _gradient_step(self, group: Sequence[int], index: torch.Tensor | None, active: list[int],
-                       rows: list[torch.Tensor], flat: list[torch.Tensor], clip: torch.Tensor,
-                       entropy_coef: torch.Tensor) -> None:
-        """One Adam step for the ``active`` members of ``group`` on their minibatches ``rows``."""
+    def _by_width(self, group: Sequence[int], active: list[int]) -> list[list[int]]:
+        """``active`` in groups of similar width (grouped batched matmuls): a group's widest
+        agent is at most ``WIDTH_SPREAD`` times its narrowest, so padding wastes little."""
+        order = sorted(active, key=lambda j: self.nets.widths[group[j]][0])
+        parts: list[list[int]] = []
+        for j in order:
+            if parts and self.nets.widths[group[j]][0] <= WIDTH_SPREAD * self.nets.widths[group[parts[-1][0]]][0]:
+                parts[-1].append(j)
+            else:
+                parts.append([j])
+        return [sorted(part) for part in parts]
+
+    def _gradient_step(self, agents: list[int], active: list[int], rows: list[torch.Tensor], flat: list[torch.Tensor],
+                       clip: torch.Tensor, entropy_coef: torch.Tensor) -> None:
+        """One Adam step for ``agents`` (positions ``active`` in the update's group) on their
+        minibatches ``rows``, computed on the model cut to them and their widths."""
         cfg = self.setting.ppo_cfg
         picked = torch.tensor(active, device=self.device)
-        agents = picked if index is None else index[picked]
-        nets = self.nets if len(active) == len(self.learners) else self.nets.select(agents)
+        nets = self.nets.sub(agents, grad=True)
         longest = max(len(r) for r in rows)
         if all(len(r) == longest for r in rows):
             idx, weight = torch.stack(rows), torch.full((len(rows), longest), 1.0 / longest, device=self.device)
         else:  # an agent with fewer samples than batch_size: pad its rows, weigh them out
             idx = torch.stack([torch.cat((r, r[: longest - len(r)])) for r in rows])
             weight = torch.stack([(torch.arange(longest, device=self.device) < len(r)) / len(r) for r in rows])
-        states, raw, old_log_probs, adv, returns = (x[idx] for x in flat)
+        states, raw, old_log_probs, adv, returns = (x.index_select(0, idx.flatten()).unflatten(0, idx.shape) for x in flat)
         mean = nets.mean(states)
         ratio = (nets.log_prob(mean, raw) - old_log_probs).exp()
         c = clip[picked].unsqueeze(1)
         policy_loss = -(torch.minimum(ratio * adv, ratio.clamp(1 - c, 1 + c) * adv) * weight).sum(1)
         value_loss = ((nets.value(states) - returns).pow(2) * weight).sum(1)
         loss = policy_loss + cfg.value_coef * value_loss - entropy_coef[picked] * nets.entropy()
-        grads = torch.autograd.grad(loss.sum(), self.nets.params)
-        moving = torch.zeros(len(self.learners), dtype=torch.bool, device=self.device)
-        moving[agents] = True
-        self.adam.step(grads, moving, cfg.max_grad_norm)
+        grads = torch.autograd.grad(loss.sum(), nets.params)
+        self.adam.step(nets, grads, agents, cfg.max_grad_norm)
 
     def evaluate(self) -> list[float]:
         """Every agent's fitness on the validation window, in one pass of N accounts (§4.2)."""

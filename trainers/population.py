@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -26,6 +26,7 @@ from trainers.ppo import Actor, PPOConfig, Rollout
 from trainers.selection import STRUCTURAL
 from trainers.state import StateScales
 
+T = TypeVar("T")
 Snapshot = tuple[float, int, dict[str, torch.Tensor]]
 """Best fitness, the generation it was reached in, and the actor's weights then."""
 
@@ -46,6 +47,13 @@ class Setting:
     eval_interval: int
     patience: int
     nitro: NitroConfig = NitroConfig()
+    device: str | None = None
+    """Where jobs train when ``data`` travels elsewhere (see :meth:`shipped`); None: ``data``'s device."""
+
+    def shipped(self) -> Setting:
+        """This setting for another process: the data on the CPU (a Dask scheduler unpickles
+        task arguments and need not have a GPU), its device named for the jobs."""
+        return replace(self, data=self.data.to("cpu"), device=str(self.data.close.device))
 
     def agent(self, hparams: Mapping[str, float], seed: int) -> PPOAgent:
         """A fresh agent with ``hparams`` applied to the PPO base."""
@@ -166,7 +174,9 @@ def run_job(job: AgentJob, setting: Setting) -> AgentJob:
     at the end; keep its best snapshot; stop training once its fitness has fallen
     ``patience`` evaluations in a row or its budget is spent; with Nitro on, rescale its
     envs after every round. Returns the updated job (the input is not changed)."""
-    job = fresh(job)
+    job, home = fresh(job), setting.data.close.device
+    if setting.device is not None and torch.device(setting.device) != home:  # shipped: train on the named device
+        setting = replace(setting, data=setting.data.to(setting.device), device=None)
     agent = setting.agent(job.hparams, job.seed)
     agent.load_state_dict(job.state)
     gpu = agent.envs[0].device.type == "cuda"
@@ -185,8 +195,20 @@ def run_job(job: AgentJob, setting: Setting) -> AgentJob:
         profiler.set_phase("evaluation")
         score = job.last if halted else setting.evaluate(agent)
         record(job, it, score, halted, lambda: copy.deepcopy(agent.actor.state_dict()))
-    job.state = agent.state_dict()
+    job.state, job.best = to_device(agent.state_dict(), home), to_device(job.best, home)
     return job
+
+
+def to_device(tree: T, device: torch.device | str) -> T:
+    """``tree`` (dicts, lists and tuples of tensors) with every tensor on ``device``. Random
+    generator states are CPU byte tensors on every device, so they stay valid."""
+    if isinstance(tree, torch.Tensor):
+        return tree.to(device)  # type: ignore[return-value]
+    if isinstance(tree, dict):
+        return {k: to_device(v, device) for k, v in tree.items()}  # type: ignore[return-value]
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_device(v, device) for v in tree)  # type: ignore[return-value]
+    return tree
 
 
 class JobPool(Protocol):

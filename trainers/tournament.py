@@ -192,6 +192,8 @@ class Tournament:
     ``seed * 1000 + j``; all other randomness comes from one generator seeded by ``seed``.
     """
 
+    CHECKPOINT = CHECKPOINT
+
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
                  cfg: EvolutionConfig, tcfg: TournamentConfig, train_window: tuple[int, int],
                  val_window: tuple[int, int], per_year: float, nitro: NitroConfig = NitroConfig()) -> None:

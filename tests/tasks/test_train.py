@@ -1,9 +1,12 @@
+import dataclasses
+import json
+
 import pandas as pd
 import torch
 
 from tasks import bundle
 from tasks.leaderboard import LEADERBOARD, PLOT
-from tasks.train import train
+from tasks.train import SUMMARY, train
 
 
 def test_train_writes_a_bundle_serving_can_load(built):
@@ -39,3 +42,28 @@ def test_profiled_training_writes_the_breakdown_and_changes_nothing(built_copy):
     assert {("training", "simulation"), ("training", "inference"), ("training", "backprop"),
             ("evaluation", "simulation")} <= ops
     assert (rows["seconds"] >= 0).all() and rows["calls"].sum() > 0
+
+
+def test_tournament_mode_trains_through_the_stage_and_logs_its_cost(built_copy):
+    params = built_copy.model_copy(update={
+        "evolution": dataclasses.replace(built_copy.evolution, mode="tournament"),
+        "tournament": dataclasses.replace(built_copy.tournament, workers=2, jobs=3, leaderboard_size=2)})
+    result = train(params)
+    board = pd.read_csv(params.dirs.models / LEADERBOARD)
+    assert sorted(board["agent"].unique()) == [0, 1, 2]  # one row per job (tiny: one evaluation each)
+    assert (board["parent"].notna() & (board["generation"] > 0)).any()  # a job generated from the leaderboard
+    summary = json.loads((params.dirs.models / SUMMARY).read_text())
+    assert summary["mode"] == "tournament" and summary["env_steps"] == result.env_steps > 0
+    assert summary["cpu_seconds"] > 0
+    assert (params.dirs.models / PLOT).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_nitro_through_the_stage_keeps_the_budget(built_copy):
+    params = built_copy.model_copy(update={
+        "nitro": dataclasses.replace(built_copy.nitro, enabled=True, min_envs=2, max_envs=8, lanczos_steps=3, subset=16),
+        "evolution": dataclasses.replace(built_copy.evolution, budget_env_steps=2 * 2 * 100),
+        "train": built_copy.train.model_copy(update={"engine": "serial"})})
+    result = train(params)
+    assert 0 < result.env_steps <= 400
+    board = pd.read_csv(params.dirs.models / LEADERBOARD)
+    assert board["num_envs"].between(2, 8).all()

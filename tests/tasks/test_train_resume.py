@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tasks import bundle
-from tasks.train import checkpoint_path, train
+from tasks.train import checkpoint_dir, train
+from trainers.evolution import CHECKPOINT
 
 from tests.conftest import TINY, tiny_params
 
@@ -30,7 +31,7 @@ def test_a_killed_training_run_resumes_to_the_uninterrupted_result(built_copy, t
     straight = train(params)
     expected = torch.load(straight.model_dir / bundle.WEIGHTS, weights_only=True)
 
-    ckpt = checkpoint_path(params)
+    ckpt = checkpoint_dir(params) / CHECKPOINT
     ckpt.unlink()
     proc = subprocess.Popen(cli(tmp_path), cwd=Path(__file__).parents[2], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)

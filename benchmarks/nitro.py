@@ -72,14 +72,13 @@ def mean_std(values: list[float], fmt: str = ".2f") -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| arm | best validation Sharpe | its test Sharpe | its test return | rounds | env steps | CPU s | wall s |",
-             "|---|---|---|---|---|---|---|---|"]
+    columns = (("validation", ".2f"), ("test_sharpe", ".2f"), ("test_return", ".2f"), ("rounds", ".0f"),
+               ("env_steps", ",.0f"), ("cpu_seconds", ".0f"), ("seconds", ".0f"))
+    lines = ["| arm | best validation Sharpe | its test Sharpe | its test return | rounds | env steps | CPU s "
+             "| wall s |", "|---|---|---|---|---|---|---|---|"]
     for arm in ("static", "boosted"):
         sub = [r for r in rows if r["arm"] == arm]
-        lines.append(f"| {arm} | {mean_std([r['validation'] for r in sub])} | {mean_std([r['test_sharpe'] for r in sub])}"
-                     f" | {mean_std([r['test_return'] for r in sub])} | {mean_std([r['rounds'] for r in sub], '.0f')} | "
-                     f"{mean_std([r['env_steps'] for r in sub], ',.0f')} | {mean_std([r['cpu_seconds'] for r in sub], '.0f')}"
-                     f" | {mean_std([r['seconds'] for r in sub], '.0f')} |")
+        lines.append(f"| {arm} | " + " | ".join(mean_std([r[k] for r in sub], fmt) for k, fmt in columns) + " |")
     diffs = [b["validation"] - s["validation"] for s, b in zip(*(sorted((r for r in rows if r["arm"] == a),
                                                                         key=lambda r: r["seed"])
                                                                  for a in ("static", "boosted")))]
@@ -100,7 +99,8 @@ def plot(rows: list[dict], path: Path, horizon: int) -> None:
         steps = [sum(e * horizon for _, _, e in r["curve"][: k + 1]) for k in range(len(r["curve"]))]
         curves.plot(steps, [f for _, f, _ in r["curve"]], color=colour, alpha=0.5,
                     label=r["arm"] if r["seed"] == 0 else None)
-    envs.set(xlabel="evaluation (every 2 rounds)", ylabel="envs in the round", title="Nitro's env count (each line a seed)")
+    envs.set(xlabel="evaluation (every 2 rounds)", ylabel="envs in the round",
+             title="Nitro's env count (each line a seed)")
     curves.set(xlabel="env steps spent", ylabel="validation Sharpe", title="Learning at equal budget")
     curves.legend()
     figure.savefig(path, dpi=100)

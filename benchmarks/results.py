@@ -208,7 +208,8 @@ def main() -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     marker = "<!-- results.py writes below this line -->"
     head = args.out.read_text().split(marker)[0] if args.out.exists() else "# Results\n\n"
-    args.out.write_text(f"{head}{marker}\n\n## Measured {stamp}\n\n{text}\n\n![test Sharpe per seed](img/results.png)\n")
+    figure = "![test Sharpe per seed](img/results.png)"
+    args.out.write_text(f"{head}{marker}\n\n## Measured {stamp}\n\n{text}\n\n{figure}\n")
 
 
 if __name__ == "__main__":

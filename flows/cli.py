@@ -103,9 +103,7 @@ def _describe_features(r: Any) -> str:
 
 
 def _describe_train(r: Any) -> str:
-    return (f"[green]✓ train[/] best validation Sharpe {r.best_fitness:.3f} (agent {r.best_agent}, "
-            f"generation {r.best_generation}), {r.env_steps} env steps in {r.seconds:.0f}s on {r.device}"
-            + (f"; profile {r.profile}" if r.profile else ""))
+    return f"[green]✓ train[/] {r.describe()}" + (f"; profile {r.profile}" if r.profile else "")
 
 
 def _describe_backtest(r: Any) -> Group:

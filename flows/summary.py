@@ -51,9 +51,7 @@ def render(console: Console, s: PipelineSummary) -> None:
                   f"(alias {', '.join(reg.aliases)}): {verdict}: {reg.reason}")
     console.print(f"[bold]MLflow run[/] {reg.run_id}   [bold]data version[/] {s.ingest.data_version}"
                   f"{' (reused)' if s.ingest.reused else ''}")
-    console.print(f"[bold]training[/] best validation Sharpe {s.train.best_fitness:.3f} "
-                  f"(agent {s.train.best_agent}, generation {s.train.best_generation}), "
-                  f"{s.train.env_steps:,} env steps in {s.train.seconds:.0f}s on {s.train.device}")
+    console.print(f"[bold]training[/] {s.train.describe()}")
     console.print(f"[bold]artifacts[/] plot {s.backtest.plot}, metrics {s.backtest.metrics_file}, "
                   f"validation report {s.validate.report}, model bundle {s.train.model_dir}, "
                   f"run artifacts {reg.artifact_uri}")

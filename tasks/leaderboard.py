@@ -41,7 +41,8 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
         board = board.assign(x=board["agent"].map(order) + board["iteration"] / per_job)
         segments = [(rows, f"C{int(rows['generation'].iloc[0]) % 10}", board[board["agent"] == rows["parent"].iloc[0]])
                     for _, rows in board.groupby("agent", sort=False)]
-        xlabel, title = "jobs finished", "Tournament: each job's fitness; colour = lineage depth, dashed = from its parent"
+        xlabel = "jobs finished"
+        title = "Tournament: each job's fitness; colour = lineage depth, dashed = from its parent"
     else:
         board = board.assign(x=board["generation"] + board["iteration"] / per_job)
         segments = []

@@ -53,8 +53,18 @@ class TrainResult:
     env_steps: int
     seconds: float
     device: str
+    fitness: str = "sharpe"
+    mode: str = "generational"
+    engine: str = "multiplexed"
     profile: Path | None = None
     """The profile plot, when training was profiled."""
+
+    def describe(self) -> str:
+        """Which snapshot won, and what training cost, in one line."""
+        where = (f"job {self.best_agent}, lineage depth {self.best_generation}" if self.mode == "tournament"
+                 else f"agent {self.best_agent}, generation {self.best_generation}")
+        return (f"best validation {self.fitness} {self.best_fitness:.3f} ({where}), {self.env_steps:,} env steps in "
+                f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device})")
 
 
 def pick_device(choice: str) -> torch.device:
@@ -217,8 +227,9 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
              result.best_agent, unit, result.best_generation, evo.fitness, result.best_fitness, result.env_steps,
              result.env_steps / seconds, result.cost.cpu_seconds)
     return TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
-                       result.best_hparams, result.env_steps, seconds, str(device),
-                       params.dirs.models / PROFILE_FILES[2] if report is not None else None)
+                       result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
+                       params.train.engine, params.dirs.models / PROFILE_FILES[2] if report is not None else None)
+
 
 
 train_task = task(train, name="train", cache_policy=NO_CACHE)

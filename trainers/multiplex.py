@@ -67,7 +67,8 @@ class _Layout:
         h, total = x.shape[0], x.shape[1]
         local = torch.minimum(torch.arange(self.width, device=x.device), self.sizes.unsqueeze(1) - 1)
         cols = self.offsets.unsqueeze(1) + local
-        index = (torch.arange(h, device=x.device).view(1, h, 1) * total + cols.unsqueeze(1)).reshape(len(self.sizes), -1)
+        steps = torch.arange(h, device=x.device).view(1, h, 1)
+        index = (steps * total + cols.unsqueeze(1)).reshape(len(self.sizes), -1)
         return x.reshape(h * total, *x.shape[2:])[index]
 
     def from_agents(self, y: torch.Tensor, h: int) -> torch.Tensor:
@@ -104,9 +105,12 @@ class Multiplexed:
         for i, learner in enumerate(self.learners):
             self.adam.load_state_of(i, learner.optimizer.state_dict())
 
-    def _hparam(self, name: str, dtype: torch.dtype = torch.float32, group: Sequence[int] | None = None) -> torch.Tensor:
+    def _hparam(self, name: str, dtype: torch.dtype = torch.float32,
+                group: Sequence[int] | None = None) -> torch.Tensor:
+        """Hyperparameter ``name`` of the agents in ``group`` (all by default) as a tensor."""
         group = range(len(self.learners)) if group is None else group
-        return torch.tensor([float(getattr(self.learners[i].cfg, name)) for i in group], dtype=dtype, device=self.device)
+        values = [float(getattr(self.learners[i].cfg, name)) for i in group]
+        return torch.tensor(values, dtype=dtype, device=self.device)
 
     def train_iteration(self, group: Sequence[int]) -> list[Rollout]:
         """One PPO iteration (rollout + update) of the agents in ``group``; the others rest,
@@ -239,7 +243,8 @@ class Multiplexed:
         else:  # an agent with fewer samples than batch_size: pad its rows, weigh them out
             idx = torch.stack([torch.cat((r, r[: longest - len(r)])) for r in rows])
             weight = torch.stack([(torch.arange(longest, device=self.device) < len(r)) / len(r) for r in rows])
-        states, raw, old_log_probs, adv, returns = (x.index_select(0, idx.flatten()).unflatten(0, idx.shape) for x in flat)
+        states, raw, old_log_probs, adv, returns = (x.index_select(0, idx.flatten()).unflatten(0, idx.shape)
+                                                    for x in flat)
         mean = nets.mean(states)
         ratio = (nets.log_prob(mean, raw) - old_log_probs).exp()
         c = clip[picked].unsqueeze(1)

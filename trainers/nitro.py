@@ -287,7 +287,8 @@ class CostLedger:
     def meter(self, env_steps: int, gpu: bool = False) -> Iterator[None]:
         """Charge ``env_steps`` and the CPU seconds (all threads of this process) the block
         takes, plus its wall seconds as GPU seconds when it ran on a GPU."""
-        require(self.affordable(env_steps), f"{env_steps} env steps overrun the budget ({self.remaining_env_steps} left)")
+        require(self.affordable(env_steps),
+                f"{env_steps} env steps overrun the budget ({self.remaining_env_steps} left)")
         cpu, wall = time.process_time(), time.perf_counter()
         yield
         self.charge(env_steps, time.process_time() - cpu, time.perf_counter() - wall if gpu else 0.0)

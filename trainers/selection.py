@@ -36,14 +36,16 @@ def sample(name: str, bounds: tuple[float, float], rng: np.random.Generator) -> 
     return float(round(value)) if name in INTEGER else float(value)
 
 
+def draw(base: Mapping[str, float], space: Bounds, rng: np.random.Generator) -> dict[str, float]:
+    """``base`` with every hyperparameter in ``space`` drawn afresh: a new agent."""
+    return {**base, **{name: sample(name, bounds, rng) for name, bounds in space.items()}}
+
+
 def initial_population(base: Mapping[str, float], space: Bounds, size: int,
                        rng: np.random.Generator) -> list[dict[str, float]]:
     """Agent 0 keeps ``base`` (the PPO defaults, Table 3); the others draw every searched
     hyperparameter from ``space``."""
-    population = [dict(base)]
-    for _ in range(size - 1):
-        population.append({**base, **{name: sample(name, space[name], rng) for name in space}})
-    return population
+    return [dict(base)] + [draw(base, space, rng) for _ in range(size - 1)]
 
 
 def explore(source: Mapping[str, float], space: Bounds, factors: tuple[float, float], resample_p: float,

@@ -31,7 +31,7 @@ from trainers.evolution import (EvolutionConfig, EvolutionResult, ProgressFn, at
 from trainers.nitro import CostLedger, NitroConfig
 from trainers.population import AgentJob, AgentRecord, JobPool, Setting, Snapshot, run_job
 from trainers.ppo import PPOConfig
-from trainers.selection import explore, initial_population, sample
+from trainers.selection import draw, explore, initial_population
 from trainers.state import StateScales
 
 CHECKPOINT = "tournament.pt"
@@ -249,8 +249,7 @@ class Tournament:
         if index < len(self.initial):
             return self._fresh(index, seed, self.initial[index])
         if not run.board:  # nothing finished yet: a fresh draw from the search space
-            return self._fresh(index, seed, {**self.setting.ppo_cfg.hparams(), **{
-                name: sample(name, bounds, self.rng) for name, bounds in cfg.search_space.items()}})
+            return self._fresh(index, seed, draw(self.setting.ppo_cfg.hparams(), cfg.search_space, self.rng))
         profiler.set_phase("selection")
         parent = tournament_select(run.board, self.tcfg.tournament_size, self.rng)
         mutated = explore(parent.hparams, cfg.search_space, cfg.perturb_factors, cfg.resample_p, self.rng)

@@ -31,6 +31,13 @@ def write(tmp_path: Path, text: str) -> Path:
         ("features:\n  train_end: 2023-01-01\n  val_end: 2022-01-01\n", "train_end must be before val_end"),
         ("evolution:\n  search_space: {momentum: [0.1, 0.2]}\n", "search_space.momentum is not one of"),
         ("data: [1, 2\n", "not valid YAML"),
+        ("ppo:\n  learners: 2\n", "train.engine multiplexed trains one learner per agent"),
+        ("train:\n  engine: gpu\n", "train.engine: Input should be 'multiplexed', 'serial' or 'dask'"),
+        ("tournament:\n  leaderboard_size: 2\n  tournament_size: 3\n",
+         "tournament_size must be in [1, leaderboard_size]"),
+        ("nitro:\n  min_envs: 64\n  max_envs: 8\n", "nitro needs 1 <= min_envs <= max_envs"),
+        ("evolution:\n  mode: async\n", "evolution.mode: Input should be 'generational' or 'tournament'"),
+        ("evolution:\n  budget_env_steps: 0\n", "budget_env_steps must be >= 1"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path, text, expected):
@@ -53,4 +60,5 @@ def test_flat_params_cover_every_section():
     flat = Params().flat()
     assert flat["ppo.lr"] == str(2**-14)
     assert flat["data.source"] == "synthetic"
-    assert {key.split(".")[0] for key in flat} >= {"data", "validation", "features", "env", "ppo", "evolution"}
+    assert {key.split(".")[0] for key in flat} >= {"data", "validation", "features", "env", "ppo", "evolution",
+                                                   "tournament", "nitro", "train"}

@@ -60,7 +60,8 @@ def test_tournament_mode_trains_through_the_stage_and_logs_its_cost(built_copy):
 
 def test_nitro_through_the_stage_keeps_the_budget(built_copy):
     params = built_copy.model_copy(update={
-        "nitro": dataclasses.replace(built_copy.nitro, enabled=True, min_envs=2, max_envs=8, lanczos_steps=3, subset=16),
+        "nitro": dataclasses.replace(built_copy.nitro, enabled=True, min_envs=2, max_envs=8, lanczos_steps=3,
+                                     subset=16),
         "evolution": dataclasses.replace(built_copy.evolution, budget_env_steps=2 * 2 * 100),
         "train": built_copy.train.model_copy(update={"engine": "serial"})})
     result = train(params)

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from matplotlib.figure import Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -122,6 +123,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: Path, machine: str) -> None:
+    """Population throughput of both engines by population size, uniform and default hparams."""
+    figure = Figure(figsize=(9, 3.8), layout="constrained")
+    for k, kind in enumerate(("uniform", "default")):
+        axes = figure.add_subplot(1, 2, k + 1)
+        sub = [r for r in rows if r["kind"] == kind]
+        x = range(len(sub))
+        axes.bar([i - 0.2 for i in x], [r["serial_rate"] for r in sub], 0.4, label="one after another")
+        axes.bar([i + 0.2 for i in x], [r["multiplexed_rate"] for r in sub], 0.4, label="multiplexed")
+        for i, r in zip(x, sub):
+            axes.annotate(f"{r['speedup']:.2f}x", (i + 0.2, r["multiplexed_rate"]), ha="center", va="bottom",
+                          fontsize=8)
+        axes.set_xticks(list(x), [str(r["population"]) for r in sub])
+        axes.set(xlabel="agents", ylabel="population env steps / s", title=f"{kind} hyperparameters ({machine})")
+        axes.set_ylim(top=1.2 * max(r["multiplexed_rate"] for r in sub))
+        axes.legend(fontsize=8, loc="lower right")
+    figure.savefig(path, dpi=100)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16])
@@ -146,6 +166,8 @@ def main() -> None:
     command = " ".join(["benchmarks/population.py", *sys.argv[1:]])
     text = table(rows)
     print(text)
+    image = args.out.parent / "img" / f"benchmark_population_{args.device}.png"
+    plot(rows, image, name)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     with args.out.open("a") as f:
         f.write(f"\n## Population multiplexing: one batched model vs one agent after another ({stamp})\n\n"
@@ -153,7 +175,7 @@ def main() -> None:
                 f"Machine: {name}, {platform.machine()}, torch {torch.__version__}. Target: {TARGET}.  \n"
                 f"One generation of {args.iterations} PPO iterations per agent plus a validation evaluation of every "
                 f"agent; median of {args.repeats} interleaved runs per engine. `default` = params.yaml's search space, "
-                f"`uniform` = every agent at the PPO defaults.\n\n{text}\n")
+                f"`uniform` = every agent at the PPO defaults. Plot: `docs/img/{image.name}`.\n\n{text}\n")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ def market_params(root: Path, market: str, seed: int, overrides: list[str]) -> P
 
 def run_seed(params: Params, market: str, seed: int) -> list[Row]:
     """Build the market, train the three arms and score everything on the test window."""
+    print(f"{market} market, seed {seed}: building the market", flush=True)
     for stage in (ingest.ingest, validate.validate, features.features):
         stage(params)
     fs = features.load(params.dirs.features)
@@ -89,6 +90,8 @@ def run_seed(params: Params, market: str, seed: int) -> list[Row]:
         return Row(market, seed, arm, metrics["sharpe"], metrics["cumulative_return"], fitness, steps, seconds)
 
     scales_dim = 1 + 2 * data.n_stocks + data.n_stocks * data.n_features
+    print(f"{market} market, seed {seed}: evolution ({params.evolution.population} agents x "
+          f"{params.evolution.generations} generations)", flush=True)
     started = time.perf_counter()
     evo = evolve(data, scales, env, params.ppo, params.evolution, train, val, per_year=per_year,
                  runner=run_multiplexed)
@@ -100,6 +103,8 @@ def run_seed(params: Params, market: str, seed: int) -> list[Row]:
     single = EvolutionConfig(population=1, generations=1, iterations_per_generation=iterations, quantile=0.0,
                              eval_interval=params.evolution.eval_interval, fitness=params.evolution.fitness,
                              search_space={}, seed=seed)
+    print(f"{market} market, seed {seed}: vanilla ({iterations} iterations, {iterations * samples:,} env steps)",
+          flush=True)
     started = time.perf_counter()
     run = Evolution(data, scales, env, params.ppo, single, train, val, per_year)
     vanilla = run.run()

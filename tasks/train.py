@@ -199,7 +199,8 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
             best[0] = max(best[0], fitness)
             at = f"{unit} {agent}" if unit == "job" else f"{unit} {gen + 1}/{evo.generations}"
             progress.update(bar, advance=1, at=at, best=f"{best[0]:.2f}")
-            log.info("%s %d agent %d: validation %s %.3f", unit, gen, agent, evo.fitness, fitness)
+            log.info("%s: validation %s %.3f", f"job {agent} (lineage depth {gen})" if unit == "job"
+                     else f"generation {gen} agent {agent}", evo.fitness, fitness)
 
         if params.train.profile:
             agent = PPOAgent(data, scales, params.env, params.ppo, fs.window("train"), seed=evo.seed)

@@ -20,6 +20,7 @@ def test_dvc_repro_runs_the_stages(tmp_path):
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, tmp_path / name)
     shutil.copytree(REPO / ".dvc", tmp_path / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
+    shutil.copytree(REPO / "trainers", tmp_path / "trainers", ignore=shutil.ignore_patterns("__pycache__"))  # a dep
     tree: dict = yaml.safe_load((REPO / "params.yaml").read_text())
     for assignment in TINY:
         key, value = assignment.split("=", 1)

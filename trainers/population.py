@@ -1,10 +1,11 @@
 """One agent's share of a generation as a self-contained job (finrl-podracer.txt §4.2–4.3).
 
-A job carries everything the agent needs (its hyperparameters, seed, full training state
-and evaluator bookkeeping) and returns everything it changed, so a generation's jobs
-can run one after another in this process or as Prefect tasks on Dask workers (§4.3's
-orchestration) with bit-identical results: each agent has its own random streams, and
-restoring a state dict resumes an agent exactly.
+A job carries everything the agent needs (its hyperparameters, seed, full training state,
+evaluator bookkeeping, budget and Nitro state) and returns everything it changed, with
+what it cost, so a generation's jobs can run one after another in this process, batched
+(:mod:`trainers.multiplex`) or as Prefect tasks on Dask workers (§4.3's orchestration)
+with the same results: each agent has its own random streams, and restoring a state dict
+resumes an agent exactly.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class AgentRecord:
     parent: int | None
     """The agent this one was copied from at the start of the generation, if any."""
     stopped: bool = False
+    """The agent rested: the evaluator's patience ran out, or its budget could not pay a round."""
 
 
 @dataclass

@@ -59,7 +59,7 @@ def run(arm: str, seed: int, budget: int, params, fs) -> dict:
             "test_return": test["cumulative_return"], "env_steps": result.cost.env_steps,
             "cpu_seconds": result.cost.cpu_seconds, "seconds": seconds, "rounds": trained[-1].iteration,
             "envs": [r.hparams["num_envs"] for r in trained],
-            "curve": [(r.iteration, r.fitness, r.hparams["num_envs"]) for r in trained]}
+            "curve": [(r.env_steps, r.fitness) for r in trained]}
 
 
 def scales_dim(data) -> int:
@@ -89,17 +89,15 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path, horizon: int) -> None:
+def plot(rows: list[dict], path: Path) -> None:
     figure = Figure(figsize=(10, 4), layout="constrained")
     envs, curves = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
     for r in rows:
         colour = "C1" if r["arm"] == "boosted" else "C0"
         if r["arm"] == "boosted":
             envs.plot(range(1, len(r["envs"]) + 1), r["envs"], color=colour, alpha=0.6)
-        steps = [sum(e * horizon for _, _, e in r["curve"][: k + 1]) for k in range(len(r["curve"]))]
-        curves.plot(steps, [f for _, f, _ in r["curve"]], color=colour, alpha=0.5,
-                    label=r["arm"] if r["seed"] == 0 else None)
-    envs.set(xlabel="evaluation (every 2 rounds)", ylabel="envs in the round",
+        curves.plot(*zip(*r["curve"]), color=colour, alpha=0.5, label=r["arm"] if r["seed"] == 0 else None)
+    envs.set(xlabel="evaluation (every 2 rounds)", ylabel="envs chosen for the next round",
              title="Nitro's env count (each line a seed)")
     curves.set(xlabel="env steps spent", ylabel="validation Sharpe", title="Learning at equal budget")
     curves.legend()
@@ -123,7 +121,7 @@ def main() -> None:
     text = table(rows)
     print(text)
     image = ROOT / "docs" / "img" / "benchmark_nitro.png"
-    plot(rows, image, params.ppo.horizon)
+    plot(rows, image)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(["benchmarks/nitro.py", *sys.argv[1:]])
     with args.out.open("a") as f:

@@ -18,7 +18,7 @@ from trainers.evolution import EvolutionResult
 
 LEADERBOARD = "leaderboard.csv"
 PLOT = "evolution.png"
-META = ("generation", "agent", "iteration", "fitness", "parent", "stopped")
+META = ("generation", "agent", "iteration", "fitness", "parent", "stopped", "env_steps")
 
 
 def table(result: EvolutionResult) -> pd.DataFrame:

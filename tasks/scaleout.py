@@ -20,6 +20,7 @@ unpickles task arguments and need not have a GPU); on CUDA each job asks Dask fo
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -49,10 +50,23 @@ def scheduler(dask: str, workers: int, gpu: bool) -> Iterator[str]:
         return
     from distributed import LocalCluster
 
-    with _shared_prefect_api(), LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                             host="127.0.0.1", dashboard_address=None,
-                                             resources=GPU if gpu else None) as cluster:
+    with _shared_prefect_api(), _quiet("distributed"), LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+            resources=GPU if gpu else None, silence_logs=logging.WARNING) as cluster:
         yield cluster.scheduler_address
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Only warnings from logger ``name`` for the block: a local cluster's start and stop are
+    routine, and its INFO lines would bury the run's progress."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextmanager

@@ -224,13 +224,12 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
         (staging / SUMMARY).write_text(json.dumps(summary, indent=1))
         if report is not None:
             save_profile(report, staging)
-    log.info("best agent %d (%s %d), validation %s %.3f; %d env steps, %.0f env steps/s, %.0f CPU-seconds",
-             result.best_agent, unit, result.best_generation, evo.fitness, result.best_fitness, result.env_steps,
-             result.env_steps / seconds, result.cost.cpu_seconds)
-    return TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
-                       result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
-                       params.train.engine, params.dirs.models / PROFILE_FILES[2] if report is not None else None)
-
+    trained = TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
+                          result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
+                          params.train.engine, params.dirs.models / PROFILE_FILES[2] if report is not None else None)
+    log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), result.env_steps / seconds,
+             result.cost.cpu_seconds)
+    return trained
 
 
 train_task = task(train, name="train", cache_policy=NO_CACHE)

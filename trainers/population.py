@@ -101,6 +101,8 @@ class AgentRecord:
     """The agent this one was copied from at the start of the generation, if any."""
     stopped: bool = False
     """The agent rested: the evaluator's patience ran out, or its budget could not pay a round."""
+    env_steps: int = 0
+    """Env steps the agent had spent in this job when it was evaluated."""
 
 
 @dataclass
@@ -161,7 +163,8 @@ def record(job: AgentJob, iteration: int, score: float, halted: bool,
         job.last = score
         if score > job.best[0]:
             job.best = (score, job.generation, snapshot())
-    job.records.append(AgentRecord(job.generation, job.index, iteration, score, dict(job.hparams), job.parent, halted))
+    job.records.append(AgentRecord(job.generation, job.index, iteration, score, dict(job.hparams), job.parent, halted,
+                                   job.cost.env_steps))
 
 
 def fresh(job: AgentJob) -> AgentJob:

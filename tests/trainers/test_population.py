@@ -46,6 +46,8 @@ def test_a_job_never_spends_more_than_its_budget():
         round_cost = int(job.hparams["num_envs"]) * PPO.horizon
         assert job.cost.env_steps <= 60 < job.cost.env_steps + round_cost  # it stopped at the last affordable round
         assert job.records[-1].stopped
+        spent = [r.env_steps for r in job.records]  # what the agent had spent at each evaluation
+        assert spent == sorted(spent) and spent[-1] == job.cost.env_steps
         assert job.cost.cpu_seconds > 0 and job.cost.gpu_seconds == 0
 
 

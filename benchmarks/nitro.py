@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -123,10 +124,11 @@ def main() -> None:
     image = ROOT / "docs" / "img" / "benchmark_nitro.png"
     plot(rows, image)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = " ".join(["benchmarks/nitro.py", *sys.argv[1:]])
+    threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
+    command = threads + " ".join([".venv/bin/python benchmarks/nitro.py", *sys.argv[1:]])
     with args.out.open("a") as f:
         f.write(f"\n## Nitro ablation: boosted vs static env counts at equal budget ({stamp})\n\n"
-                f"Command: `.venv/bin/python {command}` ({(time.perf_counter() - started) / 60:.0f} min)  \n"
+                f"Command: `{command}` ({(time.perf_counter() - started) / 60:.0f} min)  \n"
                 f"Machine: {torch.get_num_threads()} CPU threads, torch {torch.__version__}. One agent per run, PPO "
                 f"defaults, budget {args.budget:,} env steps; static = {params.ppo.num_envs} envs a round, boosted = "
                 f"Nitro in [{params.nitro.min_envs}, {params.nitro.max_envs}] (window {params.nitro.window}, decay "

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -200,7 +201,8 @@ def main() -> None:
                         rows.append(row)
                         print(json.dumps(row.__dict__), flush=True)
         minutes = (time.perf_counter() - started) / 60
-        command = " ".join([".venv/bin/python benchmarks/results.py", *sys.argv[1:]])
+        threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
+        command = threads + " ".join([".venv/bin/python benchmarks/results.py", *sys.argv[1:]])
         if args.json:
             args.json.write_text(json.dumps({"command": command, "minutes": minutes,
                                              "rows": [r.__dict__ for r in rows]}, indent=1))

@@ -33,7 +33,7 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
     Generational: one colour per agent slot; a slot's line breaks where the selector replaced
     it, and a dashed line joins the copy to its parent. Tournament: one short line per job
     at the time it finished, coloured by lineage depth, a dashed line from its parent job."""
-    figure = Figure(figsize=(9, 4.5), layout="constrained")
+    figure = Figure(figsize=(10, 4.5), layout="constrained")
     axes = figure.add_subplot()
     per_job = int(board["iteration"].max())
     if mode == "tournament":  # x: finishing order of the jobs, whose ids are in "agent"
@@ -65,7 +65,7 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
     axes.scatter([best["x"]], [best["fitness"]], s=120, facecolors="none", edgecolors="black",
                  label="best snapshot (the model)", zorder=5)
     axes.set(xlabel=xlabel, ylabel=f"validation {fitness}", title=title)
-    axes.legend(fontsize=7, ncol=2, loc="best")
+    figure.legend(fontsize=7, loc="outside right upper")  # beside the axes, never over a line
     figure.savefig(path, dpi=100)
 
 

@@ -25,7 +25,7 @@ from trainers import profiler
 from trainers._checks import require
 from trainers.env import EnvConfig, MarketData
 from trainers.nitro import CostLedger, NitroConfig
-from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, run_job
+from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, evaluation_due, run_job
 from trainers.ppo import HPARAMS, PPOConfig
 from trainers.selection import initial_population, select
 from trainers.state import StateScales
@@ -255,7 +255,7 @@ def resume_from(run: Resumable, checkpoint_dir: Path | None, name: str) -> None:
 def evaluations_per_generation(cfg: EvolutionConfig) -> int:
     """How many evaluations each agent gets per generation."""
     last = cfg.iterations_per_generation
-    return sum(1 for it in range(1, last + 1) if it % cfg.eval_interval == 0 or it == last)
+    return sum(evaluation_due(it, cfg.eval_interval, last) for it in range(1, last + 1))
 
 
 def evolve(

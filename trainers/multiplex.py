@@ -301,7 +301,7 @@ def run_multiplexed(jobs: list[AgentJob], setting: Setting) -> list[AgentJob]:
             for i in group:
                 share = rounds[i] / spent.env_steps
                 jobs[i].cost.charge(rounds[i], spent.cpu_seconds * share, spent.gpu_seconds * share)
-        if not evaluation_due(it, setting):
+        if not evaluation_due(it, setting.eval_interval, setting.iterations):
             continue
         profiler.set_phase("evaluation")
         scores = pop.evaluate() if group else [job.last for job in jobs]

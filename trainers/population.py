@@ -148,9 +148,9 @@ def boost(job: AgentJob, actor: Actor, rollout: Rollout, setting: Setting, clip:
     return next_env_count(level, cfg)
 
 
-def evaluation_due(iteration: int, setting: Setting) -> bool:
+def evaluation_due(iteration: int, eval_interval: int, iterations: int) -> bool:
     """Evaluate every ``eval_interval`` iterations and at the end of the generation."""
-    return iteration % setting.eval_interval == 0 or iteration == setting.iterations
+    return iteration % eval_interval == 0 or iteration == iterations
 
 
 def record(job: AgentJob, iteration: int, score: float, halted: bool,
@@ -195,7 +195,7 @@ def run_job(job: AgentJob, setting: Setting) -> AgentJob:
                     assert agent.last_rollout is not None
                     agent.resize_envs(boost(job, agent.actor, agent.last_rollout, setting, agent.cfg.clip))
                     job.hparams = {**job.hparams, "num_envs": float(agent.cfg.num_envs)}
-        if not evaluation_due(it, setting):
+        if not evaluation_due(it, setting.eval_interval, setting.iterations):
             continue
         profiler.set_phase("evaluation")
         score = job.last if halted else setting.evaluate(agent)

@@ -37,9 +37,9 @@ def run_scenario(name: str, workdir: Path) -> dict[str, float]:
     sys.path.insert(0, str(ROOT))
     os.chdir(workdir)
     from tasks.config import load_params
-    from tasks.features import features
-    from tasks.ingest import ingest
-    from tasks.validate import validate
+    from tasks.data.features import features
+    from tasks.data.ingest import ingest
+    from tasks.data.validate import validate
 
     params = load_params(ROOT / "params.yaml", [*SCENARIOS[name], f"data_dir={workdir / 'data'}"])
     out: dict[str, float] = {}

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.train import build_features  # noqa: E402
-from tasks.train import state_scales  # noqa: E402
+from tasks.model.train import state_scales  # noqa: E402
 from trainers.evaluate import run_policy  # noqa: E402
 from trainers.evolution import Evolution, EvolutionConfig  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402

@@ -41,9 +41,9 @@ from matplotlib.figure import Figure
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tasks import features, ingest, validate  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
-from tasks.train import state_scales  # noqa: E402
+from tasks.data import features, ingest, validate  # noqa: E402
+from tasks.model.train import state_scales  # noqa: E402
 from trainers.evaluate import buy_and_hold, run_policy  # noqa: E402
 from trainers.evolution import Evolution, EvolutionConfig, evolve  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import baselines  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
-from tasks.features import FeatureSet  # noqa: E402
+from tasks.data.features import FeatureSet  # noqa: E402
 from trainers.agent import PPOAgent  # noqa: E402
 from trainers.env import EnvConfig, MarketData, MarketEnv  # noqa: E402
 from trainers.evaluate import buy_and_hold, run_policy  # noqa: E402
@@ -72,7 +72,7 @@ class Curve:
 
 def build_features(workdir: Path) -> tuple[Params, FeatureSet]:
     """The default market through our own stages 1–3."""
-    from tasks import features, ingest, validate
+    from tasks.data import features, ingest, validate
 
     params = load_params(ROOT / "params.yaml", [f"data_dir={workdir / 'data'}"])
     ingest.ingest(params)

@@ -123,20 +123,22 @@ def _describe_deliver(r: Any) -> Table:
     return orders_table(r)
 
 
-STAGES: dict[str, tuple[str, Callable[[Any], RenderableType]]] = {
-    "ingest": ("Stage 1: bars from the configured source into data/raw/.", _describe_ingest),
-    "validate": ("Stage 2: Great Expectations suite; bad rows to data/quarantine/.", _describe_validate),
-    "features": ("Stage 3: indicators, date splits and train-only normalisation.", _describe_features),
-    "train": ("Stage 4: generational evolution of the PPO population.", _describe_train),
-    "backtest": ("Stage 5: the trained policy on the test window, beside buy-and-hold.", _describe_backtest),
-    "register": ("Stage 6: MLflow run, registered model, champion gate.", _describe_register),
-    "deliver": ("Stage 7: the champion trades the latest bar on the local paper broker.", _describe_deliver),
+STAGES: dict[str, tuple[str, str, Callable[[Any], RenderableType]]] = {
+    "ingest": ("data", "Stage 1: bars from the configured source into data/raw/.", _describe_ingest),
+    "validate": ("data", "Stage 2: Great Expectations suite; bad rows to data/quarantine/.", _describe_validate),
+    "features": ("data", "Stage 3: indicators, date splits and train-only normalisation.", _describe_features),
+    "train": ("model", "Stage 4: generational evolution of the PPO population.", _describe_train),
+    "backtest": ("model", "Stage 5: the trained policy on the test window, beside buy-and-hold.", _describe_backtest),
+    "register": ("registry", "Stage 6: MLflow run, registered model, champion gate.", _describe_register),
+    "deliver": ("delivery", "Stage 7: the champion trades the latest bar on the local paper broker.",
+                _describe_deliver),
 }
+"""Stage command -> (the ``tasks/`` subpackage whose module of that name runs it, help, summary line)."""
 
 
-def _add_stage_command(name: str, doc: str, describe: Callable[[Any], RenderableType]) -> None:
+def _add_stage_command(name: str, part: str, doc: str, describe: Callable[[Any], RenderableType]) -> None:
     def run_stage(params: Path, set_: list[str], profile: bool = False, resume: bool = False) -> None:
-        stage = getattr(importlib.import_module(f"tasks.{name}"), name)
+        stage = getattr(importlib.import_module(f"tasks.{part}.{name}"), name)
         _log_to_console()
         console.print(describe(_stage(name, lambda: stage(_params(params, set_, profile, resume)))))
 
@@ -152,8 +154,8 @@ def _add_stage_command(name: str, doc: str, describe: Callable[[Any], Renderable
     app.command(name=name)(chosen)
 
 
-for _name, (_doc, _describe) in STAGES.items():
-    _add_stage_command(_name, _doc, _describe)
+for _name, (_part, _doc, _describe) in STAGES.items():
+    _add_stage_command(_name, _part, _doc, _describe)
 
 
 @app.command()
@@ -162,7 +164,7 @@ def promote(
     params: ParamsPath = Path("params.yaml"),
 ) -> None:
     """Make a model version the champion by hand (the old one becomes previous_champion)."""
-    from tasks.register import promote as stage
+    from tasks.registry.register import promote as stage
 
     cfg = _stage("config", lambda: _params(params, []))
     previous = _stage("promote", lambda: stage(cfg.registry, version))

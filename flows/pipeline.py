@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from tasks.backtest import BacktestResult, backtest_task
 from tasks.config import Params, load_params
-from tasks.deliver import DeliverResult, deliver_task
-from tasks.features import FeaturesResult, features_task
-from tasks.ingest import IngestResult, ingest_task
-from tasks.register import RegisterResult, champion_version, register_task
-from tasks.train import TrainResult, train_task
-from tasks.validate import ValidateResult, validate_task
+from tasks.data.features import FeaturesResult, features_task
+from tasks.data.ingest import IngestResult, ingest_task
+from tasks.data.validate import ValidateResult, validate_task
+from tasks.delivery.deliver import DeliverResult, deliver_task
+from tasks.model.backtest import BacktestResult, backtest_task
+from tasks.model.train import TrainResult, train_task
+from tasks.registry.register import RegisterResult, champion_version, register_task
 from trainers.metrics import METRICS
 
 

@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.pipeline import PipelineSummary
-from tasks.backtest import BacktestResult
-from tasks.deliver import DeliverResult
+from tasks.delivery.deliver import DeliverResult
 from tasks.errors import PodracerError
+from tasks.model.backtest import BacktestResult
 from trainers.metrics import METRICS
 
 PERCENT = {"cumulative_return", "annual_return", "annual_volatility", "max_drawdown"}

@@ -1,4 +1,8 @@
-"""Prefect cache keys built from the data version (DESIGN §4: never from DataFrames).
+"""The data version, and Prefect cache keys built from it (DESIGN §4: never from DataFrames).
+
+The data version is a content hash of the raw bar files: ingest reports it, training
+stores it in the model bundle, and the register stage logs it to MLflow. It lives here,
+beside the cache keys, because every part of the pipeline reads it.
 
 A stage's key is the hash of its name and source, the data folder, the data version of
 ``data/raw/`` and the config sections it reads. So a rerun with the same data and config
@@ -17,7 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import Params
-from tasks.ingest import current_version
+from tasks.storage import file_digest
+
+
+def data_version(files: list[Path]) -> str:
+    """Content hash of the raw files (names and bytes), 16 hex characters."""
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(f"{path.name}:{file_digest(path)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def current_version(params: Params) -> str:
+    """Data version of what is in ``data/raw/`` now."""
+    return data_version(sorted(params.dirs.raw.glob("*.parquet")))
+
 
 KeyFn = Callable[[Any, dict[str, Any]], str | None]
 

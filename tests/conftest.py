@@ -20,6 +20,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from tasks.config import Params, load_params  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
+"""The repository root: subprocesses that run the CLI or the SDK start here."""
+
 TINY = [
     "data.symbols=4", "data.start=2020-01-01", "data.end=2021-12-31", "data.signal=1.0",
     "features.train_end=2021-03-31", "features.val_end=2021-08-31",
@@ -47,11 +50,11 @@ def tiny(tmp_path: Path) -> Params:
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Params:
     """Ingest → validate → features → train → backtest once, at tiny size (read-only for tests)."""
-    from tasks.backtest import backtest
-    from tasks.features import features
-    from tasks.ingest import ingest
-    from tasks.train import train
-    from tasks.validate import validate
+    from tasks.data.features import features
+    from tasks.data.ingest import ingest
+    from tasks.data.validate import validate
+    from tasks.model.backtest import backtest
+    from tasks.model.train import train
 
     params = tiny_params(tmp_path_factory.mktemp("built"))
     for stage in (ingest, validate, features, train, backtest):

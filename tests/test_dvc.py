@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import TINY
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO, TINY
 
 
 @pytest.mark.slow
@@ -20,7 +18,8 @@ def test_dvc_repro_runs_the_stages(tmp_path):
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, tmp_path / name)
     shutil.copytree(REPO / ".dvc", tmp_path / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
-    shutil.copytree(REPO / "trainers", tmp_path / "trainers", ignore=shutil.ignore_patterns("__pycache__"))  # a dep
+    for code in ("tasks", "trainers"):  # the stages' code folders are deps
+        shutil.copytree(REPO / code, tmp_path / code, ignore=shutil.ignore_patterns("__pycache__"))
     tree: dict = yaml.safe_load((REPO / "params.yaml").read_text())
     for assignment in TINY:
         key, value = assignment.split("=", 1)

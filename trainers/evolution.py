@@ -115,7 +115,7 @@ ProgressFn = Callable[[int, int, float], None]
 
 JobRunner = Callable[[list[AgentJob], Setting], list[AgentJob]]
 """Runs a generation's jobs and returns them in order: in this process by default, or as
-Prefect tasks on a Dask cluster (``tasks/scaleout.py``)."""
+Prefect tasks on a Dask cluster (``tasks/model/scaleout.py``)."""
 
 
 def run_serially(jobs: list[AgentJob], setting: Setting) -> list[AgentJob]:

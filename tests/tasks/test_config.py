@@ -4,8 +4,7 @@ import pytest
 
 from tasks.config import Params, load_params
 from tasks.errors import ConfigError
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
 
 
 def test_repo_params_yaml_is_valid():

@@ -1,0 +1,217 @@
+"""Stage 3, features: FinRL's technical indicators, date splits and train-only normalisation.
+
+Indicators come from stockstats (the library FinRL itself uses), computed **once over the
+full history** of each symbol and then sliced, so no window sees truncated history
+(DESIGN §3). The first ``warmup`` bars are dropped; a NaN or inf after that is an error,
+never silently zeroed. Normalisation statistics are fitted on the training split only and
+saved beside the arrays, because serving needs them (DESIGN §2, features contract).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from prefect import task
+
+from tasks.caching import data_cache_key
+from tasks.config import FeatureParams, Params
+from tasks.data.bars import read_parquet
+from tasks.data.risk import turbulence, volatility_proxy
+from tasks.data.validate import VALIDATED
+from tasks.errors import DataError, MissingInput
+from tasks.storage import atomic_dir
+from trainers.env import TURBULENCE, MarketData
+from trainers.metrics import periods_per_year
+from trainers.state import normalise_features
+
+log = logging.getLogger("podracer.features")
+ARRAYS = ("opens", "prices", "features", "timestamps")
+"""Saved as ``<name>.npy`` so large sets are memory-mapped on load, not read whole."""
+META, NORM, SPLITS = "meta.json", "norm.json", "splits.json"
+SPLIT_NAMES = ("train", "validation", "test")
+
+
+@dataclass
+class FeatureSet:
+    """The features contract: arrays plus the split manifest and normalisation stats."""
+
+    opens: np.ndarray  # [T, n] float64
+    prices: np.ndarray  # [T, n] float64 closes
+    features: np.ndarray  # [T, n, k] float32, raw (not normalised); memory-mapped when loaded
+    timestamps: np.ndarray  # [T] datetime64[ns] UTC
+    symbols: list[str]
+    feature_names: list[str]
+    splits: dict[str, tuple[int, int]]  # name -> (first, last) bar index, inclusive
+    mean: np.ndarray  # [n, k]
+    std: np.ndarray  # [n, k]
+
+    def market(self, device: torch.device | str = "cpu") -> MarketData:
+        """Tensors for the env, indicators normalised with the train-only stats; the raw
+        turbulence index (market-wide, the same in every stock's column) feeds the env's gate."""
+        turb = None
+        if TURBULENCE in self.feature_names:
+            turb = torch.tensor(self.features[:, 0, self.feature_names.index(TURBULENCE)], dtype=torch.float64)
+        return MarketData(
+            open=torch.tensor(self.opens, dtype=torch.float64),
+            close=torch.tensor(self.prices, dtype=torch.float64),
+            features=torch.as_tensor(normalise_features(self.features, self.mean, self.std)),
+            turbulence=turb,
+        ).to(device)
+
+    def window(self, split: str) -> tuple[int, int]:
+        """Env window for ``split``: it starts at the bar before the split, so the first
+        fill lands on the split's first open and every marked close lies inside it."""
+        lo, hi = self.splits[split]
+        return (max(lo - 1, 0), hi)
+
+
+def panel(bars: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Pivot bars to ``[T, n]`` frames per field; gaps are forward-filled as flat bars."""
+    wide = {f: bars.pivot(index="ts", columns="symbol", values=f).sort_index() for f in
+            ("open", "high", "low", "close", "volume")}
+    close = wide["close"].ffill()
+    for field in ("open", "high", "low"):
+        wide[field] = wide[field].fillna(close)
+    wide["close"], wide["volume"] = close, wide["volume"].fillna(0.0)
+    complete = close.notna().all(axis=1)
+    if not complete.all():
+        first = complete.idxmax() if complete.any() else None
+        if first is None:
+            raise DataError("features: no timestamp has bars for every symbol")
+        log.warning("dropping %d leading bars before every symbol has data", int((~complete).sum()))
+        wide = {k: v.loc[first:] for k, v in wide.items()}
+    return wide
+
+
+def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeatureParams, freq: str) -> np.ndarray:
+    """``[T, n, k]`` indicators over the full history: per symbol with stockstats, and the
+    market-wide risk features (``tasks/data/risk.py``) broadcast to every symbol."""
+    from stockstats import wrap
+
+    close = wide["close"].to_numpy(np.float64)
+    out = np.empty((*close.shape, len(names)), dtype=np.float64)
+    risk = {
+        "turbulence": lambda: turbulence(close, cfg.turbulence_window, cfg.turbulence_refresh),
+        "vix_proxy": lambda: volatility_proxy(close, cfg.vix_window, periods_per_year(freq)),
+    }
+    per_stock = [(i, name) for i, name in enumerate(names) if name not in risk]
+    for i, name in enumerate(names):
+        if name in risk:
+            out[:, :, i] = risk[name]()[:, None]
+    for j, symbol in enumerate(wide["close"].columns):
+        stats = wrap(pd.DataFrame({f: wide[f][symbol].to_numpy() for f in ("open", "high", "low", "close", "volume")}))
+        for i, name in per_stock:
+            out[:, j, i] = stats[name].to_numpy(dtype=np.float64)
+    return out
+
+
+def split_indices(ts: pd.DatetimeIndex, cfg: FeatureParams) -> dict[str, tuple[int, int]]:
+    """Inclusive bar-index ranges of train (≤ train_end), validation (≤ val_end) and test."""
+    day = ts.tz_convert("UTC").tz_localize(None).normalize()
+    train_end, val_end = pd.Timestamp(cfg.train_end), pd.Timestamp(cfg.val_end)
+    masks = {"train": day <= train_end, "validation": (day > train_end) & (day <= val_end), "test": day > val_end}
+    out = {}
+    for name, mask in masks.items():
+        idx = np.flatnonzero(mask)
+        if idx.size < 2:
+            raise DataError(f"features: the {name} split has {idx.size} bars after warm-up (needs >= 2); "
+                            "check features.train_end / features.val_end against the data's dates")
+        out[name] = (int(idx[0]), int(idx[-1]))
+    return out
+
+
+def build(params: Params) -> FeatureSet:
+    """Compute the feature set from ``data/validated/`` in memory."""
+    path = params.dirs.validated / VALIDATED
+    if not path.exists():
+        raise MissingInput(f"{path}: not found (run `podracer validate` first)")
+    bars, _ = read_parquet(path)
+    wide = panel(bars)
+    names = list(params.features.indicators)
+    feats = indicators(wide, names, params.features, params.data.freq)
+    warm = params.features.warmup
+    if len(wide["close"]) <= warm + 2:
+        raise DataError(f"features: {len(wide['close'])} bars is too few for a {warm}-bar warm-up")
+    ts = pd.DatetimeIndex(wide["close"].index[warm:])
+    feats = feats[warm:]
+    bad = ~np.isfinite(feats)
+    if bad.any():
+        t, j, i = (int(a[0]) for a in np.nonzero(bad))
+        raise DataError(f"features: {names[i]} is NaN/inf for {wide['close'].columns[j]} at {ts[t]} "
+                        f"after a {warm}-bar warm-up ({int(bad.sum())} cells); raise features.warmup")
+    splits = split_indices(ts, params.features)
+    lo, hi = splits["train"]
+    train = feats[lo : hi + 1]
+    mean, std = train.mean(axis=0), train.std(axis=0)
+    return FeatureSet(
+        opens=wide["open"].to_numpy(np.float64)[warm:],
+        prices=wide["close"].to_numpy(np.float64)[warm:],
+        features=feats.astype(np.float32),
+        timestamps=ts.tz_convert("UTC").tz_localize(None).to_numpy("datetime64[ns]"),
+        symbols=[str(s) for s in wide["close"].columns],
+        feature_names=names,
+        splits=splits,
+        mean=mean,
+        std=np.where(std > 1e-12, std, 1.0),
+    )
+
+
+def _day(ts: np.datetime64) -> str:
+    return str(ts)[:10]
+
+
+def save(fs: FeatureSet, out: Path) -> None:
+    for name in ARRAYS:
+        np.save(out / f"{name}.npy", getattr(fs, name))
+    (out / META).write_text(json.dumps({"symbols": fs.symbols, "feature_names": fs.feature_names}))
+    (out / NORM).write_text(json.dumps({"mean": fs.mean.tolist(), "std": fs.std.tolist()}))
+    dates = {name: {"first": _day(fs.timestamps[lo]), "last": _day(fs.timestamps[hi]), "first_index": lo,
+                    "last_index": hi} for name, (lo, hi) in fs.splits.items()}
+    (out / SPLITS).write_text(json.dumps(dates, indent=1))
+
+
+def load(out: Path) -> FeatureSet:
+    """Read a saved feature set (the train, backtest and deliver stages start here)."""
+    if not (out / META).exists():
+        raise MissingInput(f"{out / META}: not found (run `podracer features` first)")
+    arrays = {name: np.load(out / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+    meta = json.loads((out / META).read_text())
+    norm = json.loads((out / NORM).read_text())
+    splits = json.loads((out / SPLITS).read_text())
+    return FeatureSet(
+        **arrays, symbols=meta["symbols"], feature_names=meta["feature_names"],
+        splits={k: (v["first_index"], v["last_index"]) for k, v in splits.items()},
+        mean=np.asarray(norm["mean"]), std=np.asarray(norm["std"]),
+    )
+
+
+@dataclass(frozen=True)
+class FeaturesResult:
+    folder: Path
+    bars: int
+    symbols: int
+    feature_names: list[str]
+    splits: dict[str, tuple[str, str]]
+    """Split name -> (first date, last date)."""
+
+
+def features(params: Params) -> FeaturesResult:
+    """Build the feature set and write it under ``data/features/``."""
+    fs = build(params)
+    with atomic_dir(params.dirs.features) as staging:
+        save(fs, staging)
+    log.info("features %s for %d symbols x %d bars", fs.feature_names, len(fs.symbols), len(fs.timestamps))
+    dates = {name: (_day(fs.timestamps[lo]), _day(fs.timestamps[hi])) for name, (lo, hi) in fs.splits.items()}
+    return FeaturesResult(params.dirs.features, len(fs.timestamps), len(fs.symbols), fs.feature_names, dates)
+
+
+features_task = task(
+    features, name="features", persist_result=True,
+    cache_key_fn=data_cache_key(("validation", "features"), lambda p: [p.dirs.validated, p.dirs.features]),
+)

@@ -1,0 +1,169 @@
+"""The embedded default market's daily bars (DESIGN §5), the base every frequency is built from.
+
+Daily log returns follow a factor model (one market factor, three sector factors and an
+idiosyncratic part), each with GARCH(1,1) volatility clustering and Student-t shocks,
+plus Poisson jumps, on the NYSE session calendar (XNYS, half days included). Each day's
+move splits into an overnight gap (prior close to open) and an intraday move.
+
+The ``signal`` knob adds learnable structure: each stock has a persistent latent drift
+(an AR(1) with φ = 0.97) whose expected daily log return is ``signal × 0.1 × σ_idio``
+per unit of drift. It shows up in trailing returns, so momentum indicators carry
+information. At ``signal = 0`` the market is null: nothing beats buy-and-hold after costs
+except luck, which makes it the bench for leakage tests.
+
+This is the lowest of the three synthetic modules: :mod:`tasks.data.synthetic_intraday`
+refines this market into minute bars, and :mod:`tasks.data.synthetic` (the source) turns
+either into frames in the bars contract. Neither is imported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+import numpy as np
+import pandas as pd
+
+from tasks.errors import ConfigError
+
+SECTORS = 3
+DRIFT_PERSISTENCE = 0.97
+
+
+@dataclass(frozen=True)
+class DailyMarket:
+    """The daily market every frequency is built from: ``[steps, n]`` arrays unless noted.
+
+    Besides the daily OHLCV it keeps what minute bars need to stay consistent with it:
+    the factor loadings, each factor's conditional (GARCH) daily sd and the jumps.
+    """
+
+    names: list[str]
+    schedule: pd.DataFrame  # one row per session (UTC midnight index): open, close (UTC)
+    open: np.ndarray
+    high: np.ndarray
+    low: np.ndarray
+    close: np.ndarray
+    volume: np.ndarray
+    jumps: np.ndarray
+    beta: np.ndarray  # [n] market loading
+    sector: np.ndarray  # [n] sector of each stock
+    sector_load: np.ndarray  # [n]
+    market_sd: np.ndarray  # [steps]
+    sector_sd: np.ndarray  # [steps, SECTORS]
+    idio_sd: np.ndarray  # [steps, n]
+
+    @property
+    def sessions(self) -> pd.DatetimeIndex:
+        return pd.DatetimeIndex(self.schedule.index)
+
+
+def symbol_names(n: int) -> list[str]:
+    """Tickers of the synthetic stocks: ``SYN000``, ``SYN001``, … (they sort in index order)."""
+    return [f"SYN{i:03d}" for i in range(n)]
+
+
+def nyse_schedule(start: date, end: date) -> pd.DataFrame:
+    """NYSE sessions between ``start`` and ``end`` inclusive with their real open and close.
+
+    Index: session dates as UTC midnights; columns ``open`` and ``close`` (UTC), so half
+    days close at 13:00 New York time and DST moves the UTC open (DESIGN §5 calendar).
+    """
+    import exchange_calendars as xcals
+
+    lo, hi = pd.Timestamp(start), pd.Timestamp(end)
+    try:
+        # The calendar needs start < end; a wider one is filtered down below.
+        schedule = xcals.get_calendar("XNYS", start=lo, end=max(hi, lo + pd.Timedelta(days=1))).schedule
+    except xcals.errors.NoSessionsError:  # e.g. a holiday weekend: an empty schedule, not an error
+        schedule = pd.DataFrame({"open": [], "close": []}, index=pd.DatetimeIndex([]), dtype="datetime64[ns, UTC]")
+    schedule = schedule.loc[(schedule.index >= lo) & (schedule.index <= hi), ["open", "close"]]
+    index = pd.DatetimeIndex(schedule.index)
+    schedule.index = index.tz_localize("UTC") if index.tz is None else index.tz_convert("UTC")
+    return schedule
+
+
+def nyse_sessions(start: date, end: date) -> pd.DatetimeIndex:
+    """NYSE trading days between ``start`` and ``end`` inclusive, as UTC midnights."""
+    return pd.DatetimeIndex(nyse_schedule(start, end).index)
+
+
+def minute_count(schedule: pd.DataFrame) -> int:
+    """Number of 1-minute bars per stock in ``schedule`` (sum of session lengths)."""
+    return int(((schedule["close"] - schedule["open"]) // pd.Timedelta(minutes=1)).sum())
+
+
+def _garch_shocks(
+    rng: np.random.Generator, steps: int, width: int, daily_vol: np.ndarray, dof: float = 5.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[steps, width]`` Student-t shocks with GARCH(1,1) variance around ``daily_vol²``, and their sd."""
+    alpha, beta = 0.08, 0.90
+    omega = daily_vol**2 * (1.0 - alpha - beta)
+    z = rng.standard_t(dof, size=(steps, width)) / np.sqrt(dof / (dof - 2.0))
+    var = daily_vol**2
+    out = np.empty((steps, width))
+    sd = np.empty((steps, width))
+    for t in range(steps):
+        sd[t] = np.sqrt(var)
+        out[t] = sd[t] * z[t]
+        var = omega + alpha * out[t] ** 2 + beta * var
+    return out, sd
+
+
+def _latent_drift(rng: np.random.Generator, steps: int, n: int) -> np.ndarray:
+    """``[steps, n]`` unit-variance AR(1) drift with persistence φ (the ``signal`` carrier)."""
+    drift = np.empty((steps, n))
+    level = rng.standard_normal(n)
+    shock_sd = np.sqrt(1.0 - DRIFT_PERSISTENCE**2)
+    for t in range(steps):
+        drift[t] = level
+        level = DRIFT_PERSISTENCE * level + shock_sd * rng.standard_normal(n)
+    return drift
+
+
+def daily_market(symbols: int, start: date, end: date, signal: float, seed: int) -> DailyMarket:
+    """Simulate the daily market (DESIGN §5): factors, GARCH, fat tails, jumps, drift, gaps.
+
+    The random draws happen in one fixed order from one generator, so the daily bars are
+    a pure function of the arguments; minute bars are derived from this, never re-drawn.
+    """
+    rng = np.random.default_rng(seed)
+    schedule = nyse_schedule(start, end)
+    steps, n = len(schedule), symbols
+    if steps == 0:
+        raise ConfigError(f"synthetic: no NYSE sessions between {start} and {end}")
+
+    beta = rng.uniform(0.6, 1.4, n)
+    sector = np.arange(n) % SECTORS
+    sector_load = rng.uniform(0.3, 0.8, n)
+    idio_vol = rng.uniform(0.010, 0.022, n)
+    market, market_sd = _garch_shocks(rng, steps, 1, np.array([0.010]))
+    sectors, sector_sd = _garch_shocks(rng, steps, SECTORS, np.full(SECTORS, 0.006))
+    idio, idio_sd = _garch_shocks(rng, steps, n, idio_vol)
+    jumps = (rng.random((steps, n)) < 0.004) * rng.normal(-0.01, 0.06, (steps, n))
+    drift = _latent_drift(rng, steps, n)
+
+    log_ret = (
+        0.07 / 252
+        + beta * market
+        + sector_load * sectors[:, sector]
+        + idio
+        + jumps
+        + signal * 0.1 * idio_vol * drift
+    )
+    # Split each day's move into an overnight gap and an intraday move.
+    overnight = 0.3 * log_ret + 0.2 * idio_vol * rng.standard_normal((steps, n))
+    close = rng.lognormal(np.log(60.0), 0.7, n) * np.exp(np.cumsum(log_ret, axis=0))
+    prev_close = np.vstack([close[0] / np.exp(log_ret[0]), close[:-1]])
+    open_ = prev_close * np.exp(overnight)  # the intraday move takes open to close
+    wick = np.abs(rng.normal(0.0, 0.4, (2, steps, n))) * idio_vol
+    high = np.maximum(open_, close) * np.exp(wick[0])
+    low = np.minimum(open_, close) * np.exp(-wick[1])
+    base_volume = rng.lognormal(np.log(2e6), 1.0, n)
+    volume = np.round(base_volume * np.exp(8.0 * np.abs(log_ret) + 0.3 * rng.standard_normal((steps, n))))
+
+    return DailyMarket(
+        names=symbol_names(n), schedule=schedule, open=open_, high=high, low=low, close=close,
+        volume=volume.astype(np.float64), jumps=jumps, beta=beta, sector=sector, sector_load=sector_load,
+        market_sd=market_sd[:, 0], sector_sd=sector_sd, idio_sd=idio_sd,
+    )

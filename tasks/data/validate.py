@@ -1,0 +1,211 @@
+"""Stage 2, validate: a Great Expectations 1.x suite plus order, calendar and gap checks.
+
+Rows that fail a row-level check go to ``data/quarantine/<file>.parquet`` with a
+``reason`` column; the rest go to ``data/validated/bars.parquet``. Rows in = rows out +
+rows quarantined, and ``data/raw/`` is never modified. If more than
+``validation.max_bad_fraction`` of the rows fail, the stage stops with one line naming
+each offending file and its count. ``report.md`` (kept with the quarantine and logged to
+MLflow) lists the counts per check and the flagged return outliers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from prefect import task
+
+from tasks.caching import data_cache_key
+from tasks.config import Params
+from tasks.data.bars import COLUMNS, PRICE_COLUMNS, read_parquet, to_contract, write_parquet
+from tasks.data.checks import check_frequency, check_gaps, is_sorted, outliers, row_checks
+from tasks.errors import DataError, MissingInput, ValidationFailed
+from tasks.storage import atomic_dir
+
+log = logging.getLogger("podracer.validate")
+VALIDATED = "bars.parquet"
+REPORT = "report.md"
+
+
+@dataclass(frozen=True)
+class ValidateResult:
+    rows_in: int
+    rows_out: int
+    quarantined: int
+    path: Path
+    report: Path
+
+
+def _suite() -> list[tuple[str, Any]]:
+    """(reason, expectation) pairs of the OHLCV suite; GX is imported lazily (~4 s)."""
+    import great_expectations as gx
+
+    e = gx.expectations
+    pairs: list[tuple[str, Any]] = [
+        (f"null {c}", e.ExpectColumnValuesToNotBeNull(column=c))
+        for c in ("symbol", "ts", *PRICE_COLUMNS, "volume")
+    ]
+    pairs += [
+        (f"{c} <= 0", e.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True))
+        for c in PRICE_COLUMNS
+    ]
+    pairs += [
+        ("high < open", e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="high", column_B="open", or_equal=True)),
+        ("high < close", e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="high", column_B="close", or_equal=True)),
+        ("high < low", e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="high", column_B="low", or_equal=True)),
+        ("low > open", e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="open", column_B="low", or_equal=True)),
+        ("low > close", e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="close", column_B="low", or_equal=True)),
+        ("volume < 0", e.ExpectColumnValuesToBeBetween(column="volume", min_value=0)),
+        ("duplicate (symbol, ts)", e.ExpectCompoundColumnsToBeUnique(column_list=["symbol", "ts"])),
+    ]
+    return pairs
+
+
+GX_CHUNK_ROWS = 1_000_000
+"""GX validates whole symbols in chunks of about this many rows, to bound its memory."""
+
+
+def symbol_chunks(symbols: pd.Series, max_rows: int = GX_CHUNK_ROWS) -> Iterator[np.ndarray]:
+    """Row positions in chunks of whole symbols (so duplicates stay inside one chunk)."""
+    chunk: list[np.ndarray] = []
+    size = 0
+    for positions in symbols.groupby(symbols, sort=True).indices.values():
+        if chunk and size + len(positions) > max_rows:
+            yield np.concatenate(chunk)
+            chunk, size = [], 0
+        chunk.append(positions)
+        size += len(positions)
+    if chunk:
+        yield np.concatenate(chunk)
+
+
+def row_failures(bars: pd.DataFrame) -> pd.Series:
+    """Reasons each row fails the suite, ``"; "``-joined, indexed by row position (failing rows only)."""
+    import great_expectations as gx
+
+    # GX sets INFO on this logger and announces a temporary docs folder on every context.
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = {"globally": False}  # type: ignore[assignment]
+    asset = context.data_sources.add_pandas("bars").add_dataframe_asset(name="bars")
+    batch_def = asset.add_batch_definition_whole_dataframe("all")
+    suite = context.suites.add(gx.ExpectationSuite(name="ohlcv"))
+    # GX does not return results in suite order: key each reason by its expectation's id.
+    reason_of = {suite.add_expectation(expectation).id: reason for reason, expectation in _suite()}
+    reasons: dict[int, list[str]] = {}
+    for positions in symbol_chunks(bars["symbol"].fillna("")):
+        frame = bars.iloc[positions][list(COLUMNS)].reset_index(drop=True)
+        batch = batch_def.get_batch(batch_parameters={"dataframe": frame})
+        result = batch.validate(suite, result_format={"result_format": "COMPLETE"})
+        for outcome in result.results:
+            reason = reason_of[outcome.expectation_config.id]
+            if outcome.exception_info.get("raised_exception"):
+                raise DataError(f"validation: expectation '{reason}' could not run")
+            for idx in outcome.result.get("unexpected_index_list") or []:
+                reasons.setdefault(int(positions[int(idx)]), []).append(reason)
+    return pd.Series({i: "; ".join(r) for i, r in sorted(reasons.items())}, dtype=object)
+
+
+def _load_raw(raw: Path, freq: str) -> pd.DataFrame:
+    """All raw files in file order, shape-checked; ``_file`` remembers where a row came from."""
+    files = sorted(raw.glob("*.parquet"))
+    if not files:
+        raise MissingInput(f"{raw}: no Parquet files (run `podracer ingest` first)")
+    frames = []
+    for path in files:
+        frame, recorded = read_parquet(path)
+        if recorded not in (None, freq):
+            raise DataError(f"{path}: holds {recorded} bars but data.freq is {freq}")
+        if frame.empty:
+            raise DataError(f"{path}: no rows")
+        frame = to_contract(frame, str(path), sort=False)
+        check_frequency(frame.dropna(subset=["ts"]), freq, str(path))
+        frame["_file"] = pd.Categorical([str(path)] * len(frame), categories=[str(f) for f in files])
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _reasons(group: pd.DataFrame) -> list[str]:
+    return sorted({r for joined in group["reason"] for r in joined.split("; ")})
+
+
+def _write_report(path: Path, rows_in: int, bad: pd.DataFrame, flagged: pd.DataFrame) -> None:
+    lines = [
+        "# Validation report",
+        "",
+        f"- rows in: {rows_in}",
+        f"- rows quarantined: {len(bad)}",
+        f"- rows out: {rows_in - len(bad)}",
+        f"- return outliers flagged (kept): {len(flagged)}",
+        "",
+    ]
+    if len(bad):
+        counts = pd.Series([r for joined in bad["reason"] for r in joined.split("; ")]).value_counts()
+        lines += ["| check | rows |", "|---|---|", *(f"| {r} | {n} |" for r, n in counts.items()), ""]
+        lines += ["| file | rows | reasons |", "|---|---|---|"]
+        for name, group in bad.groupby("_file", observed=True):
+            lines.append(f"| {name} | {len(group)} | {', '.join(_reasons(group))} |")
+        lines.append("")
+    if len(flagged):
+        lines += ["| symbol | ts | log return | robust z |", "|---|---|---|---|"]
+        for row in flagged.sort_values("robust_z", ascending=False).head(20).itertuples():
+            lines.append(f"| {row.symbol} | {row.ts} | {row.log_return:.4f} | {row.robust_z:.1f} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _all_reasons(bars: pd.DataFrame, params: Params) -> pd.Series:
+    """GX row failures merged with the calendar/order/symbol checks, one string per bad row."""
+    gx_reasons = row_failures(bars)
+    lists: dict[int, list[str]] = {int(i): r.split("; ") for i, r in gx_reasons.items()}
+    for reason, mask in row_checks(bars, params.data.freq, params.data.tickers).items():
+        for i in np.flatnonzero(mask.to_numpy()):
+            lists.setdefault(int(i), []).append(reason)
+    return pd.Series({i: "; ".join(r) for i, r in sorted(lists.items())}, dtype=object)
+
+
+def validate(params: Params) -> ValidateResult:
+    """Validate ``data/raw/``; write ``data/validated/`` and ``data/quarantine/``."""
+    dirs, cfg = params.dirs, params.validation
+    bars = _load_raw(dirs.raw, params.data.freq)
+    reasons = _all_reasons(bars, params)
+    bad = bars.loc[reasons.index].assign(reason=reasons.values)
+    good = bars.drop(index=reasons.index) if len(reasons) else bars
+    flagged = outliers(good, cfg.outlier_sigma)
+
+    with atomic_dir(dirs.quarantine) as staging:
+        for name, group in bad.groupby("_file", observed=True):
+            target = staging / Path(str(name)).name
+            write_parquet(group.drop(columns="_file").reset_index(drop=True), target, params.data.freq)
+        _write_report(staging / REPORT, len(bars), bad, flagged)
+    report = dirs.quarantine / REPORT
+
+    out = dirs.validated / VALIDATED
+    out.unlink(missing_ok=True)  # downstream must never read a stale validated set
+    fraction = len(bad) / max(len(bars), 1)
+    if fraction > cfg.max_bad_fraction:
+        per_file = "; ".join(
+            f"{name}: {len(g)} ({', '.join(_reasons(g))})"
+            for name, g in bad.groupby("_file", observed=True)
+        )
+        raise ValidationFailed(
+            f"validation failed: {len(bad)} of {len(bars)} rows bad in {per_file}; "
+            f"quarantined in {dirs.quarantine}/"
+        )
+    check_gaps(good, params.data.freq, cfg.max_gap_bars)
+    good = good.drop(columns="_file")
+    if not is_sorted(good):
+        good = good.sort_values(["symbol", "ts"], kind="stable")
+    write_parquet(good.reset_index(drop=True), out, params.data.freq)
+    log.info("validated %d rows, quarantined %d, flagged %d outliers", len(good), len(bad), len(flagged))
+    return ValidateResult(len(bars), len(good), len(bad), out, report)
+
+
+validate_task = task(
+    validate, name="validate", persist_result=True,
+    cache_key_fn=data_cache_key(("validation",), lambda p: [p.dirs.validated, p.dirs.quarantine]),
+)

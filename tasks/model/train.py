@@ -1,0 +1,236 @@
+"""Stage 4, train: generational evolution of a PPO population (finrl-podracer.txt §4.2–4.4).
+
+Loads the feature set, trains with :func:`trainers.evolution.evolve` on the train split,
+selects on the validation split only, and writes the best validation snapshot as a
+policy bundle under ``data/models/`` with the leaderboard of every agent and generation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tasks.caching import current_version
+from tasks.config import Params
+from tasks.data import features
+from tasks.errors import MissingInput
+from tasks.model import bundle, leaderboard
+from tasks.model.scaleout import job_pool, job_runner
+from tasks.storage import atomic_dir
+from trainers import profiler
+from trainers.agent import PPOAgent
+from trainers.env import MarketData
+from trainers.evolution import Evolution, EvolutionResult, ProgressFn, evaluations_per_generation, resume_from
+from trainers.metrics import periods_per_year
+from trainers.state import StateScales
+from trainers.tournament import Tournament
+
+log = logging.getLogger("podracer.train")
+T = TypeVar("T")
+PROFILE_FILES = ("profile.csv", "profile.json", "profile.png")
+SUMMARY = "training.json"
+"""Mode, engine, seconds and the cost ledger (env steps, CPU/GPU seconds) of the training run."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    model_dir: Path
+    best_fitness: float
+    best_generation: int
+    best_agent: int
+    best_hparams: dict[str, float]
+    env_steps: int
+    seconds: float
+    device: str
+    fitness: str = "sharpe"
+    mode: str = "generational"
+    engine: str = "multiplexed"
+    profile: Path | None = None
+    """The profile plot, when training was profiled."""
+
+    def describe(self) -> str:
+        """Which snapshot won, and what training cost, in one line."""
+        where = (f"job {self.best_agent}, lineage depth {self.best_generation}" if self.mode == "tournament"
+                 else f"agent {self.best_agent}, generation {self.best_generation}")
+        return (f"best validation {self.fitness} {self.best_fitness:.3f} ({where}), {self.env_steps:,} env steps in "
+                f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device})")
+
+
+def pick_device(choice: str) -> torch.device:
+    """``auto`` uses CUDA when present; CI and the default run use the CPU."""
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(choice)
+
+
+def _annotations(count: int = 20_000) -> None:
+    """A workload that is nothing but annotations, nested two deep (for calibration)."""
+    for _ in range(count // 2):
+        with profiler.operation("calibration"), profiler.operation("calibration"):
+            pass
+
+
+def profiled(run: Callable[[], T], iteration: Callable[[], object]) -> tuple[T, profiler.Report]:
+    """Run ``run`` under the profiler (rl-scope-profiling.txt §3), corrected for book-keeping.
+
+    The cost of one annotation does not depend on what it annotates (§3.4), so delta
+    calibration (Appendix C.1) times a workload of bare annotations, where the delta is
+    large against the noise. The correction's bias (Appendix C.3) is then measured on one
+    real training ``iteration`` against an uninstrumented one, since training runs once.
+    """
+    per_event = profiler.calibrate(_annotations, repeats=5)
+    biases = []
+    for _ in range(3):  # alternate plain and profiled iterations; the median damps noise
+        plain = time.perf_counter()
+        iteration()
+        plain = time.perf_counter() - plain
+        profiler.enable(cuda=True)
+        iteration()
+        profiler.disable()
+        biases.append(profiler.report(per_event, uninstrumented_seconds=plain).bias_percent or 0.0)
+    bias = statistics.median(biases)
+    profiler.set_phase("training")
+    profiler.enable(cuda=True)
+    try:
+        result = run()
+    finally:
+        profiler.disable()
+    report = profiler.report(per_event)
+    log.info("profile (overhead %.2f µs per annotation, correction bias %+.1f%% on training iterations, median of 3):\n%s",
+             per_event * 1e6, bias, report.table())
+    return result, report
+
+
+def save_profile(report: profiler.Report, folder: Path) -> None:
+    """``profile.csv``, ``profile.json`` and the stacked-bar ``profile.png`` beside the model."""
+    csv, data, png = (folder / name for name in PROFILE_FILES)
+    report.to_csv(csv)
+    data.write_text(json.dumps(report.to_dict(), indent=1))
+    report.plot(png)
+
+
+def state_scales(params: Params, fs: features.FeatureSet) -> StateScales:
+    """The state's scaling constants: cash over initial cash, shares over hmax, prices over
+    the first training bar's closes (saved with the model, so serving scales alike)."""
+    return StateScales(
+        cash_scale=1.0 / params.env.initial_cash,
+        shares_scale=1.0 / params.env.hmax,
+        price_ref=tuple(float(p) for p in fs.prices[fs.window("train")[0]]),
+    )
+
+
+def checkpoint_dir(params: Params, data_version: str | None = None) -> Path:
+    """The folder of this run's checkpoints. It is named by the data version and every
+    setting that shapes training, so ``--resume`` only ever continues the same run."""
+    version = data_version or current_version(params)
+    spec = [version, str(pick_device(params.train.device)), params.env, params.ppo, params.evolution,
+            params.features.model_dump(mode="json"), params.nitro,
+            params.tournament if params.evolution.mode == "tournament" else None,
+            params.train.engine == "multiplexed"]  # the engines agree up to float summation order
+    return params.dirs.checkpoints / hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
+
+
+def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: StateScales) -> Evolution | Tournament:
+    """The training run ``evolution.mode`` asks for, on the train split, selecting on validation."""
+    args = (data, scales, params.env, params.ppo, params.evolution)
+    windows = (fs.window("train"), fs.window("validation"), periods_per_year(params.data.freq))
+    if params.evolution.mode == "tournament":
+        return Tournament(*args, params.tournament, *windows, params.nitro)
+    return Evolution(*args, *windows, params.nitro)
+
+
+def execute(run: Evolution | Tournament, params: Params, on_evaluated: ProgressFn, folder: Path) -> EvolutionResult:
+    """Run on the engine ``train.engine`` names, checkpointing into ``folder``."""
+    if isinstance(run, Tournament):
+        if params.train.engine == "multiplexed":
+            log.info("tournament jobs run one at a time in this process (train.engine: dask spreads them)")
+        with job_pool(params.train, run.setting) as pool:
+            return run.run(pool, on_evaluated, folder)
+    with job_runner(params.train, run.setting) as runner:
+        return run.run(on_evaluated, folder, runner)
+
+
+def train(params: Params, data_version: str | None = None) -> TrainResult:
+    """Train the population and write the best validation snapshot to ``data/models/``.
+
+    ``data_version`` (the raw data's content hash) is recorded in the bundle; by default it
+    is computed from ``data/raw/``.
+    """
+    fs = features.load(params.dirs.features)
+    if data_version is None:
+        data_version = current_version(params)
+    device = pick_device(params.train.device)
+    torch.manual_seed(params.evolution.seed)
+    data = fs.market(device)
+    scales = state_scales(params, fs)
+    evo = params.evolution
+    run = new_run(params, fs, data, scales)
+    folder = checkpoint_dir(params, data_version)
+    if params.train.resume:
+        try:
+            resume_from(run, folder, run.CHECKPOINT)
+        except FileNotFoundError:
+            raise MissingInput(f"{folder / run.CHECKPOINT}: no checkpoint of this run (same data and config) "
+                               "to resume; run without --resume") from None
+    jobs = run.jobs if isinstance(run, Tournament) else evo.population * evo.generations
+    started = time.perf_counter()
+    with Progress(
+        TextColumn(f"[bold]train[/] {evo.mode} on {params.train.engine}" + " {task.fields[at]}"), BarColumn(),
+        MofNCompleteColumn(), TextColumn(f"best validation {evo.fitness} " + "{task.fields[best]}"),
+        TimeElapsedColumn(), transient=False,
+    ) as progress:
+        bar = progress.add_task("train", total=jobs * evaluations_per_generation(evo), at="", best="-")
+        progress.update(bar, completed=len(run.state.history if isinstance(run, Tournament) else run.pop.history))
+        best = [float("-inf")]
+        unit = "job" if isinstance(run, Tournament) else "generation"
+
+        def on_evaluated(gen: int, agent: int, fitness: float) -> None:
+            best[0] = max(best[0], fitness)
+            at = f"{unit} {agent}" if unit == "job" else f"{unit} {gen + 1}/{evo.generations}"
+            progress.update(bar, advance=1, at=at, best=f"{best[0]:.2f}")
+            log.info("%s: validation %s %.3f", f"job {agent} (lineage depth {gen})" if unit == "job"
+                     else f"generation {gen} agent {agent}", evo.fitness, fitness)
+
+        if params.train.profile:
+            agent = PPOAgent(data, scales, params.env, params.ppo, fs.window("train"), seed=evo.seed)
+            result, report = profiled(lambda: execute(run, params, on_evaluated, folder), agent.train_iteration)
+        else:
+            result, report = execute(run, params, on_evaluated, folder), None
+    seconds = time.perf_counter() - started
+    meta = bundle.PolicyMeta(
+        symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
+        scales=scales, env=params.env, net_dims=list(params.ppo.with_hparams(result.best_hparams).net_dims),
+        freq=params.data.freq,
+        data_version=data_version,
+    )
+    summary = {"mode": evo.mode, "engine": params.train.engine, "device": str(device), "seconds": seconds,
+               "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None}}
+    with atomic_dir(params.dirs.models) as staging:
+        bundle.save(staging, {k: v.cpu() for k, v in result.best_actor.items()}, meta)
+        board = leaderboard.table(result)
+        board.to_csv(staging / leaderboard.LEADERBOARD, index=False)
+        leaderboard.plot(board, staging / leaderboard.PLOT, evo.fitness, evo.mode)
+        (staging / SUMMARY).write_text(json.dumps(summary, indent=1))
+        if report is not None:
+            save_profile(report, staging)
+    trained = TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
+                          result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
+                          params.train.engine, params.dirs.models / PROFILE_FILES[2] if report is not None else None)
+    log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), result.env_steps / seconds,
+             result.cost.cpu_seconds)
+    return trained
+
+
+train_task = task(train, name="train", cache_policy=NO_CACHE)

@@ -1,0 +1,77 @@
+"""The MLflow pyfunc that serves a policy bundle (DESIGN §2, models).
+
+The model carries its weights, indicator names, train-only normalisation stats, state
+scales and env constants. :meth:`PolicyModel.predict` builds the state with
+:func:`trainers.state.build_state` and sizes orders with :func:`trainers.env.execute_orders`,
+the same functions the training environment uses, so serving cannot drift from training.
+
+Input: one row per symbol with ``symbol``, ``close``, ``shares``, ``cash`` (the account's
+cash, repeated) and the raw indicator columns. Output: ``symbol``, ``action`` in (-1, 1)
+and ``order_qty`` (signed whole shares: negative sells, positive buys).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+import torch
+
+from tasks.errors import DataError
+from tasks.model import bundle
+from trainers.env import TURBULENCE, execute_orders
+from trainers.state import build_state
+
+
+def policy_input(
+    meta: bundle.PolicyMeta, close: np.ndarray, raw_features: np.ndarray, shares: np.ndarray, cash: float
+) -> pd.DataFrame:
+    """The pyfunc's input frame for one account at one bar."""
+    frame = pd.DataFrame(raw_features.astype(np.float64), columns=meta.feature_names)
+    frame.insert(0, "symbol", meta.symbols)
+    frame.insert(1, "close", close.astype(np.float64))
+    frame.insert(2, "shares", shares.astype(np.float64))
+    frame.insert(3, "cash", float(cash))
+    return frame
+
+
+def turbulence_gate(meta: bundle.PolicyMeta, raw: np.ndarray) -> torch.Tensor | None:
+    """The env's turbulence gate for one account: liquidate when the bar's raw turbulence
+    index reaches ``env.turbulence_threshold`` (``None`` when the gate is off)."""
+    threshold = meta.env.turbulence_threshold
+    if threshold is None:
+        return None
+    level = float(raw[0, meta.feature_names.index(TURBULENCE)])
+    return torch.tensor([level >= threshold])
+
+
+def decide(actor: torch.nn.Module, meta: bundle.PolicyMeta, frame: pd.DataFrame) -> pd.DataFrame:
+    """Action and whole-share orders for the account described by ``frame``."""
+    missing = sorted(set(meta.symbols) - set(frame["symbol"]))
+    if missing:
+        raise DataError(f"policy input: no row for symbol(s) {', '.join(missing[:5])}")
+    rows = frame.set_index("symbol").loc[meta.symbols]
+    raw = rows[meta.feature_names].to_numpy(np.float64)
+    close = torch.as_tensor(rows["close"].to_numpy(np.float64)).unsqueeze(0)
+    shares = torch.as_tensor(rows["shares"].to_numpy(np.float64)).unsqueeze(0)
+    cash = torch.as_tensor([float(rows["cash"].iloc[0])], dtype=torch.float64)
+    feats = torch.as_tensor(meta.normalise(raw)).unsqueeze(0)
+    with torch.no_grad():
+        action = actor(build_state(cash, shares, close, feats, meta.scales))
+    fill = execute_orders(action, cash, shares, close, meta.env.hmax, meta.env.cost_pct, turbulence_gate(meta, raw))
+    qty = (fill.bought - fill.sold)[0].numpy()
+    return pd.DataFrame({"symbol": meta.symbols, "action": action[0].numpy().astype(np.float64),
+                         "order_qty": qty.astype(np.int64)})
+
+
+class PolicyModel(mlflow.pyfunc.PythonModel):
+    """pyfunc wrapper around a policy bundle (logged by the register stage)."""
+
+    def load_context(self, context: Any) -> None:
+        self.actor, self.meta = bundle.load(Path(context.artifacts["bundle"]))
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        return decide(self.actor, self.meta, model_input)

@@ -1,0 +1,61 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks.data import features
+from tasks.data.bars import read_parquet
+from tasks.data.ingest import ingest
+from tasks.data.validate import VALIDATED, validate
+from tasks.errors import DataError, MissingInput
+from trainers.state import normalise_features
+
+
+def test_feature_set_follows_the_contract(built):
+    fs = features.load(built.dirs.features)
+    t, n, k = fs.features.shape
+    assert (n, k) == (4, 10) and fs.prices.shape == fs.opens.shape == (t, n)
+    assert fs.features.dtype == np.float32 and np.isfinite(fs.features).all()
+    assert fs.feature_names == list(built.features.indicators)
+    (a, b), (c, d), (e, f) = (fs.splits[s] for s in features.SPLIT_NAMES)
+    assert a == 0 and b + 1 == c and d + 1 == e and f == t - 1
+    assert str(fs.timestamps[b])[:10] <= "2021-03-31" < str(fs.timestamps[c])[:10]
+
+
+def test_normalisation_is_fitted_on_train_only(built):
+    fs = features.load(built.dirs.features)
+    lo, hi = fs.splits["train"]
+    z = normalise_features(fs.features, fs.mean, fs.std)
+    train = z[lo : hi + 1]
+    assert np.abs(train.mean(axis=0)).max() < 1e-4
+    later = fs.features[hi + 1 :]
+    assert not np.allclose(fs.mean, later.mean(axis=0))  # the stats did not see later bars
+
+
+def test_features_have_no_look_ahead(built):
+    """Perturbing every bar after t leaves every feature at or before t bit-identical."""
+    bars, _ = read_parquet(built.dirs.validated / VALIDATED)
+    names = list(built.features.indicators)
+    base = features.indicators(features.panel(bars), names, built.features, built.data.freq)
+    ts = np.sort(bars["ts"].unique())
+    rng = np.random.default_rng(0)
+    for t in rng.integers(130, len(ts) - 5, size=3):
+        later = bars["ts"] > ts[t]
+        shaken = bars.copy()
+        factor = rng.uniform(0.5, 1.5, later.sum())
+        for column in ("open", "high", "low", "close"):
+            shaken.loc[later, column] *= factor
+        shaken.loc[later, "volume"] *= 3
+        moved = features.indicators(features.panel(shaken), names, built.features, built.data.freq)
+        np.testing.assert_array_equal(moved[: t + 1], base[: t + 1])
+        assert not np.array_equal(moved[t + 1 :], base[t + 1 :])
+
+
+def test_missing_input_and_empty_split_are_one_line_errors(tiny):
+    with pytest.raises(MissingInput, match="run `podracer validate` first"):
+        features.features(tiny)
+    ingest(tiny)
+    validate(tiny)
+    late = tiny.model_copy(update={"features": tiny.features.model_copy(update={"val_end": pd.Timestamp("2030-01-01").date()})})
+    with pytest.raises(DataError, match="the test split has 0 bars"):
+        features.features(late)
+    assert not tiny.dirs.features.exists()  # nothing half-written

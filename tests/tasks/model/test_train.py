@@ -1,0 +1,70 @@
+import dataclasses
+import json
+
+import pandas as pd
+import torch
+
+from tasks.model import bundle
+from tasks.model.leaderboard import LEADERBOARD, PLOT
+from tasks.model.train import SUMMARY, train
+
+
+def test_train_writes_a_bundle_serving_can_load(built):
+    actor, meta = bundle.load(built.dirs.models)
+    assert meta.symbols == [f"SYN00{i}" for i in range(4)]
+    assert meta.env == built.env and len(meta.net_dims) == 1 and 12 <= meta.net_dims[0] <= 20  # evolved width
+    assert len(meta.data_version) == 16
+    out = actor(torch.zeros(1, meta.state_dim))
+    assert out.shape == (1, 4) and bool((out.abs() < 1).all())
+    board = pd.read_csv(built.dirs.models / LEADERBOARD)
+    assert len(board) == built.evolution.population * built.evolution.generations
+    assert {"generation", "agent", "iteration", "fitness", "parent", "stopped", "lr", "net_width"} <= set(board.columns)
+    assert (built.dirs.models / PLOT).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_training_is_bit_identical_for_the_same_seed(built_copy):
+    first = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
+    result = train(built_copy)
+    again = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert result.env_steps == 2 * 2 * 1 * 4 * 16
+
+
+def test_profiled_training_writes_the_breakdown_and_changes_nothing(built_copy):
+    first = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
+    result = train(built_copy.model_copy(update={"train": built_copy.train.model_copy(update={"profile": True})}))
+    again = torch.load(built_copy.dirs.models / bundle.WEIGHTS, weights_only=True)
+    assert all(torch.equal(first[k], again[k]) for k in first)  # profiling observes, never steers
+    assert result.profile == built_copy.dirs.models / "profile.png"
+    assert result.profile.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = pd.read_csv(built_copy.dirs.models / "profile.csv")
+    ops = set(zip(rows["phase"], rows["operation"]))
+    assert {("training", "simulation"), ("training", "inference"), ("training", "backprop"),
+            ("evaluation", "simulation")} <= ops
+    assert (rows["seconds"] >= 0).all() and rows["calls"].sum() > 0
+
+
+def test_tournament_mode_trains_through_the_stage_and_logs_its_cost(built_copy):
+    params = built_copy.model_copy(update={
+        "evolution": dataclasses.replace(built_copy.evolution, mode="tournament"),
+        "tournament": dataclasses.replace(built_copy.tournament, workers=2, jobs=3, leaderboard_size=2)})
+    result = train(params)
+    board = pd.read_csv(params.dirs.models / LEADERBOARD)
+    assert sorted(board["agent"].unique()) == [0, 1, 2]  # one row per job (tiny: one evaluation each)
+    assert (board["parent"].notna() & (board["generation"] > 0)).any()  # a job generated from the leaderboard
+    summary = json.loads((params.dirs.models / SUMMARY).read_text())
+    assert summary["mode"] == "tournament" and summary["env_steps"] == result.env_steps > 0
+    assert summary["cpu_seconds"] > 0
+    assert (params.dirs.models / PLOT).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_nitro_through_the_stage_keeps_the_budget(built_copy):
+    params = built_copy.model_copy(update={
+        "nitro": dataclasses.replace(built_copy.nitro, enabled=True, min_envs=2, max_envs=8, lanczos_steps=3,
+                                     subset=16),
+        "evolution": dataclasses.replace(built_copy.evolution, budget_env_steps=2 * 2 * 100),
+        "train": built_copy.train.model_copy(update={"engine": "serial"})})
+    result = train(params)
+    assert 0 < result.env_steps <= 400
+    board = pd.read_csv(params.dirs.models / LEADERBOARD)
+    assert board["num_envs"].between(2, 8).all()

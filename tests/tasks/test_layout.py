@@ -1,0 +1,81 @@
+"""The folder tree reads as the data flow (DESIGN §1): a lower part never imports a higher one.
+
+Every ``tasks`` import is read from the source with ``ast``, including imports inside
+functions and under ``TYPE_CHECKING``, so a lazy import cannot hide an upward edge or a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+RANK = {"data": 1, "model": 2, "registry": 3, "delivery": 4}
+"""A module's part and its place in the flow; the shared top-level modules rank 0."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Absolute ``tasks`` / ``flows`` / ``trainers`` / third-party modules that ``path`` imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def rank(module: str) -> int:
+    parts = module.split(".")
+    return RANK.get(parts[1], 0) if len(parts) > 1 else 0
+
+
+def task_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((REPO / "tasks").rglob("*.py"))}
+
+
+def task_graph() -> dict[str, set[str]]:
+    """Module -> the ``tasks`` modules it imports (a name imported from a package counts when it is a module)."""
+    modules = task_modules()
+    return {name: {m for m in imports(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def test_every_part_imports_only_its_own_level_or_lower():
+    upward = [f"{name} imports {dep}" for name, deps in task_graph().items() for dep in deps
+              if rank(dep) > rank(name) and dep != "tasks"]
+    assert upward == []
+
+
+def test_the_shared_modules_import_no_part():
+    shared = [name for name in task_modules() if name.count(".") == 1 and rank(name) == 0]
+    assert {"tasks.config", "tasks.errors", "tasks.storage", "tasks.caching"} <= set(shared)
+    assert [(n, d) for n in shared for d in task_graph()[n] if rank(d) > 0] == []
+
+
+def test_tasks_import_no_circle():
+    graph = {name: deps - {"tasks"} for name, deps in task_graph().items()}
+    try:
+        order = list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        pytest.fail(f"import circle: {' -> '.join(exc.args[1])}")
+    assert order.index("tasks.data.synthetic_daily") < order.index("tasks.data.synthetic_intraday") < \
+        order.index("tasks.data.synthetic")
+
+
+def test_each_part_has_a_docstring_and_trainers_stay_pure_pytorch():
+    for part in RANK:
+        assert ast.get_docstring(ast.parse((REPO / "tasks" / part / "__init__.py").read_text()))
+    banned = ("tasks", "flows", "prefect", "mlflow")
+    leaks = [f"{p.name} imports {m}" for p in (REPO / "trainers").glob("*.py") for m in imports(p)
+             if m.split(".")[0] in banned]
+    assert leaks == []

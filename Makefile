@@ -9,13 +9,14 @@ STAMP := $(VENV)/.installed
 include .env
 export
 
-.PHONY: help install run test test-fast repro mlflow-ui bench-data bench-train clean clean-data
+.PHONY: help install run test test-fast mutate repro mlflow-ui bench-data bench-train clean clean-data
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make run        install into .venv and run the whole pipeline on the embedded market"
 	@echo "make test       install into .venv and run the test suite"
 	@echo "make test-fast  unit tests only (skips the slow end-to-end tests)"
+	@echo "make mutate     mutation testing of the modules that decide (slow; report in docs/testing.md)"
 	@echo "make repro      run the same stages through DVC (dvc repro)"
 	@echo "make bench-data / bench-train  run a benchmark; results go to docs/benchmarks.md"
 	@echo "make mlflow-ui  open the MLflow UI on the local store at http://127.0.0.1:5000"
@@ -41,6 +42,13 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	tests/standins/ensure_postgres.sh
 	$(BIN)/python -m pytest -m "not slow"
+
+# Mutation testing (docs/testing.md): not part of `make test`, it takes tens of minutes.
+mutate: $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,mutate]'
+	rm -rf mutants
+	start=$$(date +%s); $(BIN)/mutmut run --max-children 2 > mutants.log 2>&1 || { tail -20 mutants.log; exit 1; }; \
+	  $(BIN)/python tests/mutation/report.py --seconds $$(( $$(date +%s) - start ))
 
 repro: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro

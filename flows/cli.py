@@ -11,6 +11,7 @@ import importlib
 import logging
 import os
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -130,7 +131,7 @@ STAGES: dict[str, tuple[str, str, Callable[[Any], RenderableType]]] = {
     "train": ("model", "Stage 4: generational evolution of the PPO population.", _describe_train),
     "backtest": ("model", "Stage 5: the trained policy on the test window, beside buy-and-hold.", _describe_backtest),
     "register": ("registry", "Stage 6: MLflow run, registered model, champion gate.", _describe_register),
-    "deliver": ("delivery", "Stage 7: the champion trades the latest bar on the local paper broker.",
+    "deliver": ("delivery", "Stage 7: one trading cycle: the champion trades the latest bar on the paper broker.",
                 _describe_deliver),
 }
 """Stage command -> (the ``tasks/`` subpackage whose module of that name runs it, help, summary line)."""
@@ -164,12 +165,61 @@ def promote(
     params: ParamsPath = Path("params.yaml"),
 ) -> None:
     """Make a model version the champion by hand (the old one becomes previous_champion)."""
-    from tasks.registry.register import promote as stage
+    from tasks.registry.gate import promote as stage
 
     cfg = _stage("config", lambda: _params(params, []))
     previous = _stage("promote", lambda: stage(cfg.registry, version))
     console.print(f"[green]✓ promote[/] {cfg.registry.model_name} version {version} is champion"
                   + (f"; version {previous} is previous_champion" if previous else ""))
+
+
+class Clock(str, Enum):
+    wall = "wall"
+    simulated = "simulated"
+
+
+@app.command()
+def broker(
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = [],  # noqa: B006
+    port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default broker.port; 0: any free one).")] = None,
+    clock: Annotated[Clock | None, typer.Option(help="The market clock (default broker.clock).")] = None,
+) -> None:
+    """Serve the local paper broker: Alpaca's Trading API on 127.0.0.1, over data/broker/broker.db."""
+    from tasks.delivery.service import serve
+
+    cfg = _stage("config", lambda: _params(params, set_))
+    _log_to_console()
+    _stage("broker", lambda: serve(cfg, port, clock.value if clock else None))
+
+
+@app.command()
+def trade(
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = [],  # noqa: B006
+    replay: Annotated[str | None, typer.Option(help="Replay START..END (or 'test') on a fresh simulated "
+                                               "account and compare with the backtest.")] = None,
+    once: Annotated[bool, typer.Option("--once", help="One cycle on the latest bar, then stop.")] = False,
+    halt: Annotated[bool, typer.Option("--halt", help="Kill switch: cancel open orders, stop all trading.")] = False,
+    unhalt: Annotated[bool, typer.Option("--unhalt", help="Clear the kill switch.")] = False,
+) -> None:
+    """The trading loop: the champion trades each new bar on trade.broker (local or alpaca)."""
+    from flows.summary import orders_table
+    from tasks.delivery import live
+    from tasks.delivery import replay as replays
+
+    cfg = _stage("config", lambda: _params(params, set_))
+    _log_to_console()
+    if halt or unhalt:
+        console.print(_stage("trade", lambda: live.switch(cfg, halt)))
+    elif replay is not None:
+        result = _stage("trade", lambda: replays.replay(cfg, replay))
+        console.print(f"[green]✓ replay[/] {result.start}..{result.end}: {result.bars} bars, final paper equity "
+                      f"{result.final_equity:,.2f}; {replays.verdict(result)}; plot {result.plot}")
+    elif once:
+        console.print(orders_table(_stage("trade", lambda: live.once(cfg))))
+    else:
+        _stage("trade", lambda: live.forever(cfg, lambda r: console.print(orders_table(r))))
 
 
 def main() -> None:

@@ -15,10 +15,12 @@ from tasks.config import Params, load_params
 from tasks.data.features import FeaturesResult, features_task
 from tasks.data.ingest import IngestResult, ingest_task
 from tasks.data.validate import ValidateResult, validate_task
-from tasks.delivery.deliver import DeliverResult, deliver_task
+from tasks.delivery.deliver import deliver_task
+from tasks.delivery.loop import CycleResult
 from tasks.model.backtest import BacktestResult, backtest_task
 from tasks.model.train import TrainResult, train_task
-from tasks.registry.register import RegisterResult, champion_version, register_task
+from tasks.registry.gate import champion_version
+from tasks.registry.register import RegisterResult, register_task
 from trainers.metrics import METRICS
 
 
@@ -30,7 +32,7 @@ class PipelineSummary:
     train: TrainResult
     backtest: BacktestResult
     register: RegisterResult
-    deliver: DeliverResult | None
+    deliver: CycleResult | None
     note: str
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.pipeline import PipelineSummary
-from tasks.delivery.deliver import DeliverResult
+from tasks.delivery.loop import CycleResult
 from tasks.errors import PodracerError
 from tasks.model.backtest import BacktestResult
 from trainers.metrics import METRICS
@@ -30,15 +30,23 @@ def metrics_table(result: BacktestResult) -> Table:
     return table
 
 
-def orders_table(result: DeliverResult) -> Table:
-    table = Table(title=f"Paper orders for bar {result.bar} from {result.model_uri} (version {result.version})",
-                  caption=f"cash {result.cash:,.2f}  equity {result.equity:,.2f}")
-    for column in ("side", "symbol", "qty", "price", "status"):
-        table.add_column(column, justify="right" if column in ("qty", "price") else "left")
-    for f in result.fills:
-        table.add_row(f.side, f.symbol, str(f.qty), f"{f.price:.2f}", f.status)
-    if not result.fills:
-        table.add_row("-", "no orders", "", "", "")
+def orders_table(result: CycleResult) -> Table:
+    """One trading cycle: its orders and what became of them, the account after it."""
+    title = f"Paper orders for bar {result.bar} from {result.model_uri}"
+    caption = f"cash {result.cash:,.2f}  equity {result.equity:,.2f}"
+    if result.halted:
+        caption += f"  HALTED: {result.halted}"
+    table = Table(title=title, caption=caption)
+    for column in ("side", "symbol", "qty", "filled", "price", "status"):
+        table.add_column(column, justify="right" if column in ("qty", "filled", "price") else "left")
+    for o in result.orders:
+        price = o.get("filled_avg_price")
+        table.add_row(o["side"], o["symbol"], str(o["qty"]), str(o.get("filled_qty", 0)),
+                      f"{price:.2f}" if price else "-", o["status"])
+    for o in result.blocked:
+        table.add_row(o["side"], o["symbol"], str(o["qty"]), "0", "-", f"blocked: {o['reason']}")
+    if not result.orders and not result.blocked:
+        table.add_row("-", "no orders", "", "", "", "")
     return table
 
 

@@ -163,8 +163,52 @@ class RegistryParams(_Section):
     gate_margin: float = Field(0.0, description="champion needs metric > buy-and-hold's + margin")
 
 
-class DeliverParams(_Section):
-    broker: Literal["local"] = "local"
+class BrokerParams(_Section):
+    """The local paper broker (``podracer broker``): Alpaca's Trading API on 127.0.0.1 (docs/delivery.md)."""
+
+    host: str = Field("127.0.0.1", description="address the service binds; keep it on loopback")
+    port: int = Field(8710, ge=0, le=65535, description="port of `podracer broker` (0: any free port)")
+    clock: Literal["wall", "simulated"] = Field(
+        "wall", description="wall: sessions follow the time of day and fill once their bar is in the feed; "
+        "simulated: POST /podracer/v1/clock/advance steps bar by bar")
+    key_file: Path | None = Field(None, description="0600 JSON file of the account's keys "
+                                  "(default data_dir/broker/keys.json, created on first start)")
+
+    @model_validator(mode="after")
+    def _loopback(self) -> BrokerParams:
+        if self.host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("host must be a loopback address (127.0.0.1): the paper broker is not for a network")
+        return self
+
+
+class RiskParams(_Section):
+    """Pre-trade checks of the trading loop; an order that fails one is not sent (docs/delivery.md)."""
+
+    max_order_notional: float = Field(250_000.0, gt=0, description="largest order, at the last close")
+    max_position_weight: float = Field(0.5, gt=0, le=1, description="largest position after a buy, "
+                                       "as a share of equity")
+    daily_loss_limit: float = Field(0.1, gt=0, le=1, description="halt trading when equity falls this share "
+                                    "below the previous close")
+
+
+class TradeParams(_Section):
+    """Stage 7 and ``podracer trade``: which broker the trading loop drives through alpaca-py."""
+
+    broker: Literal["local", "alpaca"] = Field("local", description="local: the paper broker service; "
+                                               "alpaca: Alpaca paper trading (keys from APCA_API_KEY_ID / "
+                                               "APCA_API_SECRET_KEY)")
+    url: str | None = Field(None, description="the broker's base URL (default: a local broker on broker.port "
+                            "if one answers, else one started for the cycle; alpaca: its paper endpoint)")
+    experiment: str = Field("podracer-trading", description="MLflow experiment of the trading sessions")
+    fill_timeout_seconds: float = Field(10.0, ge=0, description="how long a cycle polls for its fills")
+    poll_seconds: float = Field(0.2, gt=0, description="polling interval of fills and of the market clock")
+    risk: RiskParams = RiskParams()
+
+    @model_validator(mode="after")
+    def _url(self) -> TradeParams:
+        if self.url is not None and (not self.url.startswith(("http://", "https://")) or self.url.endswith("/")):
+            raise ValueError("url must start with http:// or https:// and not end with / (alpaca-py adds /v2/...)")
+        return self
 
 
 class Params(_Section):
@@ -182,7 +226,8 @@ class Params(_Section):
     train: TrainParams = TrainParams()
     backtest: BacktestParams = BacktestParams()
     registry: RegistryParams = RegistryParams()
-    deliver: DeliverParams = DeliverParams()
+    broker: BrokerParams = BrokerParams()
+    trade: TradeParams = TradeParams()
 
     @model_validator(mode="after")
     def _check(self) -> Params:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,13 @@ TINY = [
 ]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that need the session's tiny pipeline (``make mutate`` leaves them out)."""
+    for item in items:
+        if {"built", "built_copy"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.pipeline)
+
+
 def tiny_params(root: Path, *overrides: str) -> Params:
     """Tiny-size config whose data and MLflow store live under ``root``."""
     return load_params(
@@ -40,6 +48,15 @@ def tiny_params(root: Path, *overrides: str) -> Params:
         [*TINY, f"data_dir={root / 'data'}", f"registry.tracking_uri=sqlite:///{root / 'mlflow' / 'mlflow.db'}",
          f"registry.artifact_root={root / 'mlflow' / 'artifacts'}", *overrides],
     )
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """One temporary Prefect server for every test that runs flows or Prefect tasks (DESIGN §4)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
 
 
 @pytest.fixture

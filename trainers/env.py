@@ -102,7 +102,7 @@ class MarketData:
 
 @dataclass
 class Fill:
-    """Result of :func:`execute_orders` for a batch of accounts."""
+    """Result of :func:`fill_orders` for a batch of accounts."""
 
     cash: torch.Tensor
     shares: torch.Tensor
@@ -111,30 +111,38 @@ class Fill:
     cost: torch.Tensor
 
 
-def execute_orders(
-    action: torch.Tensor,
-    cash: torch.Tensor,
-    shares: torch.Tensor,
-    price: torch.Tensor,
-    hmax: int,
-    cost_pct: float,
-    liquidate: torch.Tensor | None = None,
-) -> Fill:
-    """Turn actions in [-1, 1]^n into integer trades at ``price`` (eq. 3–4).
+def intended_orders(
+    action: torch.Tensor, shares: torch.Tensor, hmax: int, liquidate: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shares each account asks to sell and to buy at the next open, before cash is counted
+    (eq. 3): ``trunc(a · hmax)`` per stock, sells capped at the holdings (no shorting).
 
-    Sells come first and their proceeds fund the buys. When the buys cost more than the
-    cash available, every buy is scaled down by the same ratio and rounded down to whole
-    shares, which keeps cash ≥ 0 without a sequential loop over stocks. Where ``liquidate``
-    ``[E]`` is true (the turbulence gate) every holding is sold and nothing is bought.
-    Live delivery uses this same function, so paper orders follow the training rules.
+    Where ``liquidate`` ``[E]`` is true (the turbulence gate) every holding is sold and
+    nothing is bought. Serving sends exactly these orders to the broker, which fills them
+    at the open with :func:`fill_orders`, so paper fills follow the training rules.
     """
-    want = torch.trunc(action.clamp(-1.0, 1.0).to(price.dtype) * hmax)
+    want = torch.trunc(action.clamp(-1.0, 1.0).to(shares.dtype) * hmax)
     sold = torch.minimum((-want).clamp(min=0.0), shares)
     bought = want.clamp(min=0.0)
     if liquidate is not None:
         gate = liquidate.unsqueeze(1)
         sold = torch.where(gate, shares, sold)
         bought = torch.where(gate, torch.zeros_like(bought), bought)
+    return sold, bought
+
+
+def fill_orders(
+    sold: torch.Tensor, bought: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, price: torch.Tensor,
+    cost_pct: float,
+) -> Fill:
+    """Fill a batch of whole-share orders at ``price`` (eq. 4): sells first, then buys.
+
+    Sells come first and their proceeds fund the buys. When the buys cost more than the
+    cash available, every buy is scaled down by the same ratio and rounded down to whole
+    shares, which keeps cash ≥ 0 without a sequential loop over stocks. Costs are
+    ``cost_pct`` of each traded notional. The local paper broker fills the orders queued
+    for an open with this same function.
+    """
     proceeds = (sold * price).sum(dim=1)
     cost = proceeds * cost_pct
     cash = cash + proceeds - cost
@@ -146,6 +154,21 @@ def execute_orders(
     cost = cost + spend * cost_pct
     cash = (cash - spend * (1.0 + cost_pct)).clamp(min=0.0)
     return Fill(cash=cash, shares=shares - sold + bought, sold=sold, bought=bought, cost=cost)
+
+
+def execute_orders(
+    action: torch.Tensor,
+    cash: torch.Tensor,
+    shares: torch.Tensor,
+    price: torch.Tensor,
+    hmax: int,
+    cost_pct: float,
+    liquidate: torch.Tensor | None = None,
+) -> Fill:
+    """Turn actions in [-1, 1]^n into integer trades filled at ``price`` (eq. 3–4): the
+    orders of :func:`intended_orders`, filled by :func:`fill_orders`."""
+    sold, bought = intended_orders(action, shares, hmax, liquidate)
+    return fill_orders(sold, bought, cash, shares, price, cost_pct)
 
 
 class FinalStates(NamedTuple):

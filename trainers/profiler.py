@@ -36,9 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
-import matplotlib
 import torch
-from matplotlib.figure import Figure
 from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 
@@ -302,6 +300,9 @@ class Report:
 
     def plot(self, path: Path) -> None:
         """Stacked bars, one per phase, stacked by operation (RL-Scope's time breakdown)."""
+        import matplotlib  # lazily: every command imports this module, few of them plot
+        from matplotlib.figure import Figure
+
         phases = list(dict.fromkeys(row.phase for row in self.rows))
         operations = list(dict.fromkeys(row.operation for row in self.rows))
         seconds = {(row.phase, row.operation): row.seconds for row in self.rows}

@@ -7,6 +7,7 @@ frequency is stored in each file's Parquet metadata under ``podracer.freq``.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -17,7 +18,11 @@ import pyarrow.parquet as pq
 
 from tasks.errors import DataError
 
+log = logging.getLogger("podracer.features")
+
 COLUMNS = ("symbol", "ts", "open", "high", "low", "close", "volume")
+VALIDATED = "bars.parquet"
+"""The validated bars' file name under ``data/validated/`` (features and the paper broker read it)."""
 PRICE_COLUMNS = ("open", "high", "low", "close")
 FREQ_KEY = b"podracer.freq"
 
@@ -78,3 +83,20 @@ def read_parquet(path: Path) -> tuple[pd.DataFrame, str | None]:
     freq = (table.schema.metadata or {}).get(FREQ_KEY)
     return table.to_pandas(), freq.decode() if freq else None
 
+
+def panel(bars: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Pivot bars to ``[T, n]`` frames per field; gaps are forward-filled as flat bars."""
+    wide = {f: bars.pivot(index="ts", columns="symbol", values=f).sort_index() for f in
+            ("open", "high", "low", "close", "volume")}
+    close = wide["close"].ffill()
+    for field in ("open", "high", "low"):
+        wide[field] = wide[field].fillna(close)
+    wide["close"], wide["volume"] = close, wide["volume"].fillna(0.0)
+    complete = close.notna().all(axis=1)
+    if not complete.all():
+        first = complete.idxmax() if complete.any() else None
+        if first is None:
+            raise DataError("features: no timestamp has bars for every symbol")
+        log.warning("dropping %d leading bars before every symbol has data", int((~complete).sum()))
+        wide = {k: v.loc[first:] for k, v in wide.items()}
+    return wide

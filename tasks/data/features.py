@@ -21,9 +21,8 @@ from prefect import task
 
 from tasks.caching import data_cache_key
 from tasks.config import FeatureParams, Params
-from tasks.data.bars import read_parquet
+from tasks.data.bars import VALIDATED, panel, read_parquet
 from tasks.data.risk import turbulence, volatility_proxy
-from tasks.data.validate import VALIDATED
 from tasks.errors import DataError, MissingInput
 from tasks.storage import atomic_dir
 from trainers.env import TURBULENCE, MarketData
@@ -69,24 +68,6 @@ class FeatureSet:
         fill lands on the split's first open and every marked close lies inside it."""
         lo, hi = self.splits[split]
         return (max(lo - 1, 0), hi)
-
-
-def panel(bars: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Pivot bars to ``[T, n]`` frames per field; gaps are forward-filled as flat bars."""
-    wide = {f: bars.pivot(index="ts", columns="symbol", values=f).sort_index() for f in
-            ("open", "high", "low", "close", "volume")}
-    close = wide["close"].ffill()
-    for field in ("open", "high", "low"):
-        wide[field] = wide[field].fillna(close)
-    wide["close"], wide["volume"] = close, wide["volume"].fillna(0.0)
-    complete = close.notna().all(axis=1)
-    if not complete.all():
-        first = complete.idxmax() if complete.any() else None
-        if first is None:
-            raise DataError("features: no timestamp has bars for every symbol")
-        log.warning("dropping %d leading bars before every symbol has data", int((~complete).sum()))
-        wide = {k: v.loc[first:] for k, v in wide.items()}
-    return wide
 
 
 def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeatureParams, freq: str) -> np.ndarray:

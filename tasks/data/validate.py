@@ -22,13 +22,12 @@ from prefect import task
 
 from tasks.caching import data_cache_key
 from tasks.config import Params
-from tasks.data.bars import COLUMNS, PRICE_COLUMNS, read_parquet, to_contract, write_parquet
+from tasks.data.bars import COLUMNS, PRICE_COLUMNS, VALIDATED, read_parquet, to_contract, write_parquet
 from tasks.data.checks import check_frequency, check_gaps, is_sorted, outliers, row_checks
 from tasks.errors import DataError, MissingInput, ValidationFailed
 from tasks.storage import atomic_dir
 
 log = logging.getLogger("podracer.validate")
-VALIDATED = "bars.parquet"
 REPORT = "report.md"
 
 
@@ -201,7 +200,8 @@ def validate(params: Params) -> ValidateResult:
     if not is_sorted(good):
         good = good.sort_values(["symbol", "ts"], kind="stable")
     write_parquet(good.reset_index(drop=True), out, params.data.freq)
-    log.info("validated %d rows, quarantined %d, flagged %d outliers", len(good), len(bad), len(flagged))
+    counts = len(good), len(bad), len(flagged)
+    log.info("validated %d rows, quarantined %d, flagged %d outliers", *counts)  # pragma: no mutate
     return ValidateResult(len(bars), len(good), len(bad), out, report)
 
 

@@ -59,12 +59,26 @@ class TrainResult:
     engine: str = "multiplexed"
     profile: Path | None = None
     """The profile plot, when training was profiled."""
+    resumed_env_steps: int = 0
+    """Env steps the checkpoint had done before ``--resume``; ``seconds`` covers only the rest."""
+
+    @property
+    def session_env_steps(self) -> int:
+        """Env steps run in ``seconds``: the whole run's, less what a resumed checkpoint had done."""
+        return self.env_steps - self.resumed_env_steps
+
+    @property
+    def env_steps_per_second(self) -> float:
+        return self.session_env_steps / self.seconds if self.seconds > 0 else 0.0
 
     def describe(self) -> str:
         """Which snapshot won, and what training cost, in one line."""
         where = (f"job {self.best_agent}, lineage depth {self.best_generation}" if self.mode == "tournament"
                  else f"agent {self.best_agent}, generation {self.best_generation}")
-        return (f"best validation {self.fitness} {self.best_fitness:.3f} ({where}), {self.env_steps:,} env steps in "
+        steps = f"{self.env_steps:,} env steps"
+        if self.resumed_env_steps:
+            steps += f", {self.session_env_steps:,} of them after resuming"
+        return (f"best validation {self.fitness} {self.best_fitness:.3f} ({where}), {steps} in "
                 f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device})")
 
 
@@ -185,6 +199,7 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
             raise MissingInput(f"{folder / run.CHECKPOINT}: no checkpoint of this run (same data and config) "
                                "to resume; run without --resume") from None
     jobs = run.jobs if isinstance(run, Tournament) else evo.population * evo.generations
+    resumed_env_steps = (run.state if isinstance(run, Tournament) else run.pop).cost.env_steps
     started = time.perf_counter()
     with Progress(
         TextColumn(f"[bold]train[/] {evo.mode} on {params.train.engine}" + " {task.fields[at]}"), BarColumn(),
@@ -227,8 +242,9 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
             save_profile(report, staging)
     trained = TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
                           result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
-                          params.train.engine, params.dirs.models / PROFILE_FILES[2] if report is not None else None)
-    log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), result.env_steps / seconds,
+                          params.train.engine, params.dirs.models / PROFILE_FILES[2] if report is not None else None,
+                          resumed_env_steps)
+    log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), trained.env_steps_per_second,
              result.cost.cpu_seconds)
     return trained
 

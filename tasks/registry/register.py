@@ -3,9 +3,7 @@
 The run logs the whole config (flattened), the data version, the backtest metrics next to
 buy-and-hold, and the artifacts (tearsheet, validation report, leaderboard). The policy is
 logged as a :class:`tasks.registry.serving.PolicyModel` pyfunc and registered. The new version gets
-the alias ``challenger``; if it beats buy-and-hold on ``registry.gate_metric`` by
-``registry.gate_margin`` it becomes ``champion`` and the old champion becomes
-``previous_champion`` (registry aliases; stages are deprecated, DESIGN §2).
+the alias ``challenger`` and faces the champion gate (:mod:`tasks.registry.gate`).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.config import Params, RegistryParams
+from tasks.config import Params
 from tasks.data import features
 from tasks.data.validate import REPORT
 from tasks.errors import MissingInput
@@ -30,10 +28,11 @@ from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE
 from tasks.model.leaderboard import LEADERBOARD, PLOT, log_nested_runs
 from tasks.model.train import PROFILE_FILES, SUMMARY
+from tasks.registry.gate import CHALLENGER, CHAMPION, gate, promote
 from tasks.registry.serving import policy_input
+from tasks.registry.store import client, connect
 
 log = logging.getLogger("podracer.register")
-CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous_champion"
 POLICY_MODEL_CODE = Path(__file__).with_name("policy_model.py")
 
 
@@ -48,73 +47,6 @@ class RegisterResult:
     artifact_uri: str
 
 
-def connect(registry: RegistryParams) -> str:
-    """Point MLflow at the configured store; create the experiment with local artifacts.
-
-    Returns the experiment id. A relative ``sqlite:///`` path is relative to the working
-    directory, like every other path in the config.
-    """
-    import mlflow
-
-    if registry.tracking_uri.startswith("sqlite:///"):
-        Path(registry.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(registry.tracking_uri)
-    mlflow.set_registry_uri(registry.tracking_uri)
-    found = mlflow.get_experiment_by_name(registry.experiment)
-    if found is not None:
-        return found.experiment_id
-    registry.artifact_root.mkdir(parents=True, exist_ok=True)
-    return mlflow.create_experiment(registry.experiment, artifact_location=registry.artifact_root.resolve().as_uri())
-
-
-def champion_version(registry: RegistryParams) -> str | None:
-    """The version that carries the ``champion`` alias, or None."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    connect(registry)
-    try:
-        return str(MlflowClient().get_model_version_by_alias(registry.model_name, CHAMPION).version)
-    except mlflow.exceptions.MlflowException:
-        return None
-
-
-def promote(registry: RegistryParams, version: str) -> str | None:
-    """Give ``version`` the champion alias; the old champion becomes ``previous_champion``.
-
-    Returns the previous champion's version, if there was one. A version that was the
-    challenger stops being one.
-    """
-    import mlflow
-    from mlflow import MlflowClient
-
-    client = MlflowClient()
-    name = registry.model_name
-    try:
-        client.get_model_version(name, version)
-    except mlflow.exceptions.MlflowException:
-        raise MissingInput(f"{name}: no version {version} in {registry.tracking_uri}") from None
-    previous = champion_version(registry)
-    if previous is not None and previous != version:
-        client.set_registered_model_alias(name, PREVIOUS, previous)
-    client.set_registered_model_alias(name, CHAMPION, version)
-    try:
-        if str(client.get_model_version_by_alias(name, CHALLENGER).version) == version:
-            client.delete_registered_model_alias(name, CHALLENGER)
-    except mlflow.exceptions.MlflowException:
-        pass
-    return previous if previous != version else None
-
-
-def gate(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tuple[bool, str]:
-    """Does the challenger beat buy-and-hold on the gate metric by the margin?"""
-    name, margin = registry.gate_metric, registry.gate_margin
-    agent, hold = metrics["agent"][name], metrics["buy_and_hold"][name]
-    verdict = agent > hold + margin
-    relation = ">" if verdict else "<="
-    return verdict, f"test {name} {agent:.3f} {relation} buy-and-hold {hold:.3f} + margin {margin:g}"
-
-
 def _requirements() -> list[str]:
     import mlflow
 
@@ -125,7 +57,6 @@ def _requirements() -> list[str]:
 def register(params: Params) -> RegisterResult:
     """Log the run and register the model; promote it if it passes the gate."""
     import mlflow
-    from mlflow import MlflowClient
 
     dirs, registry = params.dirs, params.registry
     metrics_path = dirs.backtest / METRICS_FILE
@@ -135,7 +66,6 @@ def register(params: Params) -> RegisterResult:
     _, meta = bundle.load(dirs.models)
     fs = features.load(dirs.features)
     experiment_id = connect(registry)
-    client = MlflowClient()
     with mlflow.start_run(experiment_id=experiment_id) as run:
         mlflow.log_params({**params.flat(), "data_version": meta.data_version})
         mlflow.set_tags({"data_version": meta.data_version, "podracer.stage": "register"})
@@ -173,7 +103,7 @@ def register(params: Params) -> RegisterResult:
         passed, reason = gate(registry, metrics)
         mlflow.set_tags({"gate": "passed" if passed else "refused", "gate_reason": reason})
     aliases = [CHALLENGER]
-    client.set_registered_model_alias(registry.model_name, CHALLENGER, version)
+    client(registry).set_registered_model_alias(registry.model_name, CHALLENGER, version)
     if passed:
         promote(registry, version)
         aliases = [CHAMPION]

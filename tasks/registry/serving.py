@@ -2,12 +2,17 @@
 
 The model carries its weights, indicator names, train-only normalisation stats, state
 scales and env constants. :meth:`PolicyModel.predict` builds the state with
-:func:`trainers.state.build_state` and sizes orders with :func:`trainers.env.execute_orders`,
-the same functions the training environment uses, so serving cannot drift from training.
+:func:`trainers.state.build_state` and turns actions into orders with
+:func:`trainers.env.intended_orders`, the same functions the training environment uses,
+so serving cannot drift from training.
 
 Input: one row per symbol with ``symbol``, ``close``, ``shares``, ``cash`` (the account's
 cash, repeated) and the raw indicator columns. Output: ``symbol``, ``action`` in (-1, 1)
-and ``order_qty`` (signed whole shares: negative sells, positive buys).
+and ``order_qty``: signed whole shares (negative sells, positive buys) as the env asks for
+them at the next open, sells capped at the holdings. Buys are not yet scaled to the cash:
+the broker fills the bar's orders as one batch at the open, scaling the buys there with
+:func:`trainers.env.fill_orders` exactly as the env does (it cannot be done at the close,
+before the open's prices are known).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 from tasks.errors import DataError
 from tasks.model import bundle
-from trainers.env import TURBULENCE, execute_orders
+from trainers.env import TURBULENCE, intended_orders
 from trainers.state import build_state
 
 
@@ -49,7 +54,7 @@ def turbulence_gate(meta: bundle.PolicyMeta, raw: np.ndarray) -> torch.Tensor | 
 
 
 def decide(actor: torch.nn.Module, meta: bundle.PolicyMeta, frame: pd.DataFrame) -> pd.DataFrame:
-    """Action and whole-share orders for the account described by ``frame``."""
+    """Action and the whole-share orders it asks for, for the account described by ``frame``."""
     missing = sorted(set(meta.symbols) - set(frame["symbol"]))
     if missing:
         raise DataError(f"policy input: no row for symbol(s) {', '.join(missing[:5])}")
@@ -61,8 +66,8 @@ def decide(actor: torch.nn.Module, meta: bundle.PolicyMeta, frame: pd.DataFrame)
     feats = torch.as_tensor(meta.normalise(raw)).unsqueeze(0)
     with torch.no_grad():
         action = actor(build_state(cash, shares, close, feats, meta.scales))
-    fill = execute_orders(action, cash, shares, close, meta.env.hmax, meta.env.cost_pct, turbulence_gate(meta, raw))
-    qty = (fill.bought - fill.sold)[0].numpy()
+    sold, bought = intended_orders(action, shares, meta.env.hmax, turbulence_gate(meta, raw))
+    qty = (bought - sold)[0].numpy()
     return pd.DataFrame({"symbol": meta.symbols, "action": action[0].numpy().astype(np.float64),
                          "order_qty": qty.astype(np.int64)})
 

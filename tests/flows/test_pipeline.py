@@ -1,21 +1,14 @@
 """End-to-end: the Prefect flow at tiny size, twice, on Prefect's test harness."""
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.pipeline import rlops_pipeline
 from tasks.errors import ValidationFailed
 from tests.conftest import tiny_params
 
 
-@pytest.fixture(scope="module")
-def harness():
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
-
-
 @pytest.mark.slow
-def test_pipeline_runs_end_to_end_and_again_with_reused_data(harness, tmp_path):
+def test_pipeline_runs_end_to_end_and_again_with_reused_data(prefect_server, tmp_path):
     params = tiny_params(tmp_path, "registry.gate_margin=-1000")
     first = rlops_pipeline(params)
     assert not first.ingest.reused and first.register.version == "1"

@@ -1,4 +1,4 @@
-"""A local stand-in for Alpaca's market-data API: ``GET /v2/stocks/bars`` on 127.0.0.1.
+"""A local stand-in for Alpaca's market-data API, ``GET /v2/stocks/bars``, and Trading API on 127.0.0.1.
 
 It answers in Alpaca's real v2 format, ``{"bars": {"AAPL": [{"t", "o", "h", "l", "c",
 "v", "n", "vw"}, ...]}, "next_page_token": ...}``, from generated bars, and honours the
@@ -15,7 +15,12 @@ query the way Alpaca does:
   403 if they do not match.
 
 Tests queue failures with :meth:`AlpacaStandin.fail` (e.g. one 500, then normal answers)
-and read back every query it received in :attr:`AlpacaStandin.requests`.
+and read back every market-data query it received in :attr:`AlpacaStandin.requests`.
+
+The same server answers the Trading API v2 paths alpaca-py's ``TradingClient`` uses
+(``/v2/account``, ``/v2/positions``, ``/v2/orders``..., ``/v2/clock``) with recorded Alpaca
+responses: :mod:`tests.standins.alpaca_trading`, whose state and request log are
+:attr:`AlpacaStandin.trading`. Queued failures answer trading requests too.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ import json
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from email.message import Message
 from datetime import date, datetime, time, timedelta, timezone
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -34,6 +39,8 @@ from urllib.parse import parse_qs, urlsplit
 from zoneinfo import ZoneInfo
 
 import numpy as np
+
+from tests.standins.alpaca_trading import AlpacaTrading
 
 NEW_YORK = ZoneInfo("America/New_York")
 TIMEFRAMES = {"1Min": "1Min", "1T": "1Min", "1Day": "1Day", "1D": "1Day"}
@@ -133,6 +140,7 @@ class AlpacaStandin:
         self.data = {"1Day": daily or {}, "1Min": minute or {}}
         self.key_id, self.secret_key = key_id, secret_key
         self.requests: list[dict[str, str]] = []
+        self.trading = AlpacaTrading(key_id, secret_key)
         self._failures: list[Failure] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -183,6 +191,18 @@ class AlpacaStandin:
         except QueryError as exc:
             return 400, {"code": 40010001, "message": str(exc)}, 0.0
 
+    def trade(self, method: str, path: str, query: dict[str, str], headers: Message,
+              body: Any) -> tuple[int, Any, float]:
+        """Status, JSON body (None: none) and delay for one Trading API request."""
+        call = self.trading.record(method, path, query, headers, body)
+        with self._lock:
+            failure = self._failures.pop(0) if self._failures else None
+        if failure is not None:
+            call.status = failure.status
+            return failure.status, {"code": failure.status * 100_000, "message": failure.message}, failure.delay_s
+        status, payload = self.trading.answer(call)
+        return status, payload, 0.0
+
     def _page(self, query: dict[str, str]) -> dict[str, Any]:
         """One page of bars for ``query``, ordered by symbol then time, ``limit`` bars at most."""
         symbols = [s for s in query.get("symbols", "").split(",") if s]
@@ -231,21 +251,39 @@ def _comes_after(symbol: str, ts: datetime, after: tuple[str, datetime], descend
 
 def _handler_for(standin: AlpacaStandin) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def _handle(self, method: str) -> None:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-            status, body, delay_s = standin.answer(parts.path, query, self.headers)
+            if method == "GET" and not AlpacaTrading.serves(parts.path):
+                status, body, delay_s = standin.answer(parts.path, query, self.headers)
+            else:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    sent = json.loads(raw) if raw else None
+                except ValueError:
+                    sent = raw.decode(errors="replace")
+                status, body, delay_s = standin.trade(method, parts.path, query, self.headers, sent)
             if delay_s:
                 threading.Event().wait(delay_s)
-            payload = json.dumps(body).encode()
+            payload = b"" if body is None else json.dumps(body).encode()
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                if body is not None:
+                    self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout test)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+            self._handle("GET")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._handle("POST")
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self._handle("DELETE")
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass  # keep test output quiet

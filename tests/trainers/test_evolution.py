@@ -5,9 +5,13 @@ import pytest
 import torch
 
 from trainers.env import EnvConfig
-from trainers.evolution import EvolutionConfig, evolve
-from trainers.selection import explore, select
-from trainers.ppo import PPOConfig
+from trainers.evaluate import run_policy
+from trainers.evolution import Evolution, EvolutionConfig, evolve, run_serially
+from trainers.metrics import FITNESS, sharpe
+from trainers.multiplex import run_multiplexed
+from trainers.ppo import Actor, PPOConfig
+from trainers.selection import explore, initial_population, select
+from trainers.state import state_dim
 
 from .helpers import market, scales
 
@@ -138,3 +142,73 @@ def test_a_resumed_run_ends_exactly_as_an_uninterrupted_one(tmp_path):
 def test_resume_without_a_checkpoint_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         tiny_run()(checkpoint_dir=tmp_path, resume=True)
+
+
+def test_a_copied_agent_starts_the_next_generation_with_its_parents_weights_and_adam_state():
+    """Equal widths, so copying the wrong agent's weights would not fail on a shape."""
+    data = market(t=60)
+    env = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
+    ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,))
+    evo = EvolutionConfig(population=4, generations=2, iterations_per_generation=1, quantile=0.5,
+                          search_space={"lr": (1e-4, 1e-3)})
+    generations = []
+
+    def runner(jobs, setting):
+        generations.append((jobs, run_serially(jobs, setting)))
+        return generations[-1][1]
+
+    Evolution(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), 252.0).run(runner=runner)
+    (_, trained), (next_jobs, _) = generations
+    copies = {job.index: job.parent for job in next_jobs if job.parent is not None}
+    assert len(copies) == 2 and not set(copies) & set(copies.values())
+    for dst, src in copies.items():
+        mine, theirs = next_jobs[dst].state["learners"][0], trained[src].state["learners"][0]
+        for net in ("actor", "critic"):
+            assert all(torch.equal(mine[net][k], theirs[net][k]) for k in theirs[net])
+        assert not all(torch.equal(mine["actor"][k], trained[dst].state["learners"][0]["actor"][k])
+                       for k in mine["actor"])  # and no longer its own
+        adam, parent_adam = mine["optimizer"]["state"], theirs["optimizer"]["state"]
+        assert adam and all(torch.equal(adam[p]["exp_avg"], parent_adam[p]["exp_avg"]) for p in parent_adam)
+        assert next_jobs[dst].seed != trained[src].seed  # its own random streams
+    for survivor in set(range(4)) - set(copies):
+        kept = next_jobs[survivor].state["learners"][0]["actor"]
+        assert all(torch.equal(kept[k], trained[survivor].state["learners"][0]["actor"][k]) for k in kept)
+
+
+@pytest.mark.parametrize("fitness", ["sortino", "cumulative_return"])
+@pytest.mark.parametrize("runner", [run_serially, run_multiplexed], ids=["serial", "multiplexed"])
+def test_the_evaluator_scores_with_the_configured_fitness(fitness, runner):
+    data = market(t=60)
+    env = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)
+    ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,), lr=0.01)
+    evo = EvolutionConfig(population=2, generations=1, iterations_per_generation=2, fitness=fitness,
+                          search_space={"lr": (1e-3, 1e-2)})
+    result = evolve(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), per_year=252.0, runner=runner)
+    actor = Actor(state_dim(3, 2), 3, (8,), init_log_std=0.0)
+    actor.load_state_dict(result.best_actor)
+    curve = run_policy(actor, data, scales(data, env), env, (39, 59))
+    assert result.best_fitness == pytest.approx(FITNESS[fitness](curve, 252.0), rel=1e-6)
+    assert result.best_fitness != pytest.approx(sharpe(curve, 252.0), rel=1e-3)
+
+
+def test_learning_rates_are_drawn_log_uniformly_and_widths_uniformly_as_integers():
+    rng = np.random.default_rng(0)
+    lrs = [initial_population({"lr": 1.0}, {"lr": (1e-5, 1e-3)}, 2, rng)[1]["lr"] for _ in range(400)]
+    assert 0.6e-4 < float(np.median(lrs)) < 1.6e-4  # the geometric middle; a uniform draw's median is ~5e-4
+    widths = [initial_population({"net_width": 8.0}, {"net_width": (16, 64)}, 2, rng)[1]["net_width"]
+              for _ in range(400)]
+    assert all(w == int(w) for w in widths) and 34 < float(np.median(widths)) < 46
+    assert len(initial_population({"lr": 1.0}, {"lr": (1e-5, 1e-3)}, 4, rng)) == 4
+
+
+def test_a_structural_hyperparameter_first_in_the_space_does_not_stop_the_others():
+    space = {"net_width": (32, 256), "lr": (1e-5, 1e-3), "entropy_coef": (0.001, 0.1)}
+    out = explore({"net_width": 64.0, "lr": 1e-4, "entropy_coef": 0.01}, space, (0.8, 1.2), 0.0,
+                  np.random.default_rng(0))
+    assert out["net_width"] == 64.0 and out["lr"] != 1e-4 and out["entropy_coef"] != 0.01
+
+
+def test_ties_keep_index_order_in_a_large_population():
+    out = select([1.0] * 20 + [2.0], hparams(21), 0.25, BOUNDS, (0.8, 1.2), np.random.default_rng(0))
+    assert out.ranking == [20, *range(20)]
+    assert set(out.copies) == set(range(15, 20))

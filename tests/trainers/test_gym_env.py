@@ -34,15 +34,24 @@ def test_single_env_passes_gymnasium_env_checker(random_start):
 
 
 def test_single_env_truncates_and_returns_the_final_observation():
-    env = single()
+    """Buying 2 of each stock every bar: the observation at truncation holds the finished
+    episode's shares and last close, not the next episode's fresh account."""
+    data = market()
+    cfg = EnvConfig(initial_cash=10_000.0, hmax=2, episode_len=8, min_episode_len=4)
+    env = MarketGymEnv(data, scales(data, cfg), cfg, (0, 39), seed=1)
     obs, _ = env.reset(seed=3)
     start = int(env.market.t[0])
+    assert obs[1:4].tolist() == [0.0, 0.0, 0.0]
     for step in range(1, 10):
-        obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        obs, reward, terminated, truncated, _ = env.step(np.ones(3, dtype=np.float32))
         assert obs.dtype == np.float32 and isinstance(reward, float) and not terminated
         if truncated:
             break
     assert truncated and step >= min(CFG.min_episode_len, 39 - start)
+    assert obs[1:4].tolist() == [step] * 3  # 2·step shares each, scaled by 1/hmax
+    last_close = (data.close[start + step] / data.close[0]).to(torch.float32).numpy()
+    np.testing.assert_array_equal(obs[4:7], last_close)
+    assert env.reset()[0][1:4].tolist() == [0.0, 0.0, 0.0]
 
 
 def test_vector_env_follows_the_vector_api():

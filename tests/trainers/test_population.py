@@ -1,6 +1,7 @@
 """Agent jobs: budgets, Nitro's env scaling in both engines, and inputs left untouched."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -32,12 +33,15 @@ def first_generation(nitro=NitroConfig(), **evo):
 
 def test_running_a_job_leaves_its_input_untouched():
     jobs, setting = first_generation()
-    before = copy.deepcopy(jobs[0].state)
-    run_job(jobs[0], setting)
-    moments = jobs[0].state["learners"][0]["optimizer"]["state"]
-    assert all(torch.equal(m["exp_avg"], before["learners"][0]["optimizer"]["state"][k]["exp_avg"])
-               for k, m in moments.items())
-    assert torch.equal(jobs[0].state["envs"][0]["rng"], before["envs"][0]["rng"])
+    trained = run_job(jobs[0], setting)  # a job whose state holds Adam moments, not an empty optimizer
+    job = dataclasses.replace(jobs[0], state=trained.state, generation=1)
+    before = copy.deepcopy(job.state)
+    run_job(job, setting)
+    moments, saved = job.state["learners"][0]["optimizer"]["state"], before["learners"][0]["optimizer"]["state"]
+    assert moments and moments.keys() == saved.keys()
+    assert all(torch.equal(m[name], saved[k][name]) for k, m in moments.items() for name in ("exp_avg", "exp_avg_sq"))
+    assert all(torch.equal(job.state["learners"][0]["actor"][k], v) for k, v in before["learners"][0]["actor"].items())
+    assert torch.equal(job.state["envs"][0]["rng"], before["envs"][0]["rng"])
 
 
 def test_a_job_never_spends_more_than_its_budget():

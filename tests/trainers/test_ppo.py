@@ -57,15 +57,34 @@ def test_gae_bootstraps_at_truncation_and_cuts_the_recursion():
 
 
 def test_rollout_values_truncated_episodes_from_their_final_state():
+    """At a truncation the env has already reset; the TD target must use the critic's value
+    of the finished episode's last state (which the env reports), not of the fresh account."""
     agent = make_agent(3)
     learner, env = agent.learners[0], agent.envs[0]
+    finals = []
+    step = env.step
+
+    def spy(*args, **kwargs):
+        out = step(*args, **kwargs)
+        finals.append((out.final.index.clone(), out.final.states.clone()))
+        return out
+
+    env.step = spy
     rollout = learner.collect(env)
     assert rollout.truncated.any()  # 12 steps of 4..8-bar episodes
     assert rollout.states.is_contiguous() and rollout.states.device == env.device
-    # the step after a truncation starts a new episode: its state is a fresh account
-    i, e = (int(x) for x in rollout.truncated.nonzero()[0])
-    if i + 1 < rollout.states.shape[0]:
-        assert rollout.states[i + 1, e, 0].item() == pytest.approx(1.0)  # cash / initial cash
+    checked = 0
+    with torch.no_grad():
+        for i, (index, states) in enumerate(finals):
+            for e, final in zip(index.tolist(), states):
+                value, bootstrap = learner.critic(rollout.states[i, e]), learner.critic(final)
+                expected = rollout.rewards[i, e] + PPO.gamma * bootstrap - value  # GAE stops at a truncation
+                torch.testing.assert_close(rollout.advantages[i, e], expected)
+                if i + 1 < PPO.horizon:  # the next state is the new episode's, which differs from the final one
+                    assert rollout.states[i + 1, e, 0].item() == pytest.approx(1.0)  # cash / initial cash
+                    assert not torch.equal(rollout.states[i + 1, e], final)
+                checked += 1
+    assert checked == int(rollout.truncated.sum())
 
 
 def test_copy_from_duplicates_weights_and_optimizer_without_sharing():

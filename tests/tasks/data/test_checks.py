@@ -2,7 +2,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.data.checks import calendar_index, check_frequency, check_gaps, order_failures, outliers, row_checks
+from tasks.data.checks import (
+    calendar_index,
+    check_frequency,
+    check_gaps,
+    is_sorted,
+    order_failures,
+    outliers,
+    row_checks,
+)
 from tasks.data.ingest import ingest
 from tasks.data.validate import REPORT, validate
 from tasks.errors import DataError, ValidationFailed
@@ -54,3 +62,92 @@ def test_return_outliers_are_flagged_and_kept(tiny):
     assert f"| SYN003 | {jump} |" in report  # flagged in the report, kept in the data
     flagged = outliers(pd.read_parquet(tiny.dirs.validated / "bars.parquet").assign(_file="x"), 12.0)
     assert {jump, frame.loc[201, "ts"]} <= set(flagged["ts"])  # the jump and the fall back
+
+
+def daily(symbol: str, closes: list[float], sessions: pd.DatetimeIndex) -> pd.DataFrame:
+    return pd.DataFrame({"symbol": symbol, "ts": sessions[: len(closes)], "open": closes, "high": closes,
+                         "low": closes, "close": closes, "volume": 1.0, "_file": f"{symbol}.parquet"})
+
+
+def test_outliers_at_a_chosen_sigma_against_a_hand_computed_robust_z():
+    # log returns +-0.01 three times each, then +0.05: median 0.01, MAD 0.02, sd 1.4826 * 0.02 = 0.029652,
+    # so the last bar's robust z is 0.05 / 0.029652 = 1.686 and the others' 0.337.
+    returns = [0.01, -0.01, 0.01, -0.01, 0.01, -0.01, 0.05]
+    closes = list(100.0 * np.exp(np.concatenate(([0.0], np.cumsum(returns)))))
+    bars = daily("AAA", closes, calendar_index("1d", pd.Timestamp("2023-07-03", tz="UTC"),
+                                                pd.Timestamp("2023-07-31", tz="UTC")))
+    flagged = outliers(bars, 1.68)
+    assert flagged["ts"].tolist() == [bars["ts"].iloc[7]]
+    assert flagged["robust_z"].iloc[0] == pytest.approx(0.05 / (1.4826 * 0.02))
+    assert outliers(bars, 1.69).empty
+    assert len(outliers(bars, 0.33)) == 7
+
+
+def test_gaps_up_to_max_gap_bars_pass_and_one_more_stops_with_the_dates():
+    sessions = calendar_index("1d", pd.Timestamp("2023-07-03", tz="UTC"), pd.Timestamp("2023-07-31", tz="UTC"))
+    bars = daily("AAA", [100.0] * 10, sessions).drop(index=[4, 5, 6])  # misses 3 sessions: 07-10 .. 07-12
+    check_gaps(bars, "1d", 3)
+    with pytest.raises(ValidationFailed) as err:
+        check_gaps(bars, "1d", 2)
+    assert str(err.value) == ("validation failed: AAA.parquet: AAA misses 3 sessions between 2023-07-07 00:00:00+00:00 "
+                              "and 2023-07-13 00:00:00+00:00 (validation.max_gap_bars = 2)")
+
+
+def test_the_worst_gap_is_reported_and_a_tie_names_the_first_symbol_in_file_order():
+    sessions = calendar_index("1d", pd.Timestamp("2023-07-03", tz="UTC"), pd.Timestamp("2023-07-31", tz="UTC"))
+    one_bar = daily("AAA", [100.0], sessions)  # a single bar has no gap; the scan must go on past it
+    two_bars = daily("BBB", [100.0] * 10, sessions).iloc[[0, 9]]  # 8 sessions missing between its only two bars
+    tie = daily("CCC", [100.0] * 10, sessions).iloc[[0, 9]]
+    ends_last = daily("DDD", [100.0] * 19, sessions).drop(index=range(4, 18))  # its gap ends on the last session
+    frame = pd.concat([one_bar, two_bars, tie], ignore_index=True)
+    with pytest.raises(ValidationFailed, match=r"BBB\.parquet: BBB misses 8 sessions between 2023-07-03 .* and "
+                                               r"2023-07-17 "):
+        check_gaps(frame, "1d", 7)
+    with pytest.raises(ValidationFailed, match=r"DDD misses 14 sessions between 2023-07-07 .* and 2023-07-28 "):
+        check_gaps(pd.concat([frame, ends_last], ignore_index=True), "1d", 7)
+
+
+def test_is_sorted_needs_symbols_in_order_and_each_symbols_times_in_order():
+    sessions = calendar_index("1d", pd.Timestamp("2023-07-03", tz="UTC"), pd.Timestamp("2023-07-31", tz="UTC"))
+    sorted_frame = pd.concat([daily("AAA", [1.0] * 3, sessions), daily("BBB", [1.0] * 3, sessions)], ignore_index=True)
+    assert is_sorted(sorted_frame)
+    assert not is_sorted(sorted_frame.iloc[[3, 4, 5, 0, 1, 2]])  # BBB before AAA
+    assert not is_sorted(sorted_frame.iloc[[1, 0, 2, 3, 4, 5]])  # AAA's times out of order
+
+
+def test_outliers_do_not_depend_on_the_row_order():
+    sessions = calendar_index("1d", pd.Timestamp("2023-07-03", tz="UTC"), pd.Timestamp("2023-07-31", tz="UTC"))
+    returns = [0.01, -0.01, 0.01, -0.01, 0.01, -0.01, 0.05]
+    closes = list(100.0 * np.exp(np.concatenate(([0.0], np.cumsum(returns)))))
+    frame = pd.concat([daily("AAA", closes, sessions), daily("BBB", closes[::-1], sessions)], ignore_index=True)
+    expected = outliers(frame, 1.6)
+    shuffled = outliers(frame.sample(frac=1.0, random_state=0), 1.6)
+    pd.testing.assert_frame_equal(shuffled.sort_values(["symbol", "ts"]), expected.sort_values(["symbol", "ts"]))
+    assert set(expected["symbol"]) == {"AAA", "BBB"}
+
+
+def test_row_checks_name_each_reason():
+    days = daily("AAA", [1.0] * 3, calendar_index("1d", pd.Timestamp("2023-07-03", tz="UTC"),
+                                                  pd.Timestamp("2023-07-31", tz="UTC")))
+    days.loc[1, "ts"] = pd.Timestamp("2023-07-04", tz="UTC")  # Independence Day
+    days.loc[2, "ts"] = days.loc[0, "ts"]  # not after the bar before it
+    days.loc[0, "symbol"] = "ZZZ"
+    masks = {reason: np.flatnonzero(mask).tolist() for reason, mask in row_checks(days, "1d", ["AAA"]).items()}
+    assert masks == {"ts not increasing": [2], "not an NYSE session": [1], "unknown symbol": [0]}
+
+
+def test_a_repeated_time_is_not_increasing_and_frequencies_are_one_line_errors():
+    bars = minute_bars("AAA", "2023-07-05")
+    bars.loc[7, "ts"] = bars.loc[6, "ts"]
+    assert np.flatnonzero(order_failures(bars)).tolist() == [7]
+    with pytest.raises(DataError) as err:
+        check_frequency(bars.assign(ts=bars["ts"] + pd.Timedelta(seconds=30)), "1min", "f.csv")
+    assert str(err.value) == f"f.csv: {len(bars)} timestamps not on whole minutes, first at row 0"
+    midnight = bars.iloc[:2].assign(ts=[pd.Timestamp("2023-07-05", tz="UTC"), pd.Timestamp("2023-07-06", tz="UTC")])
+    with pytest.raises(DataError) as err:
+        check_frequency(midnight, "1min", "f.csv")
+    assert str(err.value) == "f.csv: only midnight timestamps in 1min bars (daily data? set data.freq: 1d)"
+    check_frequency(midnight.iloc[:1], "1min", "f.csv")  # one bar at midnight is a minute, not a day
+    with pytest.raises(DataError) as err:
+        check_frequency(bars.iloc[:3], "1d", "f.csv")
+    assert str(err.value) == "f.csv: 3 intraday timestamps in daily bars (mixed frequencies?), first at row 0"

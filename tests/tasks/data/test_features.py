@@ -2,6 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.config import FeatureParams
 from tasks.data import features
 from tasks.data.bars import read_parquet
 from tasks.data.ingest import ingest
@@ -59,3 +60,25 @@ def test_missing_input_and_empty_split_are_one_line_errors(tiny):
     with pytest.raises(DataError, match="the test split has 0 bars"):
         features.features(late)
     assert not tiny.dirs.features.exists()  # nothing half-written
+
+
+SESSIONS = pd.DatetimeIndex(["2021-12-29", "2021-12-30", "2021-12-31", "2022-01-03", "2022-01-04", "2022-01-05"],
+                            tz="UTC")
+
+
+def test_each_split_starts_the_bar_after_the_previous_split_ends():
+    cfg = FeatureParams(train_end=pd.Timestamp("2021-12-30").date(), val_end=pd.Timestamp("2022-01-03").date(),
+                                 warmup=0, indicators=["macd"])
+    assert features.split_indices(SESSIONS, cfg) == {"train": (0, 1), "validation": (2, 3), "test": (4, 5)}
+    minutes = pd.DatetimeIndex(["2021-12-30 20:58", "2021-12-30 20:59", "2021-12-31 14:30", "2022-01-03 20:59",
+                                "2022-01-04 14:30", "2022-01-04 14:31"], tz="UTC")
+    assert features.split_indices(minutes, cfg) == {"train": (0, 1), "validation": (2, 3), "test": (4, 5)}
+
+
+def test_an_env_window_starts_at_the_bar_before_its_split():
+    fs = features.FeatureSet(
+        opens=np.ones((6, 1)), prices=np.ones((6, 1)), features=np.zeros((6, 1, 1), np.float32),
+        timestamps=SESSIONS.tz_localize(None).to_numpy(), symbols=["A"], feature_names=["macd"],
+        splits={"train": (0, 1), "validation": (2, 3), "test": (4, 5)}, mean=np.zeros((1, 1)), std=np.ones((1, 1)))
+    # The first fill lands on the split's first open; every marked close lies inside the split.
+    assert (fs.window("train"), fs.window("validation"), fs.window("test")) == ((0, 1), (1, 3), (3, 5))

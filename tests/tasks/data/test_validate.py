@@ -1,10 +1,13 @@
+import logging
+
+import great_expectations  # noqa: F401  (imported at collection: mutation workers then fork with it loaded)
 import pandas as pd
 import pytest
 
-from tasks.data.bars import read_parquet
+from tasks.data.bars import read_parquet, write_parquet
 from tasks.data.ingest import ingest
-from tasks.data.validate import REPORT, VALIDATED, validate
-from tasks.errors import ValidationFailed
+from tasks.data.validate import REPORT, VALIDATED, row_failures, symbol_chunks, validate
+from tasks.errors import DataError, MissingInput, ValidationFailed
 from tests.conftest import tiny_params
 
 
@@ -54,3 +57,154 @@ def test_rows_in_equal_rows_out_plus_quarantined(tmp_path):
     assert result.quarantined == 5  # both copies of the duplicate
     reasons = pd.concat(read_parquet(p)[0] for p in params.dirs.quarantine.glob("*.parquet"))["reason"]
     assert {"open <= 0", "volume < 0", "null close", "duplicate (symbol, ts)"} <= set("; ".join(reasons).split("; "))
+
+
+def test_every_row_lands_once_in_validated_or_quarantine_with_its_values(tmp_path):
+    """Not only the counts: the quarantined rows are exactly the broken ones, values and all."""
+    params = tiny_params(tmp_path, "validation.max_bad_fraction=0.01")
+    ingest(params)
+    raw = params.dirs.raw
+    broken = {("SYN000", edit(raw / "SYN000.parquet", 3, open=-5.0)["ts"]),
+              ("SYN001", edit(raw / "SYN001.parquet", 9, volume=-1.0)["ts"]),
+              ("SYN001", edit(raw / "SYN001.parquet", 10, high=1.0, low=2.0)["ts"])}
+    before = pd.concat(read_parquet(p)[0] for p in sorted(raw.glob("*.parquet")))
+    validate(params)
+    quarantined = pd.concat(read_parquet(p)[0] for p in sorted(params.dirs.quarantine.glob("*.parquet")))
+    assert set(zip(quarantined["symbol"], quarantined["ts"])) == broken and len(quarantined) == 3
+    passed, _ = read_parquet(params.dirs.validated / VALIDATED)
+    key = ["symbol", "ts"]
+    both = pd.concat([passed, quarantined.drop(columns="reason")]).sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(both, before.sort_values(key).reset_index(drop=True), check_dtype=False)
+    assert quarantined.set_index(key).loc[("SYN001", min(ts for s, ts in broken if s == "SYN001")), "reason"] == \
+        "volume < 0"
+
+
+def one_bad_row_per_rule() -> tuple[pd.DataFrame, dict[int, str]]:
+    """A clean daily frame of two symbols, then one row broken for each rule of the suite."""
+    days = pd.date_range("2021-01-04", periods=10, freq="B", tz="UTC")
+    rows = [{"symbol": s, "ts": d, "open": 10.0, "high": 11.0, "low": 9.0, "close": 10.5, "volume": 100.0}
+            for s in ("AAA", "BBB") for d in days]
+    frame = pd.DataFrame(rows)
+    broken = {
+        0: ({"open": None}, "null open; high < open; low > open"),  # a null also fails its comparisons
+        1: ({"volume": None}, "null volume"), 2: ({"close": 0.0, "low": 0.0}, "close <= 0; low <= 0"),
+        3: ({"low": -1.0}, "low <= 0"), 4: ({"high": 10.2}, "high < close"), 5: ({"high": 9.9, "close": 9.8}, "high < open"),
+        6: ({"low": 10.2}, "low > open"), 7: ({"low": 10.6, "open": 10.7, "high": 11.0}, "low > close"),
+        8: ({"volume": -5.0}, "volume < 0"), 10: ({"high": 8.0}, "high < open; high < close; high < low"),
+        11: ({"symbol": None}, "null symbol"), 12: ({"ts": None}, "null ts"),
+    }
+    for row, (values, _) in broken.items():
+        for column, value in values.items():
+            frame.loc[row, column] = value
+    frame.loc[19, ["open", "high", "low", "close"]] = 10.0  # a flat bar is no failure: the bounds are inclusive
+    dup = frame.iloc[[15]]  # a duplicate (symbol, ts): both copies are bad
+    frame = pd.concat([frame, dup], ignore_index=True)
+    expected = {row: reason for row, (_, reason) in broken.items()}
+    expected[15] = expected[20] = "duplicate (symbol, ts)"
+    return frame, expected
+
+
+def test_each_rule_of_the_suite_names_exactly_its_rows():
+    frame, expected = one_bad_row_per_rule()
+    got = row_failures(frame)
+    assert {i: sorted(r.split("; ")) for i, r in got.items()} == {i: sorted(r.split("; ")) for i, r in expected.items()}
+
+
+def test_the_suite_runs_without_progress_bars_or_context_chatter(caplog, capsys):
+    caplog.set_level(logging.INFO)
+    row_failures(one_bad_row_per_rule()[0])
+    assert [r for r in caplog.records if r.name == "great_expectations.data_context.types.base"] == []
+    assert "Calculating Metrics" not in capsys.readouterr().err
+
+
+def test_symbols_are_validated_in_chunks_of_whole_symbols():
+    symbols = pd.Series(["BBB"] * 3 + ["AAA"] * 2 + ["CCC"] * 4 + ["DDD"] * 7)
+    chunks = [c.tolist() for c in symbol_chunks(symbols, max_rows=5)]
+    # AAA (2) + BBB (3) fill a chunk exactly; CCC (4) starts the next; DDD (7) alone exceeds the limit
+    assert chunks == [[3, 4, 0, 1, 2], [5, 6, 7, 8], list(range(9, 16))]
+    assert [c.tolist() for c in symbol_chunks(symbols.iloc[:5], max_rows=100)] == [[3, 4, 0, 1, 2]]
+    assert list(symbol_chunks(pd.Series([], dtype=object))) == []
+
+
+def test_the_report_counts_rows_checks_files_and_flags(tmp_path):
+    params = tiny_params(tmp_path, "validation.max_bad_fraction=0.01")
+    ingest(params)
+    edit(params.dirs.raw / "SYN001.parquet", 4, volume=-1.0)
+    edit(params.dirs.raw / "SYN001.parquet", 6, high=1.0, low=2.0)
+    result = validate(params)
+    report = result.report.read_text()
+    assert report.startswith(f"# Validation report\n\n- rows in: {result.rows_in}\n- rows quarantined: 2\n"
+                             f"- rows out: {result.rows_in - 2}\n")
+    assert "- return outliers flagged (kept): 1\n" in report
+    assert ("| check | rows |\n|---|---|\n| volume < 0 | 1 |\n| high < open | 1 |\n| high < close | 1 |\n"
+            "| high < low | 1 |\n") in report
+    assert (f"\n\n| file | rows | reasons |\n|---|---|---|\n| {params.dirs.raw / 'SYN001.parquet'} | 2 | high < close, "
+            "high < low, high < open, volume < 0 |\n\n| symbol") in report
+    # the seeded market's one big move, flagged and kept
+    assert report.endswith("| symbol | ts | log return | robust z |\n|---|---|---|---|\n"
+                           "| SYN003 | 2021-06-18 00:00:00+00:00 | -0.1237 | 12.4 |\n")
+
+
+def test_a_file_of_many_symbols_in_any_order_validates_sorted_and_only_bad_files_are_quarantined(tmp_path):
+    params = tiny_params(tmp_path, "validation.max_bad_fraction=0.01")
+    ingest(params)
+    raw = params.dirs.raw
+    together = pd.concat([pd.read_parquet(raw / f"SYN00{i}.parquet") for i in (3, 2)], ignore_index=True)
+    (raw / "SYN002.parquet").unlink()
+    together.to_parquet(raw / "SYN003.parquet")  # SYN003's rows, then SYN002's, in one file
+    edit(raw / "SYN000.parquet", 2, volume=-1.0)
+    result = validate(params)
+    assert result.path == params.dirs.validated / VALIDATED
+    passed, _ = read_parquet(result.path)
+    assert passed[["symbol", "ts"]].equals(passed.sort_values(["symbol", "ts"])[["symbol", "ts"]].reset_index(drop=True))
+    assert sorted(p.name for p in params.dirs.quarantine.glob("*.parquet")) == ["SYN000.parquet"]
+
+
+def test_too_many_bad_rows_name_each_file_with_its_count_and_reasons(tmp_path):
+    params = tiny_params(tmp_path)
+    ingest(params)
+    raw = params.dirs.raw
+    edit(raw / "SYN000.parquet", 2, volume=-1.0)
+    edit(raw / "SYN001.parquet", 3, open=-1.0)
+    edit(raw / "SYN001.parquet", 4, volume=-2.0)
+    with pytest.raises(ValidationFailed) as err:
+        validate(params)
+    assert str(err.value) == (f"validation failed: 3 of 2020 rows bad in {raw / 'SYN000.parquet'}: 1 (volume < 0); "
+                              f"{raw / 'SYN001.parquet'}: 2 (low > open, open <= 0, volume < 0); "
+                              f"quarantined in {params.dirs.quarantine}/")
+
+
+def test_raw_files_that_cannot_be_validated_are_one_line_errors(tmp_path):
+    params = tiny_params(tmp_path)
+    with pytest.raises(MissingInput) as err:
+        validate(params)
+    assert str(err.value) == f"{params.dirs.raw}: no Parquet files (run `podracer ingest` first)"
+    ingest(params)
+    path = params.dirs.raw / "SYN001.parquet"
+    frame, _ = read_parquet(path)
+    write_parquet(frame, path, "1min")
+    with pytest.raises(DataError) as err:
+        validate(params)
+    assert str(err.value) == f"{path}: holds 1min bars but data.freq is 1d"
+    write_parquet(frame.iloc[:0], path, "1d")
+    with pytest.raises(DataError) as err:
+        validate(params)
+    assert str(err.value) == f"{path}: no rows"
+    write_parquet(frame.drop(columns="volume"), path, "1d")
+    with pytest.raises(DataError, match=rf"^{path}: missing column"):
+        validate(params)
+    write_parquet(frame.assign(ts=frame["ts"] + pd.Timedelta(hours=1)), path, "1d")
+    with pytest.raises(DataError) as err:
+        validate(params)
+    assert str(err.value) == f"{path}: {len(frame)} intraday timestamps in daily bars (mixed frequencies?), first at row 0"
+
+
+def test_the_report_lists_the_twenty_biggest_flags_biggest_first(tmp_path):
+    params = tiny_params(tmp_path, "validation.outlier_sigma=0.5")
+    ingest(params)
+    report = validate(params).report.read_text().splitlines()
+    flagged = int(report[5].removeprefix("- return outliers flagged (kept): "))
+    table = report[report.index("| symbol | ts | log return | robust z |") + 2:]
+    assert flagged > 20 and len(table) == 20
+    z = [float(row.split(" | ")[-1].rstrip(" |")) for row in table]
+    assert z == sorted(z, reverse=True)

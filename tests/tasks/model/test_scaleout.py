@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import torch
 from distributed import LocalCluster
-from prefect.testing.utilities import prefect_test_harness
 from prefect_dask.client import PrefectDaskClient
 
 from tasks.config import TrainParams, load_params
@@ -78,13 +77,6 @@ def wait_until(condition: Callable[[], bool], seconds: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
-
-
-@pytest.fixture(scope="session")
-def prefect_server() -> Iterator[None]:
-    """One temporary Prefect server for the tasks that run on Dask workers (DESIGN §4)."""
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,14 @@
 import dataclasses
 import json
+from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 
 from tasks.model import bundle
 from tasks.model.leaderboard import LEADERBOARD, PLOT
-from tasks.model.train import SUMMARY, train
+from tasks.model.train import SUMMARY, TrainResult, train
 
 
 def test_train_writes_a_bundle_serving_can_load(built):
@@ -68,3 +70,13 @@ def test_nitro_through_the_stage_keeps_the_budget(built_copy):
     assert 0 < result.env_steps <= 400
     board = pd.read_csv(params.dirs.models / LEADERBOARD)
     assert board["num_envs"].between(2, 8).all()
+
+
+def test_a_resumed_runs_summary_rates_only_the_steps_it_ran():
+    result = TrainResult(Path("m"), 1.5, 2, 3, {}, env_steps=259_584, seconds=9.0, device="cpu",
+                         resumed_env_steps=180_000)
+    assert result.session_env_steps == 79_584 and result.env_steps_per_second == pytest.approx(79_584 / 9.0)
+    assert result.describe() == ("best validation sharpe 1.500 (agent 3, generation 2), 259,584 env steps, "
+                                 "79,584 of them after resuming in 9s (generational on multiplexed, cpu)")
+    fresh = TrainResult(Path("m"), 1.5, 2, 3, {}, env_steps=1_000, seconds=4.0, device="cpu")
+    assert fresh.env_steps_per_second == 250.0 and "after resuming" not in fresh.describe()

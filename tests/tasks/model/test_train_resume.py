@@ -1,6 +1,7 @@
 """`podracer train --resume` after the training process is killed mid-run."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,11 @@ def test_a_killed_training_run_resumes_to_the_uninterrupted_result(built_copy, t
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     weights = torch.load(params.dirs.models / bundle.WEIGHTS, weights_only=True)
     assert all(torch.equal(expected[k], weights[k]) for k in expected)
+    # The summary counts the whole run's env steps, and says how many of them ran after resuming.
+    said = re.search(r"([\d,]+) env steps, ([\d,]+) of them after resuming in", " ".join(resumed.stdout.split()))
+    assert said, resumed.stdout[-2000:]
+    total, after = (int(x.replace(",", "")) for x in said.groups())
+    assert total == straight.env_steps and 0 < after < total
 
 
 def test_resume_without_a_checkpoint_is_one_line(built_copy, tmp_path):

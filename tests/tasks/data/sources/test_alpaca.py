@@ -15,7 +15,7 @@ import requests
 from tasks.config import AlpacaParams
 from tasks.data.bars import COLUMNS
 from tasks.data.sources import Request, Source, SourceError
-from tasks.data.sources.alpaca import AlpacaSource
+from tasks.data.sources.alpaca import AlpacaSource, regular_hours
 from tests.standins.alpaca_server import AlpacaStandin, generate_bars
 
 KEY_ID, SECRET = "PKTESTKEYID0123456789", "s3cr3t-Test-Secret-Key-abcdefghijklmnop"
@@ -240,3 +240,16 @@ def test_standin_shuts_down_cleanly() -> None:
         assert requests.get(f"{url}/v2/stocks/bars", timeout=5).status_code == 401
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{url}/v2/stocks/bars", timeout=1)
+
+
+def test_regular_hours_keeps_session_minutes_only() -> None:
+    """09:30-15:59 New York is 13:30-19:59 UTC in July; the day after Thanksgiving closes at 13:00 (18:00 UTC)."""
+    stamps = ["2024-07-08 08:00", "2024-07-08 13:29", "2024-07-08 13:30", "2024-07-08 19:59", "2024-07-08 20:00",
+              "2024-07-08 23:59", "2024-11-29 14:30", "2024-11-29 17:59", "2024-11-29 18:00"]
+    bars = pd.DataFrame({"symbol": "AAA", "ts": pd.to_datetime(stamps, utc=True), "open": 1.0, "high": 1.0,
+                         "low": 1.0, "close": 1.0, "volume": 1.0})
+    kept = regular_hours(bars)
+    assert kept["ts"].dt.strftime("%m-%d %H:%M").tolist() == ["07-08 13:30", "07-08 19:59", "11-29 14:30",
+                                                               "11-29 17:59"]
+    assert kept.index.tolist() == [0, 1, 2, 3]
+    assert regular_hours(bars.iloc[:0]).empty

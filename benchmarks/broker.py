@@ -1,0 +1,415 @@
+"""Benchmark of the local paper broker (tasks/delivery): orders/s through alpaca-py, one
+trading-loop cycle, and the start time of ``podracer broker``.
+
+1. **orders/s**: 16 threads in this process, each with its own alpaca-py ``TradingClient``,
+   submit market orders (1 share, the 30 symbols in turn) to a broker serving in a
+   separate process (this script with ``--serve``: a fresh simulated ``PaperBroker`` in a
+   ``BrokerServer`` on a 30-symbol daily bars file made here; stopped by PID), so server
+   and clients do not share one interpreter. A warm-up, then a fixed count; orders/s =
+   count / wall seconds, and the p50/p99 of one ``submit_order`` as a client sees it.
+   Twice: the simulated market open (a market order fills at once) and closed (it is
+   queued, ``accepted``, for the next open, as the trading loop's orders are). Each
+   process's CPU per order comes from ``/proc``.
+2. **one trading-loop cycle for 30 symbols**: see ``benchmarks/broker_cycle.py``.
+3. **``podracer broker`` start time**: the CLI spawned on a free port over the bars of 1.
+   (a fresh ledger each time); seconds from spawn until ``GET /v2/clock`` answers 200.
+
+Where the cycle's time goes is split by the calls it makes; where the start time goes, by
+``python -X importtime`` (printed only when the 5 s target is missed).
+
+Prints the tables and appends them to docs/benchmarks.md (not with ``--quick``).
+
+    .venv/bin/python benchmarks/broker.py --shared        # about 6 minutes on 2 shared cores
+    .venv/bin/python benchmarks/broker.py --quick         # about 1.5 minutes; not appended
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.broker_cycle import OUTPUT_SCALE, build_pipeline, measure_cycles, quantiles  # noqa: E402
+from flows.cli import load_env_defaults  # noqa: E402
+
+load_env_defaults()
+
+SYMBOLS, CLIENTS, CASH, COST = 30, 16, 1e9, 0.001
+KEY_ID, SECRET = "PKBENCHBROKER0000001", "bench-secret-0123456789abcdefghijklmnopq"
+TARGETS = {"orders": 500.0, "cycle_ms": 250.0, "start_s": 5.0}
+TARGET = "orders >= 500/s (16 alpaca-py clients), p99 trading-loop cycle <= 250 ms (30 symbols), " \
+         "`podracer broker` answering within 5 s; 2 CPU cores"
+
+
+# --- the market --------------------------------------------------------------------------
+def write_market(path: Path, symbols: int = SYMBOLS) -> None:
+    """Two years of synthetic daily bars of ``symbols`` stocks on the NYSE calendar."""
+    import pandas as pd
+
+    from tasks.data.bars import write_parquet
+    from tasks.data.synthetic_daily import daily_market
+
+    market = daily_market(symbols, date(2022, 1, 3), date(2023, 12, 29), signal=0.0, seed=0)
+    steps = len(market.sessions)
+    frame = pd.DataFrame({"symbol": np.repeat(market.names, steps), "ts": np.tile(market.sessions, symbols),
+                          **{f: getattr(market, f).ravel(order="F") for f in ("open", "high", "low", "close",
+                                                                               "volume")}})
+    write_parquet(frame, path, "1d")
+
+
+# --- 1. orders/s: the broker in a process of its own ------------------------------------------
+def open_account(folder: Path, phase: str, name: str) -> Any:
+    """A fresh simulated account on ``folder``'s bars, two bars before the end, the market
+    ``open`` (a market order fills at once) or closed (it waits for the next open)."""
+    from tasks.delivery.broker import PaperBroker
+    from tasks.delivery.feed import load_feed
+
+    bars, db = folder / "bars.parquet", folder / f"{name}.db"
+    for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        stale.unlink(missing_ok=True)
+    broker = PaperBroker.open(db, bars, initial_cash=CASH, cost_pct=COST, mode="simulated",
+                              start=load_feed(bars).sessions[-3].date())
+    if phase == "open":
+        broker.advance("open")
+    return broker
+
+
+def serve(folder: Path, phase: str) -> None:
+    """``--serve``: a fresh account on ``folder``'s bars, served until SIGTERM; prints its URL."""
+    from tasks.delivery.keys import load_keys
+    from tasks.delivery.service import BrokerServer
+
+    broker = open_account(folder, phase, f"served-{phase}")
+    keys = load_keys(folder / "unused-keys.json")  # the environment's (APCA_API_KEY_ID / _SECRET_KEY)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with BrokerServer(broker, keys) as server:
+        print(server.url, flush=True)
+        while not stop.wait(0.2):
+            pass
+
+
+@contextmanager
+def broker_process(folder: Path, phase: str) -> Iterator[tuple[str, int]]:
+    """The ``--serve`` launcher in a child process: (its URL, its PID); stopped by PID at the end."""
+    env = {**os.environ, "APCA_API_KEY_ID": KEY_ID, "APCA_API_SECRET_KEY": SECRET}
+    command = [sys.executable, str(Path(__file__).resolve()), "--serve", str(folder), phase]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE,
+                             text=True, env=env, cwd=ROOT)
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise SystemExit(f"the broker process did not start (exit code {child.wait()})")
+        yield url, child.pid
+    finally:
+        stop(child)
+
+
+def stop(child: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 15 s: by PID, this script's own child only."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def send_requests(url: str, count: int, warmup: int, clients: int = CLIENTS) -> dict[str, float]:
+    """``count`` market orders of 1 share from ``clients`` threads, each with its own alpaca-py
+    ``TradingClient``, after ``warmup``: orders/s and one submission's latency."""
+    from alpaca.trading.client import TradingClient
+    from alpaca.trading.enums import OrderSide, TimeInForce
+    from alpaca.trading.requests import MarketOrderRequest
+
+    names = [f"SYN{i:03d}" for i in range(SYMBOLS)]
+
+    def sender() -> Callable[[int], None]:
+        client = TradingClient(KEY_ID, SECRET, url_override=url)
+        return lambda i: client.submit_order(MarketOrderRequest(
+            symbol=names[i % SYMBOLS], qty=1, side=OrderSide.BUY, time_in_force=TimeInForce.DAY))
+
+    senders = [sender() for _ in range(clients)]
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    spans: list[tuple[float, float]] = [(0.0, 0.0)] * clients
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(clients)
+
+    def work(k: int) -> None:
+        try:
+            send = senders[k]
+            for i in range(k, warmup, clients):
+                send(i)
+            barrier.wait()
+            began = time.perf_counter()
+            for i in range(warmup + k, warmup + count, clients):
+                sent = time.perf_counter()
+                send(i)
+                latencies[k].append(time.perf_counter() - sent)
+            spans[k] = (began, time.perf_counter())
+        except BaseException as err:  # noqa: BLE001  (reported below)
+            errors.append(err)
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise SystemExit(f"a request failed: {errors[0]!r}")
+    wall = max(e for _, e in spans) - min(b for b, _ in spans)
+    p50, p99 = quantiles([x for lat in latencies for x in lat])
+    return {"count": count, "wall_s": wall, "rate": count / wall, "p50_ms": p50 * 1e3, "p99_ms": p99 * 1e3}
+
+
+def measure_orders(folder: Path, phase: str, count: int, warmup: int) -> dict[str, float]:
+    """Requests/s against a fresh broker process, with each process's CPU milliseconds per request."""
+    with broker_process(folder, phase) as (url, pid):
+        client_cpu, server_cpu = time.process_time(), cpu_seconds(pid)
+        result = send_requests(url, count, warmup)
+        result["client_cpu_ms"] = (time.process_time() - client_cpu) / (count + warmup) * 1e3
+        result["server_cpu_ms"] = (cpu_seconds(pid) - server_cpu) / (count + warmup) * 1e3
+    return result
+
+
+# --- 3. `podracer broker` start time ----------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_times(folder: Path, bars: Path, repeats: int) -> list[dict[str, float]]:
+    """Seconds from spawning ``podracer broker`` (a fresh ledger each time) until ``GET
+    /v2/clock`` answers 200 (``total``), until its port first takes a connection
+    (``listening``), and the first answer's own time (``answer``)."""
+    import requests
+
+    from tasks.delivery.keys import load_keys
+
+    data = folder / "data"
+    (data / "validated").mkdir(parents=True, exist_ok=True)
+    shutil.copy(bars, data / "validated" / "bars.parquet")
+    (folder / "params.yaml").write_text(f"data_dir: {data}\n")
+    keys = load_keys(data / "broker" / "keys.json", create=True, env={})  # the file the broker reads
+    headers = {"APCA-API-KEY-ID": keys.key_id, "APCA-API-SECRET-KEY": keys.secret}
+    cli = Path(sys.executable).parent / "podracer"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APCA_")}
+    out = []
+    for _ in range(repeats):
+        for stale in ("broker.db", "broker.db-wal", "broker.db-shm"):
+            (data / "broker" / stale).unlink(missing_ok=True)
+        port = free_port()
+        began = time.perf_counter()
+        child = subprocess.Popen([str(cli), "broker", "-p", str(folder / "params.yaml"), "--port", str(port)],
+                                 cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            while True:
+                if child.poll() is not None:
+                    raise SystemExit(f"podracer broker exited with {child.returncode}: "
+                                     f"{child.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                sent = time.perf_counter()
+                try:
+                    status = requests.get(f"http://127.0.0.1:{port}/v2/clock", headers=headers, timeout=30).status_code
+                except requests.ConnectionError:
+                    status = None
+                if status == 200:
+                    done = time.perf_counter()
+                    out.append({"total": done - began, "listening": sent - began, "answer": done - sent})
+                    break
+                if time.perf_counter() - began > 120:
+                    raise SystemExit(f"podracer broker did not answer 200 within 120 s (last status {status})")
+                time.sleep(0.02)
+        finally:
+            stop(child)
+    return out
+
+
+def import_profile(modules: str = "flows.cli, tasks.delivery.service") -> dict[str, Any]:
+    """``python -X importtime -c 'import MODULES'``: the total, and the heaviest third-party
+    packages the project imports (cumulative seconds at their first import, their own
+    dependencies included) with the project module that imports each."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {modules}"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    stack: list[tuple[int, str]] = []
+    found: dict[str, tuple[float, str]] = {}
+    total = 0.0
+    for line in reversed([x for x in done.stderr.splitlines() if x.startswith("import time:") and "|" in x][1:]):
+        _, cumulative, name = line.split("|")
+        depth = (len(name) - len(name.lstrip()) - 1) // 2
+        name = name.strip()
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        stack.append((depth, name))
+        if depth == 0:
+            total += int(cumulative) / 1e6
+        ours = [n.split(".")[0] in ("flows", "tasks", "trainers") for _, n in stack[:-1]]
+        package = name.split(".")[0]
+        if all(ours) and not package.startswith("_") and package not in ("flows", "tasks", "trainers"):
+            seconds, via = found.get(package, (0.0, stack[-2][1] if len(stack) > 1 else ""))
+            found[package] = (seconds + int(cumulative) / 1e6, via)  # a package the project itself imports
+    heavy = sorted(((s, n, v) for n, (s, v) in found.items() if s >= 0.1), reverse=True)[:6]
+    return {"total": total, "heavy": heavy}
+
+
+# --- the report -------------------------------------------------------------------------------
+def verdict(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def table(orders: dict[str, dict[str, float]], cycle: dict[str, Any], starts: list[dict[str, float]]) -> str:
+    lines = ["| measure | result | target | met |", "|---|---|---|---|"]
+    for phase, what in (("open", "market open: each fills at once"), ("closed", "market closed: each queued")):
+        r = orders[phase]
+        lines.append(f"| orders/s, {CLIENTS} alpaca-py clients, {what} | {r['rate']:,.0f} ({r['count']:,} in "
+                     f"{r['wall_s']:.1f} s) | ≥ 500 | {verdict(r['rate'] >= TARGETS['orders'])} |")
+        lines.append(f"| … one submission's latency p50 / p99 | {r['p50_ms']:.0f} / {r['p99_ms']:.0f} ms | | |")
+        lines.append(f"| … CPU per order, client / broker process | {r['client_cpu_ms']:.2f} / "
+                     f"{r['server_cpu_ms']:.2f} ms | | |")
+    p50, p99 = cycle["loop"]
+    lines.append(f"| trading-loop cycle, {SYMBOLS} symbols, p50 / p99 (the loop's own time) | {p50:.0f} / {p99:.0f} ms "
+                 f"({cycle['cycles']} cycles, {cycle['orders']:.1f} orders each) | p99 ≤ 250 ms | "
+                 f"{verdict(p99 <= TARGETS['cycle_ms'])} |")
+    for key, what in (("open", "… the advance to the open inside it (`after_submit`: the batch fills)"),
+                      ("with_open", "… the cycle including that advance"),
+                      ("close", "advance to the close after the cycle (not in the cycle's time)")):
+        lines.append(f"| {what}, p50 / p99 | {cycle[key][0]:.0f} / {cycle[key][1]:.0f} ms | | |")
+    lines.append(f"| first cycle (loads the champion from MLflow) | {cycle['cold_ms']:,.0f} ms | | |")
+    total = [s["total"] for s in starts]
+    lines.append(f"| `podracer broker` until /v2/clock answers 200, min / median of {len(starts)} | "
+                 f"{min(total):.2f} / {statistics.median(total):.2f} s | < 5 s | "
+                 f"{verdict(statistics.median(total) < TARGETS['start_s'])} |")
+    lines.append(f"| … until its port takes a connection / the first answer itself, median | "
+                 f"{statistics.median(s['listening'] for s in starts):.2f} / "
+                 f"{statistics.median(s['answer'] for s in starts):.2f} s | | |")
+    return "\n".join(lines)
+
+
+def cycle_table(cycle: dict[str, Any]) -> str:
+    total = sum(cycle["parts"].values())
+    lines = ["| where a cycle's own time goes | calls per cycle | mean ms | share |", "|---|---|---|---|"]
+    lines += [f"| {k} | {cycle['calls'][k]:.1f} | {v:.1f} | {v / total:.0%} |" if cycle["calls"][k] else
+              f"| {k} | | {v:.1f} | {v / total:.0%} |" for k, v in cycle["parts"].items()]
+    return "\n".join(lines)
+
+
+def imports_line(imports: dict[str, Any]) -> str:
+    heavy = ", ".join(f"{name} {sec:.1f} s" + (f" (via `{via}`)" if via else "") for sec, name, via in imports["heavy"])
+    return (f"A fresh interpreter spends {imports['total']:.1f} s importing `flows.cli` and "
+            f"`tasks.delivery.service` (`-X importtime`; heaviest first imports, cumulative: {heavy}).")
+
+
+def reading(orders: dict[str, dict[str, float]], cycle: dict[str, Any], starts: list[dict[str, float]],
+            imports: dict[str, Any] | None) -> str:
+    """One paragraph on what the numbers say, from the numbers."""
+    opened, closed = orders["open"], orders["closed"]
+    p50, p99 = cycle["loop"]
+    top = list(cycle["parts"].items())[:2]
+    median = statistics.median(s["total"] for s in starts)
+    return (f"{CLIENTS} alpaca-py clients get {opened['rate']:,.0f} orders/s through the paper broker with the "
+            f"market open and {closed['rate']:,.0f} with it closed; the broker process spends "
+            f"{opened['server_cpu_ms']:.1f} / {closed['server_cpu_ms']:.1f} ms of CPU per order (one uvicorn event "
+            f"loop serves them in turn) and the client process {opened['client_cpu_ms']:.1f} / "
+            f"{closed['client_cpu_ms']:.1f} ms, both on the same two cores. A trading-loop cycle for {SYMBOLS} "
+            f"symbols takes {p50:.0f} ms at the median and {p99:.0f} ms at p99 of its own time; the largest parts "
+            f"are {top[0][0]} ({top[0][1]:.0f} ms) and {top[1][0]} ({top[1][1]:.0f} ms) on average. "
+            f"`podracer broker` answers {median:.1f} s after it is spawned (median)."
+            + (" " + imports_line(imports) if imports else ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, default=2000, help="timed orders per run (after the warm-up)")
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--cycles", type=int, default=100, help="timed trading-loop cycles")
+    parser.add_argument("--starts", type=int, default=3, help="starts of `podracer broker`")
+    parser.add_argument("--quick", action="store_true", help="300 orders, 15 cycles, 1 start; "
+                        "not appended to the docs")
+    parser.add_argument("--shared", action="store_true", help="note that the machine was shared with other jobs "
+                        "(timings provisional)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--serve", nargs=2, metavar=("FOLDER", "PHASE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(Path(args.serve[0]), args.serve[1])
+        return
+    if args.quick:
+        args.orders, args.warmup, args.cycles, args.starts = min(args.orders, 300), min(args.warmup, 50), \
+            min(args.cycles, 15), 1
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    print(f"OMP_NUM_THREADS={threads}; {os.cpu_count()} CPUs", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
+        root = Path(tmp)
+        market = root / "market"
+        market.mkdir()
+        write_market(market / "bars.parquet")
+        orders = {}
+        for phase in ("open", "closed"):
+            orders[phase] = measure_orders(market, "open" if phase == "open" else "close", args.orders, args.warmup)
+            print(f"alpaca, market {phase}: {orders[phase]}", flush=True)
+        began = time.perf_counter()
+        params = build_pipeline(root / "pipeline", SYMBOLS)
+        print(f"pipeline built in {time.perf_counter() - began:.0f} s", flush=True)
+        cycle = measure_cycles(params, args.cycles)
+        print(f"cycles: { {k: v for k, v in cycle.items() if k != 'parts'} }", flush=True)
+        starts = start_times(root / "start", market / "bars.parquet", args.starts)
+        print(f"podracer broker starts: {starts}", flush=True)
+        slow = statistics.median(s["total"] for s in starts) >= TARGETS["start_s"]
+        imports = import_profile() if slow else None
+    text = table(orders, cycle, starts)
+    extra = "\n\n" + cycle_table(cycle)
+    note = "\n\n" + reading(orders, cycle, starts, imports)
+    print("\n" + text + extra + note)
+    if args.quick:
+        print("\n(--quick: not appended to docs)")
+        return
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = " ".join(([f"OMP_NUM_THREADS={threads}"] if threads != "unset" else [])
+                       + [".venv/bin/python", "benchmarks/broker.py", *sys.argv[1:]])
+    shared = ", shared with another job while this ran (timings provisional)" if args.shared else ""
+    with args.out.open("a") as f:
+        f.write(f"\n## Paper broker: orders/s through alpaca-py, trading-loop cycle, start time ({stamp})\n\n"
+                f"Command: `{command}`  \n"
+                f"Machine: {os.cpu_count()} CPUs{shared}, {platform.machine()}, Python {platform.python_version()}, "
+                f"OMP_NUM_THREADS={threads}. Target: {TARGET}.  \n"
+                f"Orders: {CLIENTS} threads with a `TradingClient` each, market orders of 1 share, the broker in a "
+                f"process of its own (uvicorn, one event loop, a fresh simulated account per run), "
+                f"{args.warmup} warm-up orders, then {args.orders:,}. Cycle: `TradingLoop.cycle` of a tiny "
+                f"{SYMBOLS}-symbol champion (its output layer scaled x{OUTPUT_SCALE:g} so that it trades) in an "
+                f"MLflow run, risk checks shadowed, as `podracer trade --replay` runs it, the broker in a thread "
+                f"of the same process; the clock's advance to the open (where the orders fill) is timed apart "
+                f"from the loop's own time, the advance to the close outside the cycle. Start: `podracer broker "
+                f"-p params.yaml --port N` on the same bars, a fresh ledger each time.\n\n{text}{extra}{note}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Part 2 of benchmarks/broker.py: one trading-loop cycle for 30 symbols, timed and split by
+the calls it makes.
+
+A tiny 30-symbol pipeline (ingest to register, the smallest training that makes a model) in a
+temp folder, its policy the champion, a simulated-clock broker in a ``BrokerServer`` thread of
+this process standing 120 bars before the end; ``TradingLoop.cycle(t)`` inside an MLflow run
+(as ``podracer trade --replay`` drives it) over consecutive bars. The clock's advance to the
+open (``after_submit``: the batch fills) is timed apart from the loop's own time, the advance
+to the close outside the cycle; the first cycle (it loads the champion) is reported alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OUTPUT_SCALE = 300.0
+
+
+def quantiles(values: list[float]) -> tuple[float, float]:
+    """p50 and p99 (linear interpolation)."""
+    return float(np.percentile(values, 50)), float(np.percentile(values, 99))
+
+
+def sharpen(weights: Path, factor: float = OUTPUT_SCALE) -> None:
+    """Scale the policy's output layer by ``factor``: one generation of one iteration leaves
+    it near its initialisation (actions ~ 0.002: no whole shares), so the champion would
+    never trade; scaled, its actions depend on the bar and it buys and sells."""
+    import torch
+
+    state = torch.load(weights, weights_only=True)
+    last = max((k for k in state if k.endswith(".weight")), key=lambda k: int(k.split(".")[-2]))
+    for key in (last, last.replace(".weight", ".bias")):
+        state[key] = state[key] * factor
+    torch.save(state, weights)
+
+
+def build_pipeline(root: Path, symbols: int) -> Any:
+    """A ``symbols``-symbol tiny pipeline in ``root``, its policy registered as champion."""
+    from tasks.data.features import features
+    from tasks.data.ingest import ingest
+    from tasks.data.validate import validate
+    from tasks.model import bundle
+    from tasks.model.backtest import backtest
+    from tasks.model.train import train
+    from tasks.registry.register import register
+    from tests.conftest import tiny_params
+
+    params = tiny_params(root, f"data.symbols={symbols}", "evolution.population=2", "evolution.generations=1",
+                         "evolution.iterations_per_generation=1", "registry.gate_margin=-1000",
+                         "trade.fill_timeout_seconds=1", "trade.poll_seconds=0.05")
+    for stage in (ingest, validate, features, train):
+        stage(params)
+    sharpen(params.dirs.models / bundle.WEIGHTS)
+    backtest(params)
+    if not register(params).promoted:
+        raise SystemExit("register did not promote the new version (gate_margin=-1000 should)")
+    return params
+
+
+class Split:
+    """Seconds and calls per label, added up by the wrappers of :meth:`wrap`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[label] += time.perf_counter() - began
+                self.calls[label] += 1
+        return timed
+
+    def take(self) -> tuple[dict[str, float], dict[str, int]]:
+        out = dict(self.seconds), dict(self.calls)
+        self.seconds, self.calls = defaultdict(float), defaultdict(int)
+        return out
+
+
+def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
+    """``cycles`` consecutive cycles after one cold one; latencies and where the time goes."""
+    import pandas as pd
+    from alpaca.trading.client import TradingClient
+
+    from tasks.data import features
+    from tasks.delivery.journal import HttpJournal
+    from tasks.delivery.loop import TradingLoop
+    from tasks.delivery.replay import advance
+    from tasks.delivery.service import BrokerServer, local_keys, open_broker
+    from tasks.delivery.session import _mlflow_run, log_cycle
+
+    stamps = features.load(params.dirs.features).timestamps
+    first = len(stamps) - max(120, cycles + 2)
+    keys = local_keys(params)
+    split = Split()
+    load = features.load
+    features.load = split.wrap("features.load (the feature set from disk)", load)  # the loop looks it up there
+    broker = open_broker(params, params.dirs.broker / "bench.db", "simulated", pd.Timestamp(stamps[first]).date())
+    loop_ms, open_ms, close_ms = [], [], []
+    parts: list[dict[str, float]] = []
+    calls: list[dict[str, int]] = []
+    with BrokerServer(broker, keys) as server, _mlflow_run(params, "benchmark broker", server.url):
+        client = TradingClient(keys.key_id, keys.secret, url_override=server.url)
+        for name in ("get_clock", "get_account", "get_all_positions", "get_orders", "submit_order",
+                     "get_order_by_id"):
+            setattr(client, name, split.wrap(f"alpaca-py {name}", getattr(client, name)))
+        journal = HttpJournal(server.url, keys)
+        journal.cycles = split.wrap("journal GET (HTTP)", journal.cycles)  # type: ignore[method-assign]
+        journal.put = split.wrap("journal PUT (HTTP)", journal.put)  # type: ignore[method-assign]
+        loop = TradingLoop(params, client, journal, "local", split.wrap("MLflow metrics (log_cycle)", log_cycle),
+                           enforce_risk=False)
+        loop.champion.current = split.wrap("resolve champion (MLflow registry)",  # type: ignore[method-assign]
+                                           loop.champion.current)
+        opened = lambda: advance(server.url, keys, "open")  # noqa: E731
+        began = time.perf_counter()
+        loop.cycle(first, after_submit=split.wrap("advance to the open (fills)", opened))
+        cold = time.perf_counter() - began
+        advance(server.url, keys, "close")
+        model = loop.champion.model
+        model.predict = split.wrap("policy (pyfunc predict)", model.predict)
+        orders = 0
+        split.take()
+        for t in range(first + 1, first + 1 + cycles):
+            began = time.perf_counter()
+            result = loop.cycle(t, after_submit=split.wrap("advance to the open (fills)", opened))
+            total = time.perf_counter() - began
+            part, count = split.take()
+            opening = part.pop("advance to the open (fills)")
+            loop_ms.append((total - opening) * 1e3)
+            open_ms.append(opening * 1e3)
+            part["other (loop's own Python)"] = total - opening - sum(part.values())
+            parts.append(part)
+            calls.append(count)
+            orders += len(result.orders)
+            began = time.perf_counter()
+            advance(server.url, keys, "close")
+            close_ms.append((time.perf_counter() - began) * 1e3)
+    features.load = load
+    mean = {k: statistics.fmean(p.get(k, 0.0) for p in parts) * 1e3 for k in {k for p in parts for k in p}}
+    per_cycle = {k: statistics.fmean(c.get(k, 0) for c in calls) for k in mean}
+    return {"cycles": cycles, "cold_ms": cold * 1e3, "loop": quantiles(loop_ms), "open": quantiles(open_ms),
+            "close": quantiles(close_ms), "with_open": quantiles([a + b for a, b in zip(loop_ms, open_ms)]),
+            "orders": orders / cycles, "parts": dict(sorted(mean.items(), key=lambda kv: -kv[1])),
+            "calls": per_cycle}

@@ -1,0 +1,63 @@
+"""API keys of the paper broker and of the trading loop: from the environment or a 0600 file.
+
+Never from ``params.yaml``, never in a log line, an MLflow param, tag or artifact. The
+local broker creates a key file with random keys on its first start, readable by its
+owner only, and the trading loop reads the same file; Alpaca's keys come from
+``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY`` (or a key file written by hand).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.errors import ConfigError
+
+KEY_VARS = ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
+
+
+@dataclass(frozen=True, repr=False)
+class Keys:
+    key_id: str
+    secret: str
+
+    def __repr__(self) -> str:  # never print a secret
+        return f"Keys(key_id={self.key_id[:4]}…)"
+
+
+def _random(prefix: str, length: int) -> str:
+    alphabet = string.ascii_uppercase + string.digits
+    return prefix + "".join(secrets.choice(alphabet) for _ in range(length - len(prefix)))
+
+
+def load_keys(file: Path, *, create: bool = False, env: Mapping[str, str] = os.environ) -> Keys:
+    """The environment's keys if both are set; else ``file`` (which must be 0600); else, with
+    ``create``, new random keys written to ``file`` with mode 0600."""
+    given = [env.get(name) for name in KEY_VARS]
+    if all(given):
+        return Keys(*given)  # type: ignore[arg-type]
+    if any(given):
+        raise ConfigError(f"set both {' and '.join(KEY_VARS)}, or neither (then keys come from {file})")
+    if file.exists():
+        mode = file.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise ConfigError(f"{file}: mode {mode:o}; a key file must be readable by its owner only "
+                              f"(chmod 600 {file})")
+        try:
+            raw = json.loads(file.read_text())
+            return Keys(str(raw["key_id"]), str(raw["secret_key"]))
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(f'{file}: expected JSON {{"key_id": ..., "secret_key": ...}}') from None
+    if not create:
+        raise ConfigError(f"no API keys: set {' and '.join(KEY_VARS)}, or write them to {file} (chmod 600)")
+    keys = Keys(_random("PK", 20), _random("", 40))
+    file.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        json.dump({"key_id": keys.key_id, "secret_key": keys.secret}, out)
+    return keys

@@ -1,0 +1,102 @@
+"""Running the local paper broker: ``podracer broker`` in the foreground, or in a thread.
+
+The foreground service binds 127.0.0.1 on ``broker.port``; tests, the pipeline's deliver
+stage and ``podracer trade --replay`` start the same app in a thread of their own process,
+on a free port, against a ledger of their choosing. Both take the account's keys from
+:func:`tasks.delivery.keys.load_keys`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from datetime import date
+from pathlib import Path
+from types import TracebackType
+
+import uvicorn
+
+from tasks.config import Params
+from tasks.data.bars import VALIDATED
+from tasks.delivery.api import create_app
+from tasks.delivery.broker import ClockMode, PaperBroker
+from tasks.delivery.keys import Keys, load_keys
+from tasks.errors import PodracerError
+from trainers.env import EnvConfig
+
+log = logging.getLogger("podracer.broker")
+LEDGER, KEY_FILE = "broker.db", "keys.json"
+
+
+def key_file(params: Params) -> Path:
+    return params.broker.key_file or params.dirs.broker / KEY_FILE
+
+
+def local_keys(params: Params) -> Keys:
+    """The local broker's keys (created on first use, 0600)."""
+    return load_keys(key_file(params), create=True)
+
+
+def open_broker(params: Params, db: Path | None = None, clock: ClockMode | None = None,
+                start: date | None = None, env: EnvConfig | None = None) -> PaperBroker:
+    """The paper account in ``db`` (default ``data/broker/broker.db``) on the validated bars.
+
+    A new account gets ``env``'s initial cash and cost (default the config's ``env``; a
+    replay passes the champion's own constants, so that it trades the env it was trained in).
+    """
+    env = env or params.env
+    return PaperBroker.open(db or params.dirs.broker / LEDGER, params.dirs.validated / VALIDATED,
+                            initial_cash=env.initial_cash, cost_pct=env.cost_pct,
+                            mode=clock or params.broker.clock, start=start)
+
+
+class BrokerServer:
+    """The broker app served by uvicorn in a background thread, on 127.0.0.1 (``port`` 0: a free one)."""
+
+    def __init__(self, broker: PaperBroker, keys: Keys, port: int = 0, host: str = "127.0.0.1") -> None:
+        self.broker, self.keys = broker, keys
+        config = uvicorn.Config(create_app(broker, keys), host=host, port=port, log_level="warning",
+                                access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="paper-broker", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> BrokerServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise PodracerError("broker: the HTTP server did not start (is the port taken?)")
+            time.sleep(0.01)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.broker.ledger.close()
+
+
+def serve(params: Params, port: int | None = None, clock: ClockMode | None = None,
+          db: Path | None = None, stop: threading.Event | None = None) -> None:
+    """Serve the paper account in the foreground until SIGTERM, Ctrl-C or ``stop`` (``podracer broker``).
+
+    It logs the real URL once the port is bound (``--port 0`` picks a free one).
+    """
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, lambda *_: stop.set())
+    broker = open_broker(params, db, clock)
+    with BrokerServer(broker, local_keys(params), params.broker.port if port is None else port,
+                      params.broker.host) as server:
+        log.info("paper broker on %s (%s clock, ledger %s, keys in %s)", server.url, broker.mode,
+                 broker.ledger.path, key_file(params))
+        while not stop.wait(0.5):
+            if not server.thread.is_alive():
+                raise PodracerError(f"broker: the HTTP server on {server.url} stopped")
+    log.info("paper broker stopped")

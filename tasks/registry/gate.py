@@ -1,0 +1,66 @@
+"""The champion gate and the registry aliases it moves (DESIGN §2, models).
+
+A new version gets the alias ``challenger``. It becomes ``champion`` only if it beats
+buy-and-hold on ``registry.gate_metric`` by more than ``registry.gate_margin`` on the test
+window; the champion it replaces becomes ``previous_champion``. Aliases, not stages:
+MLflow has deprecated stages. These are the registry's decisions, kept apart from the
+logging in :mod:`tasks.registry.register` so that they can be tested on their own.
+"""
+
+from __future__ import annotations
+
+from tasks.config import RegistryParams
+from tasks.errors import MissingInput
+from tasks.registry.store import client
+
+CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous_champion"
+
+
+def gate(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tuple[bool, str]:
+    """Does the challenger beat buy-and-hold on the gate metric by more than the margin?
+
+    ``metrics`` holds the backtest's ``agent`` and ``buy_and_hold`` metrics. Returns the
+    verdict and the one line that says why, as the register stage logs it.
+    """
+    name, margin = registry.gate_metric, registry.gate_margin
+    agent, hold = metrics["agent"][name], metrics["buy_and_hold"][name]
+    verdict = agent > hold + margin
+    relation = ">" if verdict else "<="
+    return verdict, f"test {name} {agent:.3f} {relation} buy-and-hold {hold:.3f} + margin {margin:g}"
+
+
+def alias_version(registry: RegistryParams, alias: str) -> str | None:
+    """The version that carries ``alias``, or None."""
+    import mlflow
+
+    try:
+        return str(client(registry).get_model_version_by_alias(registry.model_name, alias).version)
+    except mlflow.exceptions.MlflowException:
+        return None
+
+
+def champion_version(registry: RegistryParams) -> str | None:
+    """The version that carries the ``champion`` alias, or None."""
+    return alias_version(registry, CHAMPION)
+
+
+def promote(registry: RegistryParams, version: str) -> str | None:
+    """Give ``version`` the champion alias; the old champion becomes ``previous_champion``.
+
+    Returns the previous champion's version, if there was one. A version that was the
+    challenger stops being one. An unknown version is a one-line :class:`MissingInput`.
+    """
+    import mlflow
+
+    store, name = client(registry), registry.model_name
+    try:
+        store.get_model_version(name, version)
+    except mlflow.exceptions.MlflowException:
+        raise MissingInput(f"{name}: no version {version} in {registry.tracking_uri}") from None
+    previous = champion_version(registry)
+    if previous is not None and previous != version:
+        store.set_registered_model_alias(name, PREVIOUS, previous)
+    store.set_registered_model_alias(name, CHAMPION, version)
+    if alias_version(registry, CHALLENGER) == version:
+        store.delete_registered_model_alias(name, CHALLENGER)
+    return previous if previous != version else None

@@ -1,0 +1,118 @@
+"""Every ``podracer`` command run once at tiny size, as a user runs it: exit code and what it prints.
+
+The commands run as processes in a fresh project folder with a tiny ``params.yaml``, in the
+order a user would: the stages one by one, then ``promote`` and the whole pipeline with
+``run`` (on the tests' Prefect server rather than a temporary one of its own).
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+import typer
+import yaml
+
+from flows.cli import app
+from tests.conftest import REPO, TINY
+
+
+def tiny_project(root) -> None:
+    tree: dict = {}
+    for assignment in [*TINY, "registry.gate_margin=-1000"]:
+        key, value = assignment.split("=", 1)
+        *parents, leaf = key.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    (root / "params.yaml").write_text(yaml.safe_dump(tree, default_flow_style=None))
+
+
+def say(root, *args: str, code: int = 0) -> str:
+    """Run one command in ``root``; return what it printed, line wraps undone."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "COLUMNS": "200",
+           "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == code, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    return " ".join(done.stdout.split())
+
+
+def serves(root) -> float:
+    """Start `podracer broker` on a free port, wait until it answers with the project's keys, stop it
+    with SIGTERM; return how long it took to answer."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "flows.cli", "broker", "--port", str(port)], cwd=root,
+                               env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        keys = json.loads((root / "data" / "broker" / "keys.json").read_text())
+        headers = {"APCA-API-KEY-ID": keys["key_id"], "APCA-API-SECRET-KEY": keys["secret_key"]}
+        while True:
+            assert process.poll() is None, process.stdout.read()
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/v2/clock", headers=headers, timeout=10).ok:
+                    return time.monotonic() - started
+            except requests.ConnectionError:
+                time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) is not None
+
+
+@pytest.mark.slow
+def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
+    tiny_project(tmp_path)
+    ran = set()
+
+    def command(*args: str, code: int = 0) -> str:
+        ran.add(args[0])
+        return say(tmp_path, *args, code=code)
+
+    assert re.search(r"✓ ingest \d+ rows, 4 symbols, data version [0-9a-f]{16}$", command("ingest"))
+    assert re.search(r"✓ validate (\d+) of \1 rows passed, 0 quarantined; report data/quarantine/report\.md$",
+                     command("validate"))
+    assert command("features").endswith(
+        "✓ features 384 bars x 4 symbols x 10 indicators; train 2020-06-25..2021-03-31, "
+        "validation 2021-04-01..2021-08-31, test 2021-09-01..2021-12-31")  # 505 sessions less 121 of warm-up
+    assert re.search(r"✓ train best validation sharpe -?\d+\.\d{3} \(agent \d, generation \d\), [\d,]+ env steps in "
+                     r"\d+s \(generational on multiplexed, cpu\)$", command("train"))
+    tested = command("backtest")
+    assert "Backtest 2021-09-01 to 2021-12-31" in tested and "buy-and-hold" in tested
+    assert tested.endswith("✓ backtest plot data/backtest/equity.png")
+    assert re.search(r"✓ register podracer-ppo version 1 alias champion \(test sharpe .* \+ margin -1000\); "
+                     r"run [0-9a-f]{32}$", command("register"))
+    replayed = command("trade", "--replay", "test")
+    assert re.search(r"✓ replay 2021-09-01\.\.2021-12-31: 85 bars, final paper equity [\d,.]+; equal to the "
+                     r"backtest to the cent \(largest difference ", replayed)
+    assert "Paper orders for bar 2021-12-31 from models:/podracer-ppo/1" in command("deliver")
+    assert re.search(r"✓ trade halted \(data/broker/HALT\); \d+ open order\(s\) canceled$", command("trade", "--halt"))
+    assert command("trade", "--unhalt").endswith("✓ trade trading resumed")
+    assert "Paper orders for bar 2021-12-31 from models:/podracer-ppo/1" in command("trade", "--once")
+    ran.add("broker")
+    assert serves(tmp_path) < 30.0
+    assert command("promote", "1").endswith("✓ promote podracer-ppo version 1 is champion")
+    assert command("promote", "7", code=1).endswith("✗ promote: podracer-ppo: no version 7 in "
+                                                    "sqlite:///mlflow/mlflow.db")
+    summary = command("run")
+    assert "model podracer-ppo version 2 (alias champion): promoted to champion: test sharpe" in summary
+    assert re.search(r"MLflow run [0-9a-f]{32} data version [0-9a-f]{16} \(reused\)", summary)
+    assert "artifacts plot data/backtest/equity.png, metrics data/backtest/metrics.json" in summary
+    assert "Paper orders for bar 2021-12-31 from models:/podracer-ppo/2" in summary
+    assert command("promote", "1").endswith("✓ promote podracer-ppo version 1 is champion; "
+                                            "version 2 is previous_champion")
+    assert ran == set(typer.main.get_command(app).commands)  # a new command needs a line here

@@ -1,0 +1,118 @@
+"""Re-plant the bugs of issue 16, one at a time, and check that a named test catches each.
+
+Each bug is a one-line edit of today's code. For each, the source tree is copied to a
+temporary folder, the edit is applied there (the checkout is never touched), and the
+tests that should catch it run against the copy; they must fail. Then the same tests run
+on the unedited copy and must pass. Prints one line per bug and exits 1 if any got through.
+
+    .venv/bin/python tests/mutation/planted.py [NUMBER ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+COPY = ("flows", "tasks", "trainers", "tests", "pyproject.toml", ".env", "params.yaml")
+
+
+@dataclass(frozen=True)
+class Bug:
+    what: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+BUGS = {
+    1: Bug("the champion gate reversed", "tasks/registry/gate.py",
+           "verdict = agent > hold + margin", "verdict = hold > agent + margin",
+           ("tests/tasks/registry/test_gate.py",)),
+    2: Bug("buy-and-hold buys at the wrong price", "trainers/evaluate.py",
+           "price = data.open[t_lo + 1]", "price = data.close[t_lo]",
+           ("tests/trainers/test_evaluate.py",)),
+    3: Bug("the test window starts one bar late", "tasks/data/features.py",
+           "return (max(lo - 1, 0), hi)", "return (lo, hi)",
+           ("tests/tasks/data/test_features.py::test_an_env_window_starts_at_the_bar_before_its_split",
+            "tests/tasks/model/test_backtest.py::test_backtest_of_a_handmade_policy_by_hand")),
+    4: Bug("the serving turbulence gate switched off", "tasks/registry/serving.py",
+           "    if threshold is None:\n        return None", "    if True:\n        return None",
+           ("tests/tasks/registry/test_serving.py",)),
+    5: Bug("turbulence computed without the covariance", "tasks/data/risk.py",
+           "inv = np.linalg.pinv(np.atleast_2d(np.cov(hist, rowvar=False)))",
+           "inv = np.linalg.pinv(np.diag(np.diag(np.atleast_2d(np.cov(hist, rowvar=False)))))",
+           ("tests/tasks/data/test_risk.py",)),
+    6: Bug("a quarantine file silently drops a row while the count stays right", "tasks/data/validate.py",
+           'write_parquet(group.drop(columns="_file").reset_index(drop=True), target',
+           'write_parquet(group.drop(columns="_file").reset_index(drop=True).iloc[[0] * len(group)], target',
+           ("tests/tasks/data/test_validate.py::test_every_row_lands_once_in_validated_or_quarantine_with_its_values",)),
+    7: Bug("the gymnasium adapter returns the post-reset observation as the final one", "trainers/gym_env.py",
+           "obs = step.last_states()[0].cpu().numpy()", "obs = step.state[0].cpu().numpy()",
+           ("tests/trainers/test_gym_env.py::test_single_env_truncates_and_returns_the_final_observation",)),
+    8: Bug("a copied agent keeps its own weights (equal widths)", "trainers/evolution.py",
+           "pop.hparams[src], pop.seeds[src], pop.states[src], chosen.hparams[dst]",
+           "pop.hparams[src], pop.seeds[src], pop.states[dst], chosen.hparams[dst]",
+           ("tests/trainers/test_evolution.py::"
+            "test_a_copied_agent_starts_the_next_generation_with_its_parents_weights_and_adam_state",)),
+    9: Bug("the value bootstrap taken from the reset state", "trainers/ppo.py",
+           "self.critic(step.final.states)", "self.critic(states[i + 1][step.final.index])",
+           ("tests/trainers/test_ppo.py::test_rollout_values_truncated_episodes_from_their_final_state",)),
+    10: Bug("Alpaca keeps extended-hours bars", "tasks/data/sources/alpaca.py",
+            "return bars[inside].reset_index(drop=True)", "return bars.reset_index(drop=True)",
+            ("tests/tasks/data/sources/test_alpaca.py::test_regular_hours_keeps_session_minutes_only",)),
+    11: Bug("`podracer train` removed", "flows/cli.py",
+            '    "train": ("model",', '    # "train": ("model",',
+            ("tests/flows/test_cli_commands.py",)),
+    12: Bug("`podracer run` removed", "flows/cli.py",
+            "@app.command()\ndef run(", "def run(",
+            ("tests/flows/test_cli_commands.py",)),
+}
+
+
+def pytest(root: Path, tests: tuple[str, ...]) -> bool:
+    """Whether ``tests`` pass in the copy at ``root``."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", *tests], cwd=root,
+                          capture_output=True, text=True)
+    return done.returncode == 0
+
+
+def check(number: int, bug: Bug) -> bool:
+    with tempfile.TemporaryDirectory(prefix="planted-") as tmp:
+        root = Path(tmp)
+        for name in COPY:
+            source = REPO / name
+            if source.is_dir():
+                shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(source, root / name)
+        target = root / bug.path
+        text = target.read_text()
+        if text.count(bug.old) != 1:
+            print(f"{number:>2}. {bug.what}: STALE (the line to edit is not in {bug.path} exactly once)")
+            return False
+        clean = pytest(root, bug.tests)
+        target.write_text(text.replace(bug.old, bug.new))
+        caught = not pytest(root, bug.tests)
+    verdict = "caught" if clean and caught else ("FAILS WITHOUT THE BUG" if not clean else "GOT THROUGH")
+    print(f"{number:>2}. {bug.what}: {verdict} by {', '.join(bug.tests)}", flush=True)
+    return clean and caught
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("numbers", nargs="*", type=int, help="bugs to plant (default: all)")
+    numbers = parser.parse_args().numbers or sorted(BUGS)
+    results = [check(n, BUGS[n]) for n in numbers]
+    print(f"{sum(results)} of {len(results)} planted bugs caught")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The pyfunc's decisions on a hand-made bundle: orders, the turbulence gate, input checks.
+
+The actor's weights are zeroed and its output bias set, so its action is known exactly:
+tanh(3) ≈ 0.995 buys trunc(0.995 · hmax) = 9 shares, tanh(-3) sells 9.
+"""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tasks.errors import DataError
+from tasks.model import bundle
+from tasks.registry.serving import PolicyModel, decide, policy_input, turbulence_gate
+from tests.tasks.handmade import policy
+from trainers.env import EnvConfig, fill_orders
+from trainers.ppo import Actor
+
+SYMBOLS, CLOSE = ["AAA", "BBB"], np.array([10.0, 20.0])
+
+
+def make(bias: tuple[float, float] = (3.0, -3.0), threshold: float | None = 5.0) -> tuple[Actor, bundle.PolicyMeta]:
+    env = EnvConfig(initial_cash=1_000.0, hmax=10, cost_pct=0.01, turbulence_threshold=threshold)
+    return policy(SYMBOLS, ["rsi_30", "turbulence"], list(bias), env, mean=[[50.0, 0.0]] * 2, std=[[10.0, 1.0]] * 2,
+                  price_ref=(10.0, 20.0))
+
+
+def frame(meta: bundle.PolicyMeta, turbulence: float, shares=(0.0, 5.0), cash: float = 1_000.0) -> pd.DataFrame:
+    raw = np.array([[55.0, turbulence], [45.0, turbulence]])
+    return policy_input(meta, CLOSE, raw, np.array(shares), cash)
+
+
+def test_policy_input_has_one_row_per_symbol_with_the_account():
+    _, meta = make()
+    got = frame(meta, 1.0)
+    assert list(got.columns) == ["symbol", "close", "shares", "cash", "rsi_30", "turbulence"]
+    assert got.to_dict("list") == {"symbol": SYMBOLS, "close": [10.0, 20.0], "shares": [0.0, 5.0],
+                                   "cash": [1_000.0, 1_000.0], "rsi_30": [55.0, 45.0], "turbulence": [1.0, 1.0]}
+
+
+def test_calm_bar_buys_and_sells_by_the_actions():
+    actor, meta = make()
+    out = decide(actor, meta, frame(meta, 4.9))
+    assert out["symbol"].tolist() == SYMBOLS
+    np.testing.assert_allclose(out["action"], np.tanh([3.0, -3.0]), rtol=1e-6)
+    assert out["order_qty"].tolist() == [9, -5]  # the sell is capped by the 5 shares held
+
+
+@pytest.mark.parametrize("turbulence", [5.0, 50.0])
+def test_turbulence_at_or_above_the_threshold_liquidates_and_blocks_buys(turbulence):
+    actor, meta = make()
+    assert decide(actor, meta, frame(meta, turbulence))["order_qty"].tolist() == [0, -5]
+    assert turbulence_gate(meta, np.array([[0.0, turbulence]])).tolist() == [True]
+
+
+def test_the_gate_reads_the_turbulence_column_against_the_threshold():
+    _, meta = make()
+    assert turbulence_gate(meta, np.array([[5.0 + 1e-9, 5.0 - 1e-9]])).tolist() == [False]
+    assert turbulence_gate(meta, np.array([[0.0, 5.0]])).tolist() == [True]
+
+
+def test_no_gate_without_a_threshold():
+    actor, meta = make(threshold=None)
+    assert turbulence_gate(meta, np.array([[0.0, 1e9]])) is None
+    assert decide(actor, meta, frame(meta, 1e9))["order_qty"].tolist() == [9, -5]
+
+
+def test_buys_are_asked_for_whole_and_scaled_to_the_cash_only_at_the_fill():
+    """The pyfunc cannot know the next open, so it asks for the env's wanted shares; the fill
+    at the open scales the buys to the cash there, as the env does."""
+    actor, meta = make(bias=(3.0, 3.0))
+    out = decide(actor, meta, frame(meta, 0.0, shares=(0.0, 0.0), cash=136.35))
+    assert out["order_qty"].tolist() == [9, 9]
+    # 9 + 9 shares at opens of 10 and 20 cost (90 + 180) · 1.01 = 272.7; with 136.35 each buy is halved: 4, 4
+    fill = fill_orders(torch.zeros(1, 2, dtype=torch.float64), torch.tensor([[9.0, 9.0]], dtype=torch.float64),
+                       torch.tensor([136.35], dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64),
+                       torch.tensor([[10.0, 20.0]], dtype=torch.float64), meta.env.cost_pct)
+    assert fill.bought.tolist() == [[4.0, 4.0]]
+
+
+def test_rows_may_come_in_any_order_but_every_symbol_is_needed():
+    actor, meta = make()
+    rows = frame(meta, 1.0)
+    assert decide(actor, meta, rows.iloc[::-1])["order_qty"].tolist() == [9, -5]
+    with pytest.raises(DataError, match=r"^policy input: no row for symbol\(s\) AAA$"):
+        decide(actor, meta, rows.iloc[1:])
+    with pytest.raises(DataError, match=r"^policy input: no row for symbol\(s\) AAA, BBB$"):
+        decide(actor, meta, rows.iloc[:0])
+
+
+def test_the_state_uses_the_saved_normalisation():
+    """An actor reading only AAA's rsi: (55 - 50) / 10 = 0.5 gives tanh(0.5·w)."""
+    actor, meta = make(bias=(0.0, 0.0), threshold=None)
+    column = 1 + 2 * 2  # after cash, 2 shares and 2 prices: AAA's first indicator
+    with torch.no_grad():
+        actor.net[0].weight[0, column] = 2.0
+        actor.net[0].bias[0] = 0.0
+        actor.net[-1].weight[0, 0] = 1.0
+    out = decide(actor, meta, frame(meta, 0.0))
+    assert out["action"].iloc[0] == pytest.approx(np.tanh(1.0), rel=1e-6)
+
+
+def test_the_pyfunc_loads_its_bundle_and_decides(tmp_path):
+    actor, meta = make()
+    bundle.save(tmp_path, actor.state_dict(), meta)
+    model = PolicyModel()
+    model.load_context(SimpleNamespace(artifacts={"bundle": str(tmp_path)}))
+    assert model.meta == meta
+    assert model.predict(None, frame(meta, 5.0))["order_qty"].tolist() == [0, -5]
+
+
+def test_integer_columns_decide_as_their_float_values():
+    """A caller's frame may carry shares, cash and prices as integers (JSON, CSV)."""
+    actor, meta = make()
+    floats = frame(meta, 4.9, shares=(0.0, 5.0), cash=1_000.0)
+    ints = floats.astype({"close": "int64", "shares": "int64", "cash": "int64", "rsi_30": "int64"})
+    pd.testing.assert_frame_equal(decide(actor, meta, ints), decide(actor, meta, floats))
+    assert decide(actor, meta, ints)["action"].dtype == np.float64

@@ -83,6 +83,16 @@ def test_outliers_at_a_chosen_sigma_against_a_hand_computed_robust_z():
     assert len(outliers(bars, 0.33)) == 7
 
 
+def test_a_symbol_with_no_spread_of_returns_flags_nothing():
+    """Six equal returns and a jump: the MAD is 0, so no robust z exists; nothing is flagged
+    rather than every bar (or the jump) scoring infinity."""
+    returns = [0.01] * 6 + [0.5]
+    closes = list(100.0 * np.exp(np.concatenate(([0.0], np.cumsum(returns)))))
+    bars = daily("AAA", closes, calendar_index("1d", pd.Timestamp("2023-07-03", tz="UTC"),
+                                                pd.Timestamp("2023-07-31", tz="UTC")))
+    assert outliers(bars, 5.0).empty
+
+
 def test_gaps_up_to_max_gap_bars_pass_and_one_more_stops_with_the_dates():
     sessions = calendar_index("1d", pd.Timestamp("2023-07-03", tz="UTC"), pd.Timestamp("2023-07-31", tz="UTC"))
     bars = daily("AAA", [100.0] * 10, sessions).drop(index=[4, 5, 6])  # misses 3 sessions: 07-10 .. 07-12

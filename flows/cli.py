@@ -222,6 +222,44 @@ def trade(
         _stage("trade", lambda: live.forever(cfg, lambda r: console.print(orders_table(r))))
 
 
+@app.command()
+def up(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+    """Start the local Prefect server, MLflow server, paper broker and deployment runner on 127.0.0.1."""
+    from flows import services
+
+    cfg = _stage("config", lambda: _params(params, set_))
+    running = _stage("up", lambda: services.up(cfg, params, say=lambda line: console.print(f"  {line}")))
+    console.print(_services_table([(r, True, True) for r in running]))
+
+
+@app.command()
+def down(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+    """Stop the services `podracer up` started (by their recorded PIDs)."""
+    from flows import services
+
+    cfg = _stage("config", lambda: _params(params, set_))
+    stopped = _stage("down", lambda: services.down(cfg, say=lambda line: console.print(f"  {line}")))
+    console.print(f"[green]✓ down[/] {len(stopped)} service(s) stopped" if stopped else "nothing was running")
+
+
+@app.command()
+def status(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+    """What `podracer up` started: each service's PID, URL, and whether it answers."""
+    from flows import services
+
+    cfg = _stage("config", lambda: _params(params, set_))
+    rows = _stage("status", lambda: services.status(cfg))
+    console.print(_services_table(rows) if rows else "no services recorded (start them with `podracer up`)")
+
+
+def _services_table(rows: list) -> Table:
+    table = Table("service", "pid", "url", "state", "log", title="podracer services")
+    for service, running, healthy in rows:
+        state = "[green]answers[/]" if healthy else ("[yellow]runs, not answering[/]" if running else "[red]stopped[/]")
+        table.add_row(service.name, str(service.pid), service.url, state, service.log)
+    return table
+
+
 def main() -> None:
     app()
 

@@ -211,6 +211,14 @@ class TradeParams(_Section):
         return self
 
 
+class ServicesParams(_Section):
+    """``podracer up``: the local Prefect and MLflow servers beside the broker, on 127.0.0.1 (docs/operations.md)."""
+
+    prefect_port: int = Field(4200, ge=1, le=65535, description="Prefect server and UI")
+    mlflow_port: int = Field(5000, ge=1, le=65535, description="MLflow tracking server and UI")
+    start_timeout: float = Field(120.0, gt=0, description="seconds each service may take to answer its health check")
+
+
 class Params(_Section):
     """Everything a pipeline run needs; ``params.yaml`` overrides the defaults."""
 
@@ -228,6 +236,7 @@ class Params(_Section):
     registry: RegistryParams = RegistryParams()
     broker: BrokerParams = BrokerParams()
     trade: TradeParams = TradeParams()
+    services: ServicesParams = ServicesParams()
 
     @model_validator(mode="after")
     def _check(self) -> Params:

@@ -115,4 +115,5 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
     assert "Paper orders for bar 2021-12-31 from models:/podracer-ppo/2" in summary
     assert command("promote", "1").endswith("✓ promote podracer-ppo version 1 is champion; "
                                             "version 2 is previous_champion")
-    assert ran == set(typer.main.get_command(app).commands)  # a new command needs a line here
+    elsewhere = {"up", "down", "status"}  # tests/flows/test_services.py: real servers
+    assert ran | elsewhere == set(typer.main.get_command(app).commands)  # a new command needs a line here

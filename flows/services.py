@@ -1,0 +1,242 @@
+"""``podracer up`` / ``down`` / ``status``: the local services of continuous training (DESIGN §8).
+
+Four child processes on 127.0.0.1, each in a session of its own with its log under
+``data/services/<name>.log``:
+
+- a Prefect server, its database under ``data/services/prefect`` (``PREFECT_HOME``);
+- an MLflow tracking server on the project's ``mlflow/`` sqlite store and artifacts, with
+  webhooks allowed to a local receiver, a persistent webhook encryption key (without one the
+  key changes at each restart and deliveries fail silently) and job execution off (it would
+  start seven more processes);
+- the local paper broker (``podracer broker``);
+- a runner serving the project's deployments (``flows/deployments.py``).
+
+``up`` starts them in that order, waits until each answers its health check, and records
+each PID, URL and log in ``data/services/services.json``. ``down`` stops exactly those PIDs:
+SIGTERM to the process group, a second SIGTERM for the runner (Prefect's ``serve`` pauses
+only some deployments on the first), then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import requests
+
+from tasks.config import Params
+from tasks.errors import PodracerError
+
+HOST = "127.0.0.1"
+STATE = "services.json"
+GRACE_SECONDS = 15.0
+
+
+class ServiceError(PodracerError):
+    """A service did not start, or the recorded services are not this project's."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """One service: how to start it and how to tell that it answers."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    url: str  # what a person opens
+    health: str  # a GET that answers 200 once it serves
+    headers: dict[str, str]
+    timeout: float  # seconds to wait for the health check
+
+
+@dataclass(frozen=True)
+class Running:
+    """A started service as recorded in ``services.json``."""
+
+    name: str
+    pid: int
+    url: str
+    log: str
+
+
+def folder(params: Params) -> Path:
+    return params.data_dir / "services"
+
+
+def webhook_key(params: Params) -> str:
+    """The MLflow server's webhook-secret encryption key (a Fernet key), made once, 0600."""
+    path = folder(params) / "mlflow-webhook.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(base64.urlsafe_b64encode(os.urandom(32)).decode())
+    return path.read_text().strip()
+
+
+def prefect_api(params: Params) -> str:
+    return f"http://{HOST}:{params.services.prefect_port}/api"
+
+
+def mlflow_url(params: Params) -> str:
+    return f"http://{HOST}:{params.services.mlflow_port}"
+
+
+def plan(params: Params, params_file: Path) -> list[Service]:
+    """The services of ``podracer up``, in start order."""
+    from tasks.delivery.service import local_keys
+
+    bin_dir = Path(sys.executable).parent
+    home = folder(params)
+    cfg = params.services
+    prefect_env = {"PREFECT_HOME": str(home / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                   "PREFECT_API_URL": prefect_api(params)}
+    store = params.registry.tracking_uri
+    mlflow_env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
+                  "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
+                  "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": webhook_key(params)}
+    clients = {**prefect_env, "MLFLOW_TRACKING_URI": mlflow_url(params), "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
+    keys = local_keys(params)
+    podracer = [sys.executable, "-m", "flows.cli"]
+    return [
+        Service("prefect", [str(bin_dir / "prefect"), "server", "start", "--host", HOST, "--port",
+                            str(cfg.prefect_port)], prefect_env, f"http://{HOST}:{cfg.prefect_port}",
+                f"{prefect_api(params)}/health", {}, cfg.start_timeout),
+        Service("mlflow", [str(bin_dir / "mlflow"), "server", "--backend-store-uri", store,
+                           "--artifacts-destination", str(params.registry.artifact_root), "--host", HOST, "--port",
+                           str(cfg.mlflow_port), "--workers", "1"], mlflow_env, mlflow_url(params),
+                f"{mlflow_url(params)}/health", {}, cfg.start_timeout),
+        Service("broker", [*podracer, "broker", "-p", str(params_file)], {}, f"http://{HOST}:{params.broker.port}",
+                f"http://{HOST}:{params.broker.port}/v2/clock",
+                {"APCA-API-KEY-ID": keys.key_id, "APCA-API-SECRET-KEY": keys.secret}, cfg.start_timeout),
+        Service("runner", [sys.executable, "-m", "flows.deployments", "-p", str(params_file)], clients,
+                f"http://{HOST}:{cfg.prefect_port}/deployments",
+                f"{prefect_api(params)}/deployments/name/rlops_pipeline/manual", {},
+                cfg.start_timeout),
+    ]
+
+
+def recorded(params: Params) -> list[Running]:
+    path = folder(params) / STATE
+    if not path.exists():
+        return []
+    try:
+        return [Running(**item) for item in json.loads(path.read_text())]
+    except (ValueError, TypeError) as err:
+        raise ServiceError(f"{path}: not a services record ({err}); remove it after stopping the services") from err
+
+
+def _record(params: Params, running: list[Running]) -> None:
+    path = folder(params) / STATE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([asdict(r) for r in running], indent=1))
+    tmp.replace(path)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie child of this process does not count)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def answers(url: str, headers: dict[str, str] | None = None) -> bool:
+    try:
+        return requests.get(url, headers=headers or {}, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _wait(service: Service, child: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + service.timeout
+    while not answers(service.health, service.headers):
+        if child.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(empty log)"]
+            raise ServiceError(f"{service.name} exited with code {child.returncode}: {tail[0]} (log: {log})")
+        if time.monotonic() > deadline:
+            raise ServiceError(f"{service.name} did not answer {service.health} within {service.timeout:.0f} s "
+                               f"(log: {log})")
+        time.sleep(0.3)
+
+
+def up(params: Params, params_file: Path, say=print) -> list[Running]:
+    """Start every service that is not already running; return all of them, as recorded."""
+    home = folder(params)
+    home.mkdir(parents=True, exist_ok=True)
+    running = [r for r in recorded(params) if alive(r.pid)]
+    names = {r.name for r in running}
+    try:
+        for service in plan(params, params_file):
+            if service.name in names:
+                say(f"{service.name} already runs (pid {next(r.pid for r in running if r.name == service.name)})")
+                continue
+            log = home / f"{service.name}.log"
+            with log.open("ab") as out:
+                child = subprocess.Popen(service.command, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env={**os.environ, **service.env},
+                                         start_new_session=True)
+            running.append(Running(service.name, child.pid, service.url, str(log)))
+            _record(params, running)  # recorded before the wait, so that `down` can stop a slow starter
+            began = time.monotonic()
+            _wait(service, child, log)
+            say(f"{service.name} answers at {service.url} (pid {child.pid}, {time.monotonic() - began:.1f} s)")
+    except BaseException:
+        down(params, say=lambda _: None)
+        raise
+    return running
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # each service leads its own session: its children go too
+    except ProcessLookupError:
+        pass
+
+
+def down(params: Params, say=print) -> list[str]:
+    """Stop exactly the recorded services, last started first: gracefully, then for sure."""
+    stopped = []
+    for service in reversed(recorded(params)):
+        if alive(service.pid):
+            _signal(service.pid, signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_SECONDS
+            second = service.name == "runner"
+            while alive(service.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+                if second:
+                    _signal(service.pid, signal.SIGTERM)
+                    second = False
+            if alive(service.pid):
+                _signal(service.pid, signal.SIGKILL)
+                while alive(service.pid):
+                    time.sleep(0.05)
+            say(f"{service.name} stopped (pid {service.pid})")
+        stopped.append(service.name)
+    (folder(params) / STATE).unlink(missing_ok=True)
+    return stopped
+
+
+def status(params: Params) -> list[tuple[Running, bool, bool]]:
+    """Each recorded service, whether its process runs and whether it answers its health check."""
+    checks = {s.name: s for s in plan(params, Path("params.yaml"))}
+    out = []
+    for service in recorded(params):
+        check = checks.get(service.name)
+        up_now = alive(service.pid)
+        out.append((service, up_now, up_now and check is not None and answers(check.health, check.headers)))
+    return out

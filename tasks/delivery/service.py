@@ -57,8 +57,11 @@ class BrokerServer:
 
     def __init__(self, broker: PaperBroker, keys: Keys, port: int = 0, host: str = "127.0.0.1") -> None:
         self.broker, self.keys = broker, keys
+        # log_config=None: uvicorn must not run logging.dictConfig, which closes every handler of
+        # the process it is embedded in (the CLI's console, Prefect's API log handler: inside a flow
+        # run that flush deadlocks against Prefect's event-loop thread).
         config = uvicorn.Config(create_app(broker, keys), host=host, port=port, log_level="warning",
-                                access_log=False, lifespan="off")
+                                log_config=None, access_log=False, lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="paper-broker", daemon=True)
         self.url = ""

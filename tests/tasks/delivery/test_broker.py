@@ -213,3 +213,30 @@ def test_a_wall_clock_fills_queued_orders_once_the_next_bar_arrives(tmp_path):
     assert broker.order(placed["id"])["filled_avg_price"] == "12.0"  # 07-05's open, not a later one
     assert broker.ledger.clock()["day"] == "2023-07-06"  # caught up to what the time of day allows
     assert broker.clock()["is_open"] is False
+
+
+def test_serving_the_broker_leaves_the_host_process_logging_alone(tmp_path):
+    """Embedded in `podracer run`'s deliver stage, the broker must not reconfigure logging:
+    uvicorn's dictConfig would close every handler, and closing Prefect's API log handler
+    inside a flow run deadlocked `make run`."""
+    import logging
+
+    class Kept(logging.Handler):
+        closed = False
+
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed = True
+            super().close()
+
+    kept = Kept()
+    root = logging.getLogger()
+    root.addHandler(kept)
+    try:
+        with market(tmp_path) as m:
+            assert m.client.get_clock() is not None
+        assert kept in root.handlers and not kept.closed
+    finally:
+        root.removeHandler(kept)

@@ -30,7 +30,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.broker_cycle import OUTPUT_SCALE, build_pipeline, measure_cycles, quantiles  # noqa: E402
 from flows.cli import load_env_defaults  # noqa: E402
+from tests.standins.postgres import free_port  # noqa: E402
 
 load_env_defaults()
 
@@ -202,12 +202,6 @@ def measure_orders(folder: Path, phase: str, count: int, warmup: int) -> dict[st
 
 
 # --- 3. `podracer broker` start time ----------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def start_times(folder: Path, bars: Path, repeats: int) -> list[dict[str, float]]:
     """Seconds from spawning ``podracer broker`` (a fresh ledger each time) until ``GET
     /v2/clock`` answers 200 (``total``), until its port first takes a connection

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import yaml
 
 from flows.cli import app
 from tests.conftest import REPO, TINY
+from tests.standins.postgres import free_port
 
 
 def tiny_project(root) -> None:
@@ -52,9 +52,7 @@ def say(root, *args: str, code: int = 0) -> str:
 def serves(root) -> float:
     """Start `podracer broker` on a free port, wait until it answers with the project's keys, stop it
     with SIGTERM; return how long it took to answer."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "flows.cli", "broker", "--port", str(port)], cwd=root,
                                env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,

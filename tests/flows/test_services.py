@@ -3,7 +3,6 @@ ports, stopped by PID, and no process left behind."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,17 +12,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.flows.test_cli_commands import tiny_project
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+from tests.standins.postgres import free_port
 
 
 def podracer(root, *args: str) -> str:
@@ -46,7 +35,8 @@ def gone(pid: int) -> bool:
 @pytest.mark.slow
 def test_up_serves_every_service_status_shows_them_and_down_leaves_no_process(tmp_path):
     tiny_project(tmp_path)
-    prefect, mlflow, broker = free_ports(3)
+    prefect, mlflow, broker = free_port(), free_port(), free_port()
+    assert len({prefect, mlflow, broker}) == 3
     tree = yaml.safe_load((tmp_path / "params.yaml").read_text())
     tree["services"] = {"prefect_port": prefect, "mlflow_port": mlflow, "start_timeout": 240}
     tree.setdefault("broker", {})["port"] = broker

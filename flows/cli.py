@@ -54,8 +54,14 @@ T = TypeVar("T")
 
 
 def _params(path: Path, overrides: list[str] | None, profile: bool = False, resume: bool = False) -> Params:
+    """The config; while `podracer up`'s services run, this process's clients use them."""
     flags = [f"train.{name}=true" for name, on in (("profile", profile), ("resume", resume)) if on]
-    return load_params(path, [*(overrides or []), *flags])
+    cfg = load_params(path, [*(overrides or []), *flags])
+    if (cfg.data_dir / "services" / "services.json").exists():
+        from flows.services import use_servers
+
+        use_servers(cfg)
+    return cfg
 
 
 def _stage(name: str, fn: Callable[[], T]) -> T:
@@ -171,6 +177,68 @@ def promote(
     previous = _stage("promote", lambda: stage(cfg.registry, version))
     console.print(f"[green]✓ promote[/] {cfg.registry.model_name} version {version} is champion"
                   + (f"; version {previous} is previous_champion" if previous else ""))
+
+
+@app.command()
+def rollback(params: ParamsPath = Path("params.yaml")) -> None:
+    """Move the champion alias back to previous_champion (delivery follows when the services run)."""
+    from tasks.registry.gate import rollback as stage
+
+    cfg = _stage("config", lambda: _params(params, []))
+    restored, replaced = _stage("rollback", lambda: stage(cfg.registry))
+    console.print(f"[green]✓ rollback[/] {cfg.registry.model_name} version {restored} is champion again; "
+                  f"version {replaced} is previous_champion")
+
+
+@app.command()
+def ct(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+    """One continuous-training cycle: new bars, warm retraining, challenger vs champion on the newest window."""
+    from flows.ct_cycle import ct_cycle
+    from flows.summary import silence_expected_tracebacks
+
+    cfg = _stage("config", lambda: _params(params, set_))
+    _log_to_console()
+    silence_expected_tracebacks()
+    summary = _stage("ct", lambda: ct_cycle(cfg))
+    done = summary.registered
+    console.print(f"[green]✓ ct[/] {escape(summary.note)}" + (f"; {summary.appended_bars} new bar(s), run "
+                                                               f"{done.run_id}" if done else ""))
+    if done:
+        console.print(f"  challenger: {escape(summary.training)}")
+
+
+@app.command()
+def simulate(
+    bars: Annotated[int, typer.Option("--bars", help="New sessions to add after the last ingested bar.")] = 5,
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = [],  # noqa: B006
+) -> None:
+    """Extend the embedded market by N sessions (deterministic) as a new-data arrival, and announce it."""
+    from tasks.data.arrivals import ARRIVED, emit_arrival
+    from tasks.data.arrivals import simulate as stage
+
+    cfg = _stage("config", lambda: _params(params, set_))
+    arrival = _stage("simulate", lambda: stage(cfg, bars))
+    emitted = emit_arrival(cfg, arrival)
+    console.print(f"[green]✓ simulate[/] {arrival.sessions} session(s) {arrival.first}..{arrival.last}, "
+                  f"{arrival.bars} bars appended to {cfg.dirs.raw}; data version {arrival.data_version} "
+                  f"(was {arrival.previous_version}); "
+                  + (f"event {ARRIVED} emitted" if emitted else "no Prefect server: no event (`podracer up` first)"))
+
+
+@app.command()
+def receiver(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
+    """Serve the MLflow webhook receiver: signed alias moves become Prefect events (podracer up starts it)."""
+    import uvicorn
+
+    from flows.services import HOST, WEBHOOK_SECRET_ENV, webhook_secret
+    from tasks.registry.webhook import prefect_emit, receiver_app
+
+    cfg = _stage("config", lambda: _params(params, set_))
+    _log_to_console()
+    secret = os.environ.get(WEBHOOK_SECRET_ENV) or webhook_secret(cfg)
+    app_ = receiver_app(secret, cfg.registry.model_name, prefect_emit)
+    uvicorn.run(app_, host=HOST, port=cfg.services.receiver_port, log_config=None, access_log=False)
 
 
 class Clock(str, Enum):

@@ -36,7 +36,7 @@ class PipelineSummary:
     note: str
 
 
-@flow(name="rlops_pipeline")
+@flow(name="rlops-pipeline")
 def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
     """Ingest → validate → features → train → backtest → register → deliver.
 

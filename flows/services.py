@@ -1,6 +1,6 @@
 """``podracer up`` / ``down`` / ``status``: the local services of continuous training (DESIGN §8).
 
-Four child processes on 127.0.0.1, each in a session of its own with its log under
+Five child processes on 127.0.0.1, each in a session of its own with its log under
 ``data/services/<name>.log``:
 
 - a Prefect server, its database under ``data/services/prefect`` (``PREFECT_HOME``);
@@ -8,11 +8,15 @@ Four child processes on 127.0.0.1, each in a session of its own with its log und
   webhooks allowed to a local receiver, a persistent webhook encryption key (without one the
   key changes at each restart and deliveries fail silently) and job execution off (it would
   start seven more processes);
+- the webhook receiver (``podracer receiver``): MLflow's signed ``model_version_alias.created``
+  deliveries become Prefect events (:mod:`tasks.registry.webhook`);
 - the local paper broker (``podracer broker``);
 - a runner serving the project's deployments (``flows/deployments.py``).
 
 ``up`` starts them in that order, waits until each answers its health check, and records
-each PID, URL and log in ``data/services/services.json``. ``down`` stops exactly those PIDs:
+each PID, URL and log in ``data/services/services.json``. It then registers the MLflow
+webhook on the receiver (once; the server caches its webhook list for 60 s, so the first
+alias move after a fresh ``up`` may be delivered by the registry poll instead). ``down`` stops exactly those PIDs:
 SIGTERM to the process group, a second SIGTERM for the runner (Prefect's ``serve`` pauses
 only some deployments on the first), then SIGKILL after a grace period.
 """
@@ -20,8 +24,10 @@ only some deployments on the first), then SIGKILL after a grace period.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -33,7 +39,11 @@ import requests
 
 from tasks.config import Params
 from tasks.errors import PodracerError
+from tasks.registry.store import SERVER_ENV
 
+WEBHOOK_SECRET_ENV = "PODRACER_WEBHOOK_SECRET"
+RUNS_VIEW = "#/experiments?workflowType=machine_learning"
+"""MLflow 3.17's UI opens on its GenAI views unless told the workflow is model training."""
 HOST = "127.0.0.1"
 STATE = "services.json"
 GRACE_SECONDS = 15.0
@@ -70,15 +80,28 @@ def folder(params: Params) -> Path:
     return params.data_dir / "services"
 
 
-def webhook_key(params: Params) -> str:
-    """The MLflow server's webhook-secret encryption key (a Fernet key), made once, 0600."""
-    path = folder(params) / "mlflow-webhook.key"
+def _secret(path: Path, make) -> str:
+    """A secret kept in a 0600 file, made once (so it survives restarts)."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(base64.urlsafe_b64encode(os.urandom(32)).decode())
+            f.write(make())
     return path.read_text().strip()
+
+
+def webhook_key(params: Params) -> str:
+    """The MLflow server's webhook-secret encryption key (a Fernet key)."""
+    return _secret(folder(params) / "mlflow-webhook.key", lambda: base64.urlsafe_b64encode(os.urandom(32)).decode())
+
+
+def webhook_secret(params: Params) -> str:
+    """The HMAC secret MLflow signs webhook deliveries with and the receiver checks."""
+    return _secret(folder(params) / "webhook-secret", lambda: secrets.token_urlsafe(32))
+
+
+def receiver_url(params: Params) -> str:
+    return f"http://{HOST}:{params.services.receiver_port}"
 
 
 def prefect_api(params: Params) -> str:
@@ -102,7 +125,9 @@ def plan(params: Params, params_file: Path) -> list[Service]:
     mlflow_env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
                   "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
                   "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": webhook_key(params)}
-    clients = {**prefect_env, "MLFLOW_TRACKING_URI": mlflow_url(params), "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
+    clients = {**prefect_env, "MLFLOW_TRACKING_URI": mlflow_url(params), SERVER_ENV: mlflow_url(params),
+               "PREFECT_RUNNER_POLL_FREQUENCY": "2", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}  # a down server fails a flow in seconds, not minutes
     keys = local_keys(params)
     podracer = [sys.executable, "-m", "flows.cli"]
     return [
@@ -111,14 +136,17 @@ def plan(params: Params, params_file: Path) -> list[Service]:
                 f"{prefect_api(params)}/health", {}, cfg.start_timeout),
         Service("mlflow", [str(bin_dir / "mlflow"), "server", "--backend-store-uri", store,
                            "--artifacts-destination", str(params.registry.artifact_root), "--host", HOST, "--port",
-                           str(cfg.mlflow_port), "--workers", "1"], mlflow_env, mlflow_url(params),
+                           str(cfg.mlflow_port), "--workers", "1"], mlflow_env, f"{mlflow_url(params)}/{RUNS_VIEW}",
                 f"{mlflow_url(params)}/health", {}, cfg.start_timeout),
+        Service("receiver", [*podracer, "receiver", "-p", str(params_file)],
+                {**prefect_env, WEBHOOK_SECRET_ENV: webhook_secret(params)}, receiver_url(params),
+                f"{receiver_url(params)}/health", {}, cfg.start_timeout),
         Service("broker", [*podracer, "broker", "-p", str(params_file)], {}, f"http://{HOST}:{params.broker.port}",
                 f"http://{HOST}:{params.broker.port}/v2/clock",
                 {"APCA-API-KEY-ID": keys.key_id, "APCA-API-SECRET-KEY": keys.secret}, cfg.start_timeout),
         Service("runner", [sys.executable, "-m", "flows.deployments", "-p", str(params_file)], clients,
                 f"http://{HOST}:{cfg.prefect_port}/deployments",
-                f"{prefect_api(params)}/deployments/name/rlops_pipeline/manual", {},
+                f"{prefect_api(params)}/deployments/name/trade/session", {},  # serve() makes it last
                 cfg.start_timeout),
     ]
 
@@ -195,10 +223,51 @@ def up(params: Params, params_file: Path, say=print) -> list[Running]:
             began = time.monotonic()
             _wait(service, child, log)
             say(f"{service.name} answers at {service.url} (pid {child.pid}, {time.monotonic() - began:.1f} s)")
+        ensure_webhook(params)
     except BaseException:
         down(params, say=lambda _: None)
         raise
     return running
+
+
+WEBHOOK_NAME = "podracer-champion"
+ALIAS_CREATED = "model_version_alias.created"
+
+
+def ensure_webhook(params: Params) -> str:
+    """The MLflow webhook that posts alias moves to the receiver, made or updated once."""
+    from mlflow import MlflowClient
+    from mlflow.entities.webhook import WebhookEvent
+
+    store = MlflowClient(mlflow_url(params), mlflow_url(params))
+    url, event = f"{receiver_url(params)}/webhook", WebhookEvent.from_str(ALIAS_CREATED)
+    for hook in store.list_webhooks():
+        if hook.name == WEBHOOK_NAME:
+            if hook.url != url:
+                store.update_webhook(hook.webhook_id, url=url, secret=webhook_secret(params))
+            return hook.webhook_id
+    return store.create_webhook(WEBHOOK_NAME, url, [event], description="champion alias moves -> Prefect event",
+                                secret=webhook_secret(params)).webhook_id
+
+
+_PROCESS = contextlib.ExitStack()
+"""Settings that hold for the rest of the process (never closed)."""
+
+
+def use_servers(params: Params) -> bool:
+    """Point this process's clients at the services ``podracer up`` recorded: the Prefect API
+    when it runs, and the MLflow tracking server even when it has died, so that registry
+    writes go through the server (its webhooks fire) or fail, never around it. False when
+    nothing is recorded."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    running = {r.name: alive(r.pid) for r in recorded(params)}
+    if "mlflow" in running:
+        os.environ[SERVER_ENV] = mlflow_url(params)
+    if running.get("prefect"):
+        os.environ["PREFECT_API_URL"] = prefect_api(params)  # for child processes; this one read its settings
+        _PROCESS.enter_context(temporary_settings(updates={PREFECT_API_URL: prefect_api(params)}))  # at import
+    return bool(running)
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -11,6 +11,7 @@ import json
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -160,7 +161,8 @@ class RegistryParams(_Section):
     experiment: str = "podracer"
     model_name: str = "podracer-ppo"
     gate_metric: Literal[METRICS] = "sharpe"  # type: ignore[valid-type]
-    gate_margin: float = Field(0.0, description="champion needs metric > buy-and-hold's + margin")
+    gate_margin: float = Field(0.0, description="pipeline: a new model needs test metric > buy-and-hold's + margin; "
+                               "CT cycle: window metric > the champion's + margin, and > buy-and-hold's")
 
 
 class BrokerParams(_Section):
@@ -217,6 +219,38 @@ class ServicesParams(_Section):
     prefect_port: int = Field(4200, ge=1, le=65535, description="Prefect server and UI")
     mlflow_port: int = Field(5000, ge=1, le=65535, description="MLflow tracking server and UI")
     start_timeout: float = Field(120.0, gt=0, description="seconds each service may take to answer its health check")
+    receiver_port: int = Field(8720, ge=1, le=65535, description="MLflow webhook receiver (emits Prefect events)")
+    poll_seconds: float = Field(60.0, gt=0, description="registry poll for lost webhooks: a champion not "
+                                "delivered for this long is delivered again")
+
+
+class CTParams(_Section):
+    """The continuous-training cycle (``flows/ct_cycle.py``, docs/operations.md)."""
+
+    generations: int = Field(2, ge=1, description="generations of the warm-started population per cycle")
+    eval_bars: int = Field(63, ge=5, description="the latest bars: the window challenger, champion and "
+                           "buy-and-hold are compared on; the challenger never sees them")
+    refit: bool = Field(False, description="after a promotion, train the challenger on (and through) the "
+                        "window too before it goes live; the live model is then unscored on held-out data")
+
+
+class ScheduleParams(_Section):
+    """When the deployments run by themselves (cron, in ``timezone``)."""
+
+    timezone: str = Field("America/New_York", description="IANA time zone of the cron schedules")
+    retrain_cron: str = Field("30 17 * * 1-5", description="ct-cycle/nightly: after the NYSE close, Mon-Fri")
+    trade_cron: str = Field("35 9 * * 1-5", description="trade/session: after the NYSE open, Mon-Fri")
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleParams:
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone") from None
+        for name in ("retrain_cron", "trade_cron"):
+            if len(getattr(self, name).split()) != 5:
+                raise ValueError(f"{name} needs 5 cron fields (minute hour day month weekday)")
+        return self
 
 
 class Params(_Section):
@@ -237,6 +271,8 @@ class Params(_Section):
     broker: BrokerParams = BrokerParams()
     trade: TradeParams = TradeParams()
     services: ServicesParams = ServicesParams()
+    ct: CTParams = CTParams()
+    schedule: ScheduleParams = ScheduleParams()
 
     @model_validator(mode="after")
     def _check(self) -> Params:
@@ -273,6 +309,8 @@ class Layout(NamedTuple):
     backtest: Path
     broker: Path
     checkpoints: Path
+    ct: Path
+    """The continuous-training cycle's work: challenger, champion and their backtests."""
 
     @classmethod
     def under(cls, root: Path) -> Layout:

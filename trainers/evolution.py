@@ -27,7 +27,7 @@ from trainers.env import EnvConfig, MarketData
 from trainers.nitro import CostLedger, NitroConfig
 from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, evaluation_due, run_job
 from trainers.ppo import HPARAMS, PPOConfig
-from trainers.selection import initial_population, select
+from trainers.selection import explore, initial_population, select
 from trainers.state import StateScales
 
 CHECKPOINT = "evolution.pt"
@@ -109,6 +109,17 @@ def job_budget(cfg: EvolutionConfig, jobs: int) -> int | None:
     return None if cfg.budget_env_steps is None else cfg.budget_env_steps // jobs
 
 
+@dataclass(frozen=True)
+class WarmStart:
+    """A trained policy to start a population from (the continuous-training cycle's
+    champion): agent 0 keeps its hyperparameters, the others are PBT-explored copies of
+    them (:func:`trainers.selection.explore`), and every agent starts from its actor's
+    weights. The critics and optimizers start fresh: only the actor is in a policy bundle."""
+
+    hparams: dict[str, float]
+    actor: dict[str, torch.Tensor]
+
+
 ProgressFn = Callable[[int, int, float], None]
 """Called as ``(generation, agent, fitness)`` after each evaluation."""
 
@@ -149,14 +160,22 @@ class Evolution:
 
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
                  cfg: EvolutionConfig, train_window: tuple[int, int], val_window: tuple[int, int],
-                 per_year: float, nitro: NitroConfig = NitroConfig()) -> None:
+                 per_year: float, nitro: NitroConfig = NitroConfig(), warm: WarmStart | None = None) -> None:
         self.cfg = cfg
         self.setting = make_setting(data, scales, env_cfg, ppo_cfg, cfg, train_window, val_window, per_year, nitro)
         self.budget = job_budget(cfg, cfg.population * cfg.generations)
         self.rng = np.random.default_rng(cfg.seed)
-        hparams = initial_population(ppo_cfg.hparams(), cfg.search_space, cfg.population, self.rng)
+        if warm is None:
+            hparams = initial_population(ppo_cfg.hparams(), cfg.search_space, cfg.population, self.rng)
+        else:
+            base = {**ppo_cfg.hparams(), **warm.hparams}
+            hparams = [base] + [explore(base, cfg.search_space, cfg.perturb_factors, cfg.resample_p, self.rng)
+                                for _ in range(cfg.population - 1)]
         seeds = [cfg.seed * 1000 + i for i in range(cfg.population)]
         agents = [self.setting.agent(h, s) for h, s in zip(hparams, seeds)]
+        for agent in agents if warm is not None else []:
+            for learner in agent.learners:
+                learner.actor.load_state_dict(warm.actor)  # raises on a shape mismatch
         self.pop = _Population(hparams, seeds, [a.state_dict() for a in agents],
                                [(-math.inf, 0, copy.deepcopy(a.actor.state_dict())) for a in agents],
                                [math.nan] * len(agents), [0] * len(agents), [None] * len(agents))

@@ -7,6 +7,10 @@ arrives; nothing here is separate code from ``podracer trade`` (:mod:`tasks.deli
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -14,11 +18,38 @@ from tasks.config import Params
 from tasks.delivery.loop import CycleResult
 from tasks.delivery.session import trading_session
 
+DELIVERED = "delivered.json"
+
+
+def delivered_file(params: Params) -> Path:
+    return params.dirs.broker / DELIVERED
+
+
+def delivered_version(params: Params) -> str | None:
+    """The champion version the last delivery traded with (what the registry poll compares)."""
+    path = delivered_file(params)
+    try:
+        return str(json.loads(path.read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def record_delivery(params: Params, result: CycleResult) -> None:
+    path = delivered_file(params)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"version": result.version, "bar": result.bar, "orders": len(result.orders),
+                               "at": time.time()}))
+    tmp.replace(path)
+
 
 def deliver(params: Params) -> CycleResult:
-    """Trade the latest bar once with the champion (a trading session of one cycle)."""
+    """Trade the latest bar once with the champion (a trading session of one cycle), and
+    record which version traded (the registry poll compares it with the champion)."""
     with trading_session(params, run_name="deliver") as session:
-        return session.loop.cycle()
+        result = session.loop.cycle()
+    record_delivery(params, result)
+    return result
 
 
 deliver_task = task(deliver, name="deliver", cache_policy=NO_CACHE)

@@ -12,7 +12,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -21,6 +23,7 @@ from tasks.data import features
 from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.storage import atomic_dir
+from trainers.env import MarketData
 from trainers.evaluate import buy_and_hold, run_policy
 from trainers.metrics import performance, periods_per_year
 
@@ -46,14 +49,15 @@ class BacktestResult:
 
 
 def plot_equity(curve: pd.DataFrame, path: Path, title: str) -> None:  # pragma: no mutate block (a picture)
-    """Equity curves (growth of $1) and drawdowns of the agent and buy-and-hold."""
+    """Equity curves (growth of $1) and drawdowns of every column (policies and buy-and-hold)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=(3, 1))
-    for column, color in (("agent", "tab:blue"), ("buy_and_hold", "tab:gray")):
+    colors = dict(zip(curve.columns, ("tab:blue", "tab:orange", "tab:green")), buy_and_hold="tab:gray")
+    for column, color in colors.items():
         growth = curve[column] / curve[column].iloc[0]
         top.plot(curve.index, growth, color=color, label=column.replace("_", "-"))
         bottom.fill_between(curve.index, growth / growth.cummax() - 1.0, 0.0, color=color, alpha=0.4)
@@ -68,24 +72,44 @@ def plot_equity(curve: pd.DataFrame, path: Path, title: str) -> None:  # pragma:
     plt.close(fig)
 
 
+def check_fits(meta: bundle.PolicyMeta, fs: features.FeatureSet, origin: object) -> None:
+    """A policy trades exactly the feature set's symbols and indicators, or nothing."""
+    if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
+        raise MissingInput(f"{origin}: the model was trained on other symbols or features "
+                           "(run `podracer train` again)")
+
+
+def market_for(fs: features.FeatureSet, meta: bundle.PolicyMeta) -> MarketData:
+    """The feature set as ``meta``'s policy sees it: indicators normalised with the bundle's
+    own train-only stats (a champion trained on another split keeps its own)."""
+    data = fs.market()
+    return MarketData(data.open, data.close, torch.as_tensor(meta.normalise(fs.features)), data.turbulence)
+
+
+def side_by_side(fs: features.FeatureSet, policies: dict[str, tuple[torch.nn.Module, bundle.PolicyMeta]],
+                 window: tuple[int, int], per_year: float, risk_free: float,
+                 ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
+    """Equity curves and metrics of each policy and of buy-and-hold over one env ``window``,
+    all under the same MDP: next-open fills, integer shares, the bundle's costs."""
+    curves: dict[str, np.ndarray] = {}
+    for name, (actor, meta) in policies.items():
+        check_fits(meta, fs, name)
+        curves[name] = run_policy(actor, market_for(fs, meta), meta.scales, meta.env, window)
+    env = next(iter(policies.values()))[1].env
+    curves["buy_and_hold"] = buy_and_hold(fs.market(), env, window)
+    dates = pd.DatetimeIndex(fs.timestamps[window[0] : window[1] + 1], name="ts")
+    curve = pd.DataFrame(curves, index=dates)
+    return curve, {name: performance(values, per_year, risk_free) for name, values in curves.items()}
+
+
 def backtest(params: Params) -> BacktestResult:
     """Run the trained policy and equal-weight buy-and-hold over the test split."""
     fs = features.load(params.dirs.features)
     actor, meta = bundle.load(params.dirs.models)
-    if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
-        raise MissingInput(f"{params.dirs.models}: the model was trained on other symbols or features "
-                           "(run `podracer train` again)")
-    data = fs.market()
-    window = fs.window("test")
-    per_year = periods_per_year(params.data.freq)
-    agent = run_policy(actor, data, meta.scales, meta.env, window)
-    hold = buy_and_hold(data, meta.env, window)
-    dates = pd.DatetimeIndex(fs.timestamps[window[0] : window[1] + 1], name="ts")
-    curve = pd.DataFrame({"agent": agent, "buy_and_hold": hold}, index=dates)
-    result = {
-        "agent": performance(agent, per_year, params.backtest.risk_free),
-        "buy_and_hold": performance(hold, per_year, params.backtest.risk_free),
-    }
+    check_fits(meta, fs, params.dirs.models)
+    curve, result = side_by_side(fs, {"agent": (actor, meta)}, fs.window("test"),
+                                 periods_per_year(params.data.freq), params.backtest.risk_free)
+    dates = curve.index
     start, end = str(dates[1].date()), str(dates[-1].date())
     with atomic_dir(params.dirs.backtest) as staging:
         (staging / METRICS_FILE).write_text(json.dumps({**result, "start": start, "end": end}, indent=1))

@@ -1,8 +1,8 @@
 """The policy bundle: weights plus every constant serving needs (DESIGN §2, models).
 
-``data/models/`` holds ``policy.pt`` (actor weights) and ``policy.json`` (symbols,
+``data/models/`` holds ``policy.pt`` (actor weights), ``policy.json`` (symbols,
 indicator names, train-only normalisation stats, state scales, env constants, network
-shape). The backtest, the MLflow pyfunc and delivery all load it through :func:`load`,
+shape) and ``hparams.json`` (the PPO hyperparameters, for a warm start). The backtest, the MLflow pyfunc and delivery all load it through :func:`load`,
 so a served policy sees exactly the state it was trained on.
 """
 
@@ -20,7 +20,7 @@ from trainers.env import EnvConfig
 from trainers.ppo import Actor
 from trainers.state import StateScales, normalise_features, state_dim
 
-WEIGHTS, META = "policy.pt", "policy.json"
+WEIGHTS, META, HPARAMS = "policy.pt", "policy.json", "hparams.json"
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,20 @@ class PolicyMeta:
         return cls(**raw)
 
 
-def save(folder: Path, actor: dict[str, torch.Tensor], meta: PolicyMeta) -> None:
+def save(folder: Path, actor: dict[str, torch.Tensor], meta: PolicyMeta,
+         hparams: dict[str, float] | None = None) -> None:
+    """Write the bundle; ``hparams`` (the policy's PPO hyperparameters) let the next
+    continuous-training cycle warm-start a population from it."""
     torch.save(actor, folder / WEIGHTS)
     (folder / META).write_text(meta.to_json())
+    if hparams is not None:
+        (folder / HPARAMS).write_text(json.dumps(hparams, indent=1))
+
+
+def load_hparams(folder: Path) -> dict[str, float] | None:
+    """The bundle's PPO hyperparameters, or None for a bundle saved before they were kept."""
+    path = folder / HPARAMS
+    return {k: float(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else None
 
 
 def load(folder: Path) -> tuple[Actor, PolicyMeta]:

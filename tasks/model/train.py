@@ -25,14 +25,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tasks.caching import current_version
 from tasks.config import Params
 from tasks.data import features
-from tasks.errors import MissingInput
+from tasks.errors import ConfigError, MissingInput
 from tasks.model import bundle, leaderboard
 from tasks.model.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
 from trainers.agent import PPOAgent
 from trainers.env import MarketData
-from trainers.evolution import Evolution, EvolutionResult, ProgressFn, evaluations_per_generation, resume_from
+from trainers.evolution import (
+    Evolution,
+    EvolutionResult,
+    ProgressFn,
+    WarmStart,
+    evaluations_per_generation,
+    resume_from,
+)
 from trainers.metrics import periods_per_year
 from trainers.state import StateScales
 from trainers.tournament import Tournament
@@ -145,7 +152,24 @@ def state_scales(params: Params, fs: features.FeatureSet) -> StateScales:
     )
 
 
-def checkpoint_dir(params: Params, data_version: str | None = None) -> Path:
+@dataclass(frozen=True)
+class Plan:
+    """Where a training run trains and selects, what it starts from and where it writes.
+    The default is the pipeline's: the train split, selection on the validation split,
+    a cold start, ``data/models/``. The continuous-training cycle passes its own."""
+
+    train_window: tuple[int, int] | None = None
+    val_window: tuple[int, int] | None = None
+    warm: WarmStart | None = None
+    out: Path | None = None
+    warm_id: str = ""
+    """Names the warm start (e.g. the champion's version) in the checkpoint folder's name."""
+
+    def windows(self, fs: features.FeatureSet) -> tuple[tuple[int, int], tuple[int, int]]:
+        return self.train_window or fs.window("train"), self.val_window or fs.window("validation")
+
+
+def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> Path:
     """The folder of this run's checkpoints. It is named by the data version and every
     setting that shapes training, so ``--resume`` only ever continues the same run."""
     version = data_version or current_version(params)
@@ -153,16 +177,22 @@ def checkpoint_dir(params: Params, data_version: str | None = None) -> Path:
             params.features.model_dump(mode="json"), params.nitro,
             params.tournament if params.evolution.mode == "tournament" else None,
             params.train.engine == "multiplexed"]  # the engines agree up to float summation order
+    if (plan.train_window, plan.val_window, plan.warm_id) != (None, None, ""):  # the pipeline's names stay
+        spec += [plan.train_window, plan.val_window, plan.warm_id]
     return params.dirs.checkpoints / hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
 
 
-def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: StateScales) -> Evolution | Tournament:
-    """The training run ``evolution.mode`` asks for, on the train split, selecting on validation."""
+def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: StateScales,
+            plan: Plan = Plan()) -> Evolution | Tournament:
+    """The training run ``evolution.mode`` asks for, on the plan's windows (by default the
+    train split, selecting on validation)."""
     args = (data, scales, params.env, params.ppo, params.evolution)
-    windows = (fs.window("train"), fs.window("validation"), periods_per_year(params.data.freq))
+    windows = (*plan.windows(fs), periods_per_year(params.data.freq))
     if params.evolution.mode == "tournament":
+        if plan.warm is not None:
+            raise ConfigError("a warm start (the CT cycle) needs evolution.mode: generational")
         return Tournament(*args, params.tournament, *windows, params.nitro)
-    return Evolution(*args, *windows, params.nitro)
+    return Evolution(*args, *windows, params.nitro, plan.warm)
 
 
 def execute(run: Evolution | Tournament, params: Params, on_evaluated: ProgressFn, folder: Path) -> EvolutionResult:
@@ -176,11 +206,12 @@ def execute(run: Evolution | Tournament, params: Params, on_evaluated: ProgressF
         return run.run(on_evaluated, folder, runner)
 
 
-def train(params: Params, data_version: str | None = None) -> TrainResult:
+def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> TrainResult:
     """Train the population and write the best validation snapshot to ``data/models/``.
 
     ``data_version`` (the raw data's content hash) is recorded in the bundle; by default it
-    is computed from ``data/raw/``.
+    is computed from ``data/raw/``. ``plan`` changes the windows, the start and the output
+    folder (the continuous-training cycle's walk-forward run).
     """
     fs = features.load(params.dirs.features)
     if data_version is None:
@@ -190,8 +221,9 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
     data = fs.market(device)
     scales = state_scales(params, fs)
     evo = params.evolution
-    run = new_run(params, fs, data, scales)
-    folder = checkpoint_dir(params, data_version)
+    run = new_run(params, fs, data, scales, plan)
+    folder = checkpoint_dir(params, data_version, plan)
+    out = plan.out or params.dirs.models
     if params.train.resume:
         try:
             resume_from(run, folder, run.CHECKPOINT)
@@ -219,7 +251,7 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
                      else f"generation {gen} agent {agent}", evo.fitness, fitness)
 
         if params.train.profile:
-            agent = PPOAgent(data, scales, params.env, params.ppo, fs.window("train"), seed=evo.seed)
+            agent = PPOAgent(data, scales, params.env, params.ppo, plan.windows(fs)[0], seed=evo.seed)
             result, report = profiled(lambda: execute(run, params, on_evaluated, folder), agent.train_iteration)
         else:
             result, report = execute(run, params, on_evaluated, folder), None
@@ -232,17 +264,17 @@ def train(params: Params, data_version: str | None = None) -> TrainResult:
     )
     summary = {"mode": evo.mode, "engine": params.train.engine, "device": str(device), "seconds": seconds,
                "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None}}
-    with atomic_dir(params.dirs.models) as staging:
-        bundle.save(staging, {k: v.cpu() for k, v in result.best_actor.items()}, meta)
+    with atomic_dir(out) as staging:
+        bundle.save(staging, {k: v.cpu() for k, v in result.best_actor.items()}, meta, result.best_hparams)
         board = leaderboard.table(result)
         board.to_csv(staging / leaderboard.LEADERBOARD, index=False)
         leaderboard.plot(board, staging / leaderboard.PLOT, evo.fitness, evo.mode)
         (staging / SUMMARY).write_text(json.dumps(summary, indent=1))
         if report is not None:
             save_profile(report, staging)
-    trained = TrainResult(params.dirs.models, result.best_fitness, result.best_generation, result.best_agent,
+    trained = TrainResult(out, result.best_fitness, result.best_generation, result.best_agent,
                           result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
-                          params.train.engine, params.dirs.models / PROFILE_FILES[2] if report is not None else None,
+                          params.train.engine, out / PROFILE_FILES[2] if report is not None else None,
                           resumed_env_steps)
     log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), trained.env_steps_per_second,
              result.cost.cpu_seconds)

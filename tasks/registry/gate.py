@@ -29,6 +29,25 @@ def gate(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tupl
     return verdict, f"test {name} {agent:.3f} {relation} buy-and-hold {hold:.3f} + margin {margin:g}"
 
 
+def challenge(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tuple[bool, str]:
+    """The continuous-training gate, on one evaluation window (issue 13, §3.7).
+
+    ``metrics`` holds ``challenger``, ``buy_and_hold`` and, unless this is the first model,
+    ``champion``. The challenger must beat the champion by more than ``registry.gate_margin``
+    on the gate metric *and* beat buy-and-hold; without a champion it faces buy-and-hold
+    alone, as the pipeline's gate does. Returns the verdict and the line that says why.
+    """
+    name, margin = registry.gate_metric, registry.gate_margin
+    if "champion" not in metrics:
+        verdict, reason = gate(registry, {"agent": metrics["challenger"], "buy_and_hold": metrics["buy_and_hold"]})
+        return verdict, f"no champion yet: {reason.replace('test ', 'window ', 1)}"
+    new, old, hold = (metrics[k][name] for k in ("challenger", "champion", "buy_and_hold"))
+    beats_champion, beats_hold = new > old + margin, new > hold
+    reason = (f"window {name}: challenger {new:.3f} {'>' if beats_champion else '<='} champion {old:.3f} "
+              f"+ margin {margin:g}, and {'>' if beats_hold else '<='} buy-and-hold {hold:.3f}")
+    return beats_champion and beats_hold, reason
+
+
 def alias_version(registry: RegistryParams, alias: str) -> str | None:
     """The version that carries ``alias``, or None."""
     import mlflow
@@ -37,6 +56,18 @@ def alias_version(registry: RegistryParams, alias: str) -> str | None:
         return str(client(registry).get_model_version_by_alias(registry.model_name, alias).version)
     except mlflow.exceptions.MlflowException:
         return None
+
+
+def rollback(registry: RegistryParams) -> tuple[str, str]:
+    """Move ``champion`` back to ``previous_champion`` (which becomes the rolled-back version),
+    through the registry, so that the promotion trigger delivers again. Returns
+    ``(restored, replaced)``; a one-line :class:`MissingInput` when there is nothing to go back to."""
+    previous = alias_version(registry, PREVIOUS)
+    if previous is None:
+        raise MissingInput(f"{registry.model_name}: no previous_champion to roll back to")
+    current = champion_version(registry)
+    promote(registry, previous)
+    return previous, current or "none"
 
 
 def champion_version(registry: RegistryParams) -> str | None:

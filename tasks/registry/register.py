@@ -1,7 +1,8 @@
 """Stage 6, register: an MLflow run, a registered pyfunc model and the champion gate.
 
-The run logs the whole config (flattened), the data version, the backtest metrics next to
-buy-and-hold, and the artifacts (tearsheet, validation report, leaderboard). The policy is
+The run logs the whole config (flattened), the data version and its dataset input, the
+backtest metrics next to buy-and-hold, and the artifacts (equity plot, validation report,
+leaderboard). The policy is
 logged as a :class:`tasks.registry.serving.PolicyModel` pyfunc and registered. The new version gets
 the alias ``challenger`` and faces the champion gate (:mod:`tasks.registry.gate`).
 """
@@ -12,6 +13,7 @@ import json
 import logging
 import warnings
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,7 @@ import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.config import Params
+from tasks.config import Params, RegistryParams
 from tasks.data import features
 from tasks.data.validate import REPORT
 from tasks.errors import MissingInput
@@ -31,9 +33,11 @@ from tasks.model.train import PROFILE_FILES, SUMMARY
 from tasks.registry.gate import CHALLENGER, CHAMPION, gate, promote
 from tasks.registry.serving import policy_input
 from tasks.registry.store import client, connect
+from tasks.registry.versions import CUTOFF
 
 log = logging.getLogger("podracer.register")
 POLICY_MODEL_CODE = Path(__file__).with_name("policy_model.py")
+COMPLETE = "podracer.complete"
 
 
 @dataclass(frozen=True)
@@ -54,38 +58,103 @@ def _requirements() -> list[str]:
             f"pandas=={pd.__version__}", f"numpy=={np.__version__}"]
 
 
-def register(params: Params) -> RegisterResult:
-    """Log the run and register the model; promote it if it passes the gate."""
-    import mlflow
+@dataclass(frozen=True)
+class Candidate:
+    """A model to register and what decided its fate: the pipeline's test-window backtest,
+    or a continuous-training cycle's window comparison (:mod:`flows.ct_cycle`)."""
 
-    dirs, registry = params.dirs, params.registry
+    model_dir: Path
+    metrics: dict[str, dict[str, float]]
+    """Logged as ``<key>_<metric>``: ``test`` and ``buy_and_hold`` for the pipeline."""
+    passed: bool
+    reason: str
+    cutoff: str
+    """Date of the last bar training and selection saw (the version's ``data_cutoff`` tag)."""
+    run_name: str
+    origin: str
+    """``pipeline`` or ``ct``."""
+    report: str = ""
+    """Markdown shown as the version's description in the MLflow UI (the gate report)."""
+    artifacts: tuple[tuple[str, Path], ...] = ()
+    """(artifact folder, file) pairs logged beside the model."""
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+def pipeline_candidate(params: Params) -> Candidate:
+    """The pipeline's candidate: the trained bundle, its test backtest and the buy-and-hold gate."""
+    dirs = params.dirs
     metrics_path = dirs.backtest / METRICS_FILE
     if not metrics_path.exists():
         raise MissingInput(f"{metrics_path}: not found (run `podracer backtest` first)")
     metrics = json.loads(metrics_path.read_text())
     _, meta = bundle.load(dirs.models)
     fs = features.load(dirs.features)
+    passed, reason = gate(params.registry, metrics)
+    cutoff = str(fs.timestamps[fs.splits["validation"][1]])[:10]
+    report = (f"**Gate {'passed' if passed else 'refused'}**: {reason}\n\n"
+              f"Test window {metrics['start']} to {metrics['end']}; trained and selected on data to {cutoff}.")
+    return Candidate(dirs.models, {"test": metrics["agent"], "buy_and_hold": metrics["buy_and_hold"]}, passed,
+                     reason, cutoff, f"pipeline {date.today()} data {meta.data_version[:8]}", "pipeline", report,
+                     tuple(("backtest", dirs.backtest / name) for name in (METRICS_FILE, CURVE_FILE, PLOT_FILE)))
+
+
+def log_dataset(params: Params, data_version: str) -> None:
+    """The raw bars as the run's dataset input, so the MLflow UI's Dataset column names it."""
+    import mlflow
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # "source type unspecified": it is a local folder, resolved as one
+        warnings.simplefilter("ignore")
+        source = resolve_dataset_source(params.dirs.raw.resolve().as_uri())
+    mlflow.log_input(MetaDataset(source, name=f"{params.data.source} {params.data.freq} bars",
+                                 digest=data_version[:8]), context="training")
+
+
+def _log_training(folder: Path) -> None:
+    import mlflow
+
+    log_nested_runs(pd.read_csv(folder / LEADERBOARD))
+    training = json.loads((folder / SUMMARY).read_text())
+    mlflow.set_tags({"training.mode": training.pop("mode"), "training.engine": training.pop("engine"),
+                     "training.device": training.pop("device")})
+    mlflow.log_metrics({f"training_{k}": float(v) for k, v in training.items()})
+    for name in (LEADERBOARD, PLOT, SUMMARY, *PROFILE_FILES):  # profiles exist when training ran with --profile
+        if (folder / name).exists():
+            mlflow.log_artifact(str(folder / name), artifact_path="training")
+
+
+def register(params: Params, candidate: Candidate | None = None) -> RegisterResult:
+    """Log the run and register the model; promote it if it passed its gate.
+
+    The version carries its gate verdict, reason, data version and data cutoff as tags and
+    its gate report as its description. The ``podracer.complete`` tag is written last: a
+    version without it was cut off half-way (say, the tracking server died) and the next
+    registration deletes it, so no half-registered version survives.
+    """
+    import mlflow
+
+    candidate = candidate or pipeline_candidate(params)
+    registry, folder = params.registry, candidate.model_dir
+    _, meta = bundle.load(folder)
+    fs = features.load(params.dirs.features)
+    store = client(registry)
     experiment_id = connect(registry)
-    with mlflow.start_run(experiment_id=experiment_id) as run:
+    drop_incomplete(registry)
+    verdict = "passed" if candidate.passed else "refused"
+    version_tags = {"data_version": meta.data_version, CUTOFF: candidate.cutoff, "origin": candidate.origin,
+                    "gate": verdict, "gate_reason": candidate.reason, **dict(candidate.tags)}
+    with mlflow.start_run(experiment_id=experiment_id, run_name=candidate.run_name) as run:
         mlflow.log_params({**params.flat(), "data_version": meta.data_version})
-        mlflow.set_tags({"data_version": meta.data_version, "podracer.stage": "register"})
-        mlflow.log_metrics({f"test_{k}": v for k, v in metrics["agent"].items()})
-        mlflow.log_metrics({f"buy_and_hold_{k}": v for k, v in metrics["buy_and_hold"].items()})
-        for name in (METRICS_FILE, CURVE_FILE, PLOT_FILE):
-            mlflow.log_artifact(str(dirs.backtest / name), artifact_path="backtest")
-        mlflow.log_artifact(str(dirs.models / LEADERBOARD), artifact_path="training")
-        mlflow.log_artifact(str(dirs.models / PLOT), artifact_path="training")
-        log_nested_runs(pd.read_csv(dirs.models / LEADERBOARD))
-        training = json.loads((dirs.models / SUMMARY).read_text())
-        mlflow.set_tags({"training.mode": training.pop("mode"), "training.engine": training.pop("engine"),
-                         "training.device": training.pop("device")})
-        mlflow.log_metrics({f"training_{k}": float(v) for k, v in training.items()})
-        mlflow.log_artifact(str(dirs.models / SUMMARY), artifact_path="training")
-        for name in PROFILE_FILES:  # present when training ran with --profile
-            if (dirs.models / name).exists():
-                mlflow.log_artifact(str(dirs.models / name), artifact_path="training")
-        if (dirs.quarantine / REPORT).exists():
-            mlflow.log_artifact(str(dirs.quarantine / REPORT), artifact_path="validation")
+        mlflow.set_tags({**version_tags, "podracer.stage": "register", COMPLETE: "pending"})
+        log_dataset(params, meta.data_version)
+        for prefix, values in candidate.metrics.items():
+            mlflow.log_metrics({f"{prefix}_{k}": v for k, v in values.items()})
+        for artifact_path, path in candidate.artifacts:
+            mlflow.log_artifact(str(path), artifact_path=artifact_path)
+        _log_training(folder)
+        if (params.dirs.quarantine / REPORT).exists():
+            mlflow.log_artifact(str(params.dirs.quarantine / REPORT), artifact_path="validation")
         last = len(fs.timestamps) - 1
         example = policy_input(meta, fs.prices[last], fs.features[last], np.zeros(len(meta.symbols)),
                                meta.env.initial_cash)
@@ -94,24 +163,43 @@ def register(params: Params) -> RegisterResult:
             info = mlflow.pyfunc.log_model(
                 name="policy",
                 python_model=str(POLICY_MODEL_CODE),
-                artifacts={"bundle": str(dirs.models)},
+                artifacts={"bundle": str(folder)},
                 input_example=example,
                 pip_requirements=_requirements(),
                 registered_model_name=registry.model_name,
             )
         version = str(info.registered_model_version)
-        passed, reason = gate(registry, metrics)
-        mlflow.set_tags({"gate": "passed" if passed else "refused", "gate_reason": reason})
+    name = registry.model_name
+    for key, value in version_tags.items():
+        store.set_model_version_tag(name, version, key, value)
+    store.update_model_version(name, version, description=candidate.report or candidate.reason)
+    store.set_registered_model_alias(name, CHALLENGER, version)
+    store.set_model_version_tag(name, version, COMPLETE, "true")
+    store.set_tag(run.info.run_id, COMPLETE, "true")
     aliases = [CHALLENGER]
-    client(registry).set_registered_model_alias(registry.model_name, CHALLENGER, version)
-    if passed:
+    if candidate.passed:
         promote(registry, version)
         aliases = [CHAMPION]
-        log.info("version %s promoted to champion: %s", version, reason)
+        log.info("version %s promoted to champion: %s", version, candidate.reason)
     else:
-        log.warning("version %s stays challenger, gate refused: %s", version, reason)
-    return RegisterResult(run.info.run_id, registry.model_name, version, aliases, passed, reason,
+        log.warning("version %s stays challenger, gate refused: %s", version, candidate.reason)
+    return RegisterResult(run.info.run_id, name, version, aliases, candidate.passed, candidate.reason,
                           run.info.artifact_uri)
+
+
+def drop_incomplete(registry: RegistryParams) -> list[str]:
+    """Delete the versions an interrupted registration left without ``podracer.complete``.
+
+    Only versions whose run was started by this code (its ``podracer.complete`` run tag says
+    ``pending``) count: versions registered by hand or before the tag existed are kept."""
+    store, name = client(registry), registry.model_name
+    dropped = [str(v.version) for v in store.search_model_versions(f"name='{name}'")
+               if v.tags.get(COMPLETE) != "true" and v.run_id
+               and store.get_run(v.run_id).data.tags.get(COMPLETE) == "pending"]
+    for version in dropped:
+        store.delete_model_version(name, version)
+        log.warning("deleted version %s of %s: its registration never finished", version, name)
+    return dropped
 
 
 register_task = task(register, name="register", cache_policy=NO_CACHE)

@@ -2,10 +2,15 @@
 
 Every registry call goes through :func:`client`, which points MLflow at the configured
 store first; a client made before that would talk to MLflow's default store instead.
+When ``PODRACER_TRACKING_URI`` is set (``podracer up`` sets it for its runner, and the CLI
+while the services run) the tracking server is the store: writes then go through the
+server, so its registry webhooks fire (DESIGN §8). Otherwise ``registry.tracking_uri``.
+(Not ``MLFLOW_TRACKING_URI``: ``mlflow.set_tracking_uri`` writes that one itself.)
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,28 +20,45 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 
+SERVER_ENV = "PODRACER_TRACKING_URI"
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
+"""Opens the experiment on its training runs: MLflow 3.17 opens others on the GenAI overview."""
+
+
+def tracking_uri(registry: RegistryParams) -> str:
+    """The tracking server's URL when ``PODRACER_TRACKING_URI`` is set, else the configured store."""
+    return os.environ.get(SERVER_ENV) or registry.tracking_uri
+
+
 def connect(registry: RegistryParams) -> str:
-    """Point MLflow at the configured store; create the experiment with local artifacts.
+    """Point MLflow at the store; create the experiment with local artifacts, for model training.
 
     Returns the experiment id. A relative ``sqlite:///`` path is relative to the working
     directory, like every other path in the config.
     """
     import mlflow
 
-    if registry.tracking_uri.startswith("sqlite:///"):
-        Path(registry.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(registry.tracking_uri)
-    mlflow.set_registry_uri(registry.tracking_uri)
+    uri = tracking_uri(registry)
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
     found = mlflow.get_experiment_by_name(registry.experiment)
-    if found is not None:
-        return found.experiment_id
-    registry.artifact_root.mkdir(parents=True, exist_ok=True)
-    return mlflow.create_experiment(registry.experiment, artifact_location=registry.artifact_root.resolve().as_uri())
+    if found is None:
+        registry.artifact_root.mkdir(parents=True, exist_ok=True)
+        experiment_id = mlflow.create_experiment(registry.experiment,
+                                                 artifact_location=registry.artifact_root.resolve().as_uri())
+    else:
+        experiment_id = found.experiment_id
+    if found is None or found.tags.get(KIND_TAG) != KIND:
+        mlflow.MlflowClient(uri, uri).set_experiment_tag(experiment_id, KIND_TAG, KIND)
+    return experiment_id
 
 
 def client(registry: RegistryParams) -> MlflowClient:
-    """A client of the configured store (connected first)."""
+    """A client of the store (connected first)."""
     from mlflow import MlflowClient
 
     connect(registry)
-    return MlflowClient(tracking_uri=registry.tracking_uri, registry_uri=registry.tracking_uri)
+    uri = tracking_uri(registry)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)

@@ -113,5 +113,15 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
     assert "Paper orders for bar 2021-12-31 from models:/podracer-ppo/2" in summary
     assert command("promote", "1").endswith("✓ promote podracer-ppo version 1 is champion; "
                                             "version 2 is previous_champion")
-    elsewhere = {"up", "down", "status"}  # tests/flows/test_services.py: real servers
+    assert command("rollback").endswith("✓ rollback podracer-ppo version 2 is champion again; "
+                                        "version 1 is previous_champion")
+    assert re.search(r"✓ simulate 3 session\(s\) 2022-01-03\.\.2022-01-05, 12 bars appended to data/raw; data "
+                     r"version [0-9a-f]{16} \(was [0-9a-f]{16}\); ", command("simulate", "--bars", "3"))
+    cycled = command("ct", "-s", "ct.eval_bars=20", "-s", "ct.generations=1")
+    assert re.search(r"✓ ct version 3 (promoted to champion|stays challenger): window sharpe: challenger -?\d+\.\d{3} "
+                     r"(>|<=) champion -?\d+\.\d{3} \+ margin -1000, and (>|<=) buy-and-hold -?\d+\.\d{3}; 3 new "
+                     r"bar\(s\), run [0-9a-f]{32} challenger: warm start from the champion; best validation", cycled)
+    assert re.search(r"✓ ct nothing new since data version [0-9a-f]{8} \(last bar 2022-01-05\): the cycle ends here$",
+                     command("ct"))
+    elsewhere = {"up", "down", "status", "receiver"}  # tests/flows/test_services.py: real servers
     assert ran | elsewhere == set(typer.main.get_command(app).commands)  # a new command needs a line here

@@ -1,10 +1,19 @@
-"""``podracer up`` / ``status`` / ``down`` as a user runs them: real servers on free loopback
-ports, stopped by PID, and no process left behind."""
+"""The continuous loop end to end, as a user runs it (issue 13, §6-7): ``podracer up`` on free
+loopback ports, new bars → event → CT cycle → registry, an alias moved through MLflow's REST
+API → webhook → delivery at the broker, ``podracer rollback``, a lost webhook caught by the
+poll, two events one cycle at a time, the tracking server down for a cycle, ``podracer down``
+and no process left behind."""
+
+from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import requests
@@ -14,13 +23,17 @@ from tests.conftest import REPO
 from tests.flows.test_cli_commands import tiny_project
 from tests.standins.postgres import free_port
 
+SERVICES = ["prefect", "mlflow", "receiver", "broker", "runner"]
+MODEL = "podracer-ppo"
 
-def podracer(root, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_URL", "MLFLOW_TRACKING_URI"))}
+
+def podracer(root, *args: str, code: int = 0) -> str:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PODRACER_TRACKING_URI"))}
     done = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=root, capture_output=True, text=True,
                           env={**env, "COLUMNS": "250", "PYTHONPATH": str(REPO)}, timeout=600)
     output = done.stdout + done.stderr
-    assert done.returncode == 0 and "Traceback" not in output, output[-3000:]
+    assert done.returncode == code and "Traceback" not in output, output[-3000:]
     return " ".join(done.stdout.split())
 
 
@@ -32,50 +45,149 @@ def gone(pid: int) -> bool:
     return False
 
 
+def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(1.0)
+    raise AssertionError(f"waited {timeout:.0f} s for {what}")
+
+
+class Project:
+    """A tiny project folder with its own ports, and what the test reads from its services."""
+
+    def __init__(self, root) -> None:
+        self.root = root
+        tiny_project(root)
+        self.ports = {name: free_port() for name in ("prefect", "mlflow", "receiver", "broker")}
+        assert len(set(self.ports.values())) == 4
+        tree = yaml.safe_load((root / "params.yaml").read_text())
+        tree["services"] = {"prefect_port": self.ports["prefect"], "mlflow_port": self.ports["mlflow"],
+                            "receiver_port": self.ports["receiver"], "poll_seconds": 10, "start_timeout": 240}
+        tree["broker"] = {"port": self.ports["broker"]}
+        tree["ct"] = {"eval_bars": 20, "generations": 1}
+        (root / "params.yaml").write_text(yaml.safe_dump(tree))
+        self.api = f"http://127.0.0.1:{self.ports['prefect']}/api"
+        self.mlflow = f"http://127.0.0.1:{self.ports['mlflow']}/api/2.0/mlflow"
+
+    def recorded(self) -> list[dict]:
+        return json.loads((self.root / "data" / "services" / "services.json").read_text())
+
+    def versions(self) -> dict[str, dict]:
+        found = requests.get(f"{self.mlflow}/model-versions/search", params={"filter": f"name='{MODEL}'"},
+                             timeout=10).json().get("model_versions", [])
+        return {v["version"]: {t["key"]: t["value"] for t in v.get("tags", [])} for v in found}
+
+    def set_champion(self, version: str) -> None:
+        answer = requests.post(f"{self.mlflow}/registered-models/alias", timeout=10,
+                               json={"name": MODEL, "alias": "champion", "version": version})
+        assert answer.status_code == 200, answer.text
+
+    def delivered(self) -> str | None:
+        path = self.root / "data" / "broker" / "delivered.json"
+        return json.loads(path.read_text())["version"] if path.exists() else None
+
+    def orders_of(self, version: str) -> list[dict]:
+        keys = json.loads((self.root / "data" / "broker" / "keys.json").read_text())
+        headers = {"APCA-API-KEY-ID": keys["key_id"], "APCA-API-SECRET-KEY": keys["secret_key"]}
+        orders = requests.get(f"http://127.0.0.1:{self.ports['broker']}/v2/orders", params={"status": "all"},
+                              headers=headers, timeout=10).json()
+        return [o for o in orders if o["client_order_id"].startswith(f"pdr-v{version}-")]
+
+    def flow_runs(self, flow: str) -> list[dict]:
+        runs = requests.post(f"{self.api}/flow_runs/filter", timeout=10,
+                             json={"flows": {"name": {"any_": [flow]}}, "sort": "START_TIME_ASC"}).json()
+        return [r for r in runs if r["start_time"]]
+
+    def kill(self, name: str) -> None:
+        pid = next(r["pid"] for r in self.recorded() if r["name"] == name)
+        os.killpg(pid, signal.SIGTERM)
+        wait_for(f"{name} to stop", lambda: gone(pid), 30)
+
+
 @pytest.mark.slow
-def test_up_serves_every_service_status_shows_them_and_down_leaves_no_process(tmp_path):
-    tiny_project(tmp_path)
-    prefect, mlflow, broker = free_port(), free_port(), free_port()
-    assert len({prefect, mlflow, broker}) == 3
-    tree = yaml.safe_load((tmp_path / "params.yaml").read_text())
-    tree["services"] = {"prefect_port": prefect, "mlflow_port": mlflow, "start_timeout": 240}
-    tree.setdefault("broker", {})["port"] = broker
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tree))
-    podracer(tmp_path, "ingest")
-    podracer(tmp_path, "validate")
-    state = tmp_path / "data" / "services" / "services.json"
+def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_nothing(tmp_path):
+    p = Project(tmp_path)
+    run = podracer(tmp_path, "run")
+    assert "model podracer-ppo version 1 (alias champion)" in run
     pids: list[int] = []
     try:
         said = podracer(tmp_path, "up")
-        for name in ("prefect", "mlflow", "broker", "runner"):
+        for name in SERVICES:
             assert f"{name} answers at http://127.0.0.1:" in said
-        recorded = json.loads(state.read_text())
-        pids = [r["pid"] for r in recorded]
-        assert [r["name"] for r in recorded] == ["prefect", "mlflow", "broker", "runner"]
+        pids = [r["pid"] for r in p.recorded()]
+        assert [r["name"] for r in p.recorded()] == SERVICES
+        for flow, name in (("rlops-pipeline", "manual"), ("ct-cycle", "nightly"), ("ct-cycle", "on-new-data"),
+                           ("deliver", "on-promotion"), ("trade", "session")):
+            deployment = requests.get(f"{p.api}/deployments/name/{flow}/{name}", timeout=10).json()
+            assert deployment["enforce_parameter_schema"] is True, (flow, name)
+            assert "params" in deployment["parameter_openapi_schema"]["properties"]
+        nightly = requests.get(f"{p.api}/deployments/name/ct-cycle/nightly", timeout=10).json()
+        assert nightly["schedules"][0]["schedule"] == {"cron": "30 17 * * 1-5", "timezone": "America/New_York",
+                                                        "day_or": True}
+        mlflow_env = open(f"/proc/{pids[1]}/environ", "rb").read().split(b"\0")
+        assert b"MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false" in mlflow_env  # else seven more processes
+        assert oct((tmp_path / "data" / "services" / "mlflow-webhook.key").stat().st_mode & 0o777) == "0o600"
+        assert podracer(tmp_path, "status").count("answers") == 5
+        assert podracer(tmp_path, "up").count("already runs") == 5
+        assert [r["pid"] for r in p.recorded()] == pids
 
-        api = f"http://127.0.0.1:{prefect}/api"
-        deployment = requests.get(f"{api}/deployments/name/rlops_pipeline/manual", timeout=10).json()
-        assert deployment["enforce_parameter_schema"] is True
-        assert "params" in deployment["parameter_openapi_schema"]["properties"]
-        assert requests.get(f"http://127.0.0.1:{mlflow}/health", timeout=10).text == "OK"
-        environ = (open(f"/proc/{recorded[1]['pid']}/environ", "rb").read().split(b"\0"))
-        assert b"MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false" in environ  # else seven more processes
-        assert any(e.startswith(b"MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY=") for e in environ)
-        key = tmp_path / "data" / "services" / "mlflow-webhook.key"
-        assert oct(key.stat().st_mode & 0o777) == "0o600"
+        # new bars → podracer.data.arrived → ct-cycle/on-new-data registers version 2
+        assert "event podracer.data.arrived emitted" in podracer(tmp_path, "simulate", "--bars", "5")
+        tags = wait_for("the event-triggered CT cycle to register version 2",
+                        lambda: p.versions().get("2", {}).get("podracer.complete") == "true" and p.versions()["2"],
+                        300)
+        assert tags["origin"] == "ct" and tags["eval_window"].endswith("..2022-01-07")
 
-        shown = podracer(tmp_path, "status")
-        assert shown.count("answers") == 4 and str(recorded[0]["pid"]) in shown
-        again = podracer(tmp_path, "up")  # a second `up` starts nothing new
-        assert again.count("already runs") == 4
-        assert [r["pid"] for r in json.loads(state.read_text())] == pids
+        # the alias moved through MLflow's REST API → webhook → deliver/on-promotion → orders
+        moved = time.monotonic()
+        p.set_champion("2")
+        wait_for("delivery with version 2", lambda: p.delivered() == "2", 90)
+        assert time.monotonic() - moved < 60
+        assert p.orders_of("2"), "the promotion-triggered delivery placed no order at the broker"
 
+        # rollback goes through the registry: delivery follows
+        assert podracer(tmp_path, "rollback").endswith("version 1 is champion again; version 2 is previous_champion")
+        wait_for("delivery with version 1 again", lambda: p.delivered() == "1", 90)
+
+        # a lost webhook: the receiver is down while the alias moves; the registry poll delivers
+        p.kill("receiver")
+        p.set_champion("2")
+        wait_for("the poll to deliver version 2", lambda: p.delivered() == "2", 60)
+
+        # two data events in quick succession: one cycle at a time, the second queued, not lost
+        before = len(p.flow_runs("ct-cycle"))
+        podracer(tmp_path, "simulate", "--bars", "1")
+        podracer(tmp_path, "simulate", "--bars", "1")
+        runs = wait_for("two more CT cycles to finish", lambda: (
+            r if len(r := p.flow_runs("ct-cycle")) >= before + 2
+            and all(x["state_type"] == "COMPLETED" for x in r[before:]) else None), 300)
+        first, second = runs[before], runs[before + 1]
+        assert first["end_time"] <= second["start_time"], "two CT cycles overlapped"
+
+        # the tracking server down: the cycle fails in one line and registers nothing; the next one succeeds
+        known = set(p.versions())
+        p.kill("mlflow")
+        podracer(tmp_path, "simulate", "--bars", "1")
+        failed = wait_for("the cycle to fail", lambda: next(
+            (r for r in p.flow_runs("ct-cycle")[before + 2:] if r["state_type"] == "FAILED"), None), 120)
+        assert "does not answer: nothing registered" in failed["state"]["message"]
+        assert "mlflow answers" in podracer(tmp_path, "up")
+        assert set(p.versions()) == known
+        podracer(tmp_path, "simulate", "--bars", "1")
+        wait_for("the next cycle to register", lambda: len(set(p.versions()) - known) == 1, 300)
+
+        pids += [r["pid"] for r in p.recorded()]  # the restarted receiver and mlflow too
         stopped = podracer(tmp_path, "down")
-        assert "4 service(s) stopped" in stopped
+        assert "5 service(s) stopped" in stopped
         assert all(gone(pid) for pid in pids), "a service or one of its children outlived `podracer down`"
-        assert not state.exists()
+        left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+        assert not left, f"processes left: {left}"
         assert "no services recorded" in podracer(tmp_path, "status")
     finally:
-        for pid in pids:
+        state = tmp_path / "data" / "services" / "services.json"
+        for pid in pids + ([r["pid"] for r in json.loads(state.read_text())] if state.exists() else []):
             if not gone(pid):
-                os.killpg(pid, 9)
+                os.killpg(pid, signal.SIGKILL)

@@ -6,7 +6,7 @@ import torch
 
 from trainers.env import EnvConfig
 from trainers.evaluate import run_policy
-from trainers.evolution import Evolution, EvolutionConfig, evolve, run_serially
+from trainers.evolution import Evolution, EvolutionConfig, WarmStart, evolve, run_serially
 from trainers.metrics import FITNESS, sharpe
 from trainers.multiplex import run_multiplexed
 from trainers.ppo import Actor, PPOConfig
@@ -212,3 +212,28 @@ def test_ties_keep_index_order_in_a_large_population():
     out = select([1.0] * 20 + [2.0], hparams(21), 0.25, BOUNDS, (0.8, 1.2), np.random.default_rng(0))
     assert out.ranking == [20, *range(20)]
     assert set(out.copies) == set(range(15, 20))
+
+
+def test_a_warm_population_starts_from_the_champion_its_hparams_and_explored_copies():
+    data = market(t=60)
+    env = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)
+    ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,), lr=0.01)
+    evo = EvolutionConfig(population=4, generations=1, iterations_per_generation=1, seed=3,
+                          search_space={"lr": (1e-3, 1e-2), "clip": (0.1, 0.3)})
+    champion = Actor(state_dim(data.n_stocks, data.n_features), data.n_stocks, (8,), init_log_std=0.0)
+    with torch.no_grad():
+        for p in champion.parameters():
+            p.uniform_(-1.0, 1.0)
+    warm = WarmStart(hparams={**ppo.hparams(), "lr": 0.005, "clip": 0.2}, actor=champion.state_dict())
+    run = Evolution(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), 252.0, warm=warm)
+    hp = run.pop.hparams
+    assert hp[0] == warm.hparams  # agent 0 is the champion as it was
+    for copy in hp[1:]:  # the others are PBT copies: each searched value perturbed (x0.8 / x1.2) or resampled
+        assert copy != warm.hparams and 1e-3 <= copy["lr"] <= 1e-2 and 0.1 <= copy["clip"] <= 0.3
+        assert {k: v for k, v in copy.items() if k not in ("lr", "clip")} == \
+            {k: v for k, v in warm.hparams.items() if k not in ("lr", "clip")}
+    for state in run.pop.states:  # every agent's actor starts as the champion's
+        actor = state["learners"][0]["actor"]
+        assert all(torch.equal(actor[k], v) for k, v in champion.state_dict().items())
+    cold = Evolution(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), 252.0)
+    assert not torch.equal(cold.pop.states[0]["learners"][0]["actor"]["net.0.weight"], champion.net[0].weight)

@@ -8,7 +8,17 @@ import pytest
 
 from tasks.config import RegistryParams
 from tasks.errors import MissingInput
-from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, alias_version, champion_version, gate, promote
+from tasks.registry.gate import (
+    CHALLENGER,
+    CHAMPION,
+    PREVIOUS,
+    alias_version,
+    challenge,
+    champion_version,
+    gate,
+    promote,
+    rollback,
+)
 from tasks.registry.store import client
 
 HAIR = 1e-9
@@ -83,3 +93,37 @@ def test_the_client_uses_the_configured_store_whatever_mlflow_was_pointed_at(reg
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'elsewhere.db'}")
     mlflow.set_registry_uri(f"sqlite:///{tmp_path / 'elsewhere.db'}")
     assert promote(registry, "3") is None and aliases(registry) == {CHAMPION: "3"}
+
+
+def window(challenger: float, champion: float | None, hold: float) -> dict[str, dict[str, float]]:
+    arms = {"challenger": {"sharpe": challenger}, "buy_and_hold": {"sharpe": hold}}
+    return arms if champion is None else {**arms, "champion": {"sharpe": champion}}
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.1])
+def test_a_challenger_must_beat_the_champion_by_the_margin_and_buy_and_hold(margin):
+    registry = RegistryParams(gate_margin=margin)
+    champ, hold = 1.0, 0.5
+    assert challenge(registry, window(champ + margin + HAIR, champ, hold)) == (
+        True, f"window sharpe: challenger {champ + margin:.3f} > champion 1.000 + margin {margin:g}, "
+              "and > buy-and-hold 0.500")
+    assert challenge(registry, window(champ + margin - HAIR, champ, hold))[0] is False
+    assert challenge(registry, window(champ + margin, champ, hold))[0] is False  # a tie is not a win
+    # beating the champion is not enough: buy-and-hold too (a champion worse than holding)
+    verdict, reason = challenge(registry, window(0.3 + margin, 0.2, 0.6))
+    assert not verdict and reason.endswith(f"+ margin {margin:g}, and <= buy-and-hold 0.600")
+
+
+def test_the_first_model_faces_buy_and_hold_alone():
+    assert challenge(RegistryParams(), window(0.6, None, 0.5)) == (
+        True, "no champion yet: window sharpe 0.600 > buy-and-hold 0.500 + margin 0")
+    assert challenge(RegistryParams(), window(0.4, None, 0.5))[0] is False
+
+
+def test_rollback_moves_the_champion_back_and_back_again(registry):
+    with pytest.raises(MissingInput, match="no previous_champion to roll back to"):
+        rollback(registry)
+    promote(registry, "1")
+    promote(registry, "3")
+    assert rollback(registry) == ("1", "3") and aliases(registry) == {CHAMPION: "1", PREVIOUS: "3"}
+    assert rollback(registry) == ("3", "1") and aliases(registry) == {CHAMPION: "3", PREVIOUS: "1"}

@@ -1,0 +1,46 @@
+"""The Prefect flows of delivery: ``deliver_champion`` (on promotion) and ``trade_session`` (on a schedule).
+
+Wiring only. ``deliver_champion`` runs when the ``champion`` alias moves: the MLflow webhook
+receiver, or the registry poll that covers lost webhooks, emits ``podracer.model.promoted``
+and the ``deliver/on-promotion`` trigger starts it (:mod:`flows.deployments`). Delivery is
+idempotent: a version trades a bar once (client order ids are version × bar × symbol), so
+the same alias set twice, or a webhook and a poll for one move, deliver once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prefect import flow
+
+from tasks.config import Params, load_params
+from tasks.delivery.deliver import deliver_task, delivered_version
+from tasks.delivery.loop import CycleResult
+from tasks.registry.gate import PREVIOUS, alias_version, champion_version
+from tasks.registry.store import client
+
+log = logging.getLogger("podracer.deliver")
+
+
+@flow(name="deliver")
+def deliver_champion(params: Params | None = None, version: str | None = None) -> CycleResult | None:
+    """Trade the latest bar with the champion. ``version`` is the one the event announced;
+    if the alias has moved on since, the current champion trades (the later event is then
+    already satisfied)."""
+    params = params or load_params()
+    current = champion_version(params.registry)
+    if current is None:
+        return None
+    if version is not None and str(version) != current:
+        log.info("champion moved on from version %s to %s: delivering %s", version, current, current)
+    before = delivered_version(params)
+    if before is not None and before != current and alias_version(params.registry, PREVIOUS) != before:
+        # the alias was moved by hand (MLflow UI or REST): what traded before is what a rollback restores
+        client(params.registry).set_registered_model_alias(params.registry.model_name, PREVIOUS, before)
+    return deliver_task(params)
+
+
+@flow(name="trade")
+def trade_session(params: Params | None = None) -> CycleResult:
+    """One trading cycle of the champion on the latest bar, on the session's schedule."""
+    return deliver_task(params or load_params())

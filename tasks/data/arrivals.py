@@ -1,0 +1,215 @@
+"""New bars arriving: extend the embedded market by new sessions, as a real data arrival.
+
+Continuous training needs data that grows. ``podracer simulate --bars N`` calls
+:func:`simulate`, which generates the next ``N`` NYSE sessions of the synthetic daily
+market after the last ingested bar (:func:`future_bars`) and merges them into
+``data/raw/`` (:func:`append_bars`) exactly as a fetched arrival would land:
+
+* **Deterministic:** the future is a pure function of ``data.seed`` and the last stored
+  session (plus the market's shape), so the same state always grows the same way.
+* **Continuous:** each symbol's new path is rescaled to start from its last real close, so
+  the first new bar's move is one generated daily return, not a jump to another level.
+* **Recorded:** the manifest gets the new file digests, row count and an ``appended``
+  entry, so a later ``ingest`` with the same spec reuses the files without reporting a
+  hand edit, while the data version (a hash of the files) changes and triggers retraining.
+
+:func:`emit_arrival` announces the arrival as the Prefect event ``podracer.data.arrived``
+that the CT deployment's trigger listens for (DESIGN §8).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import asdict, dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tasks.caching import data_version
+from tasks.config import Params
+from tasks.data.bars import COLUMNS, PRICE_COLUMNS, read_parquet, to_contract, write_parquet
+from tasks.data.ingest import _load_manifest, _write_manifest
+from tasks.data.synthetic_daily import daily_market, nyse_sessions, symbol_names
+from tasks.errors import ConfigError, DataError, MissingInput
+from tasks.storage import file_digest
+
+log = logging.getLogger("podracer.arrivals")
+ARRIVED = "podracer.data.arrived"
+"""The Prefect event name of a data arrival (the CT deployment's trigger expects it)."""
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """What one arrival added to ``data/raw/``: rows, sessions, their date range and versions."""
+
+    bars: int
+    sessions: int
+    first: str
+    last: str
+    data_version: str
+    previous_version: str
+
+
+def _stored(raw: Path) -> dict[str, tuple[pd.DataFrame, str | None]]:
+    """Every raw file's bars and recorded frequency, by symbol (the file's stem)."""
+    files = sorted(raw.glob("*.parquet"))
+    if not files:
+        raise MissingInput(f"{raw}: no raw bars (run `podracer ingest` first)")
+    return {f.stem: read_parquet(f) for f in files}
+
+
+def _last_session(stored: dict[str, tuple[pd.DataFrame, str | None]]) -> pd.Timestamp:
+    """The last ts every symbol shares; a symbol that ends elsewhere is a DataError."""
+    lasts = {s: frame["ts"].max() for s, (frame, _) in stored.items()}
+    first_symbol = next(iter(lasts))
+    for symbol, last in lasts.items():
+        if pd.isna(last):
+            raise DataError(f"data/raw: {symbol} has no bars")
+        if last != lasts[first_symbol]:
+            raise DataError(f"data/raw: {symbol} ends on {last.date()} but {first_symbol} on "
+                            f"{lasts[first_symbol].date()}; an arrival needs one common last session")
+    return pd.Timestamp(lasts[first_symbol])
+
+
+def _future_seed(seed: int, last: date) -> int:
+    """A seed for the sessions after ``last``: a hash of (data.seed, last date), so the same
+    stored state always grows the same future, and each step of growth draws fresh shocks."""
+    digest = hashlib.sha256(f"podracer.arrival:{seed}:{last.isoformat()}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def _next_sessions(after: date, count: int) -> pd.DatetimeIndex:
+    """The first ``count`` NYSE sessions strictly after ``after`` (UTC midnights)."""
+    span = 2 * count + 10  # calendar days; doubled until it holds enough sessions
+    while len(sessions := nyse_sessions(after + timedelta(days=1), after + timedelta(days=span))) < count:
+        span *= 2
+    return sessions[:count]
+
+
+def future_bars(params: Params, sessions: int) -> pd.DataFrame:
+    """The next ``sessions`` NYSE sessions of the synthetic daily market, in the bars contract.
+
+    A fresh market is generated from the last stored session (the leading session) to the
+    last new one, with a seed derived from ``(data.seed, last date)``. Each symbol's
+    generated OHLC is multiplied by ``last_close / generated close of the leading session``,
+    so the path continues from the real last close; the leading session is then dropped.
+    Volumes are kept as generated.
+    """
+    data = params.data
+    if data.source != "synthetic" or data.freq != "1d":
+        raise ConfigError(f"simulate works on the embedded daily market (data.source synthetic, data.freq 1d), "
+                          f"not source {data.source} at {data.freq}")
+    stored = _stored(params.dirs.raw)
+    names = symbol_names(data.symbols)
+    if sorted(stored) != names:
+        odd = min(set(stored) ^ set(names))
+        raise DataError(f"data/raw: symbol {odd} does not match the synthetic market's {data.symbols} symbols "
+                        "(run `podracer ingest` again)")
+    last = _last_session(stored).date()
+    new = _next_sessions(last, sessions)
+    market = daily_market(data.symbols, last, new[-1].date(), data.signal, _future_seed(data.seed, last))
+    if not market.sessions[1:].equals(new):  # the leading session is ``last`` itself
+        raise DataError(f"data/raw: last bar {last} is not an NYSE session")
+    scale = np.array([stored[s][0]["close"].iloc[-1] for s in names]) / market.close[0]
+    prices = {c: getattr(market, c)[1:] * scale for c in PRICE_COLUMNS}
+    prices["high"] = np.maximum(prices["high"], np.maximum(prices["open"], prices["close"]))
+    prices["low"] = np.minimum(prices["low"], np.minimum(prices["open"], prices["close"]))
+    frame = pd.DataFrame({
+        "symbol": np.repeat(names, sessions),
+        "ts": np.tile(new, data.symbols),
+        **{c: v.T.ravel() for c, v in prices.items()},
+        "volume": market.volume[1:].T.ravel(),
+    })
+    return to_contract(frame, "simulate")
+
+
+def append_bars(params: Params, bars: pd.DataFrame) -> Arrival:
+    """Merge an arrival into ``data/raw/`` and record it; return what arrived and the versions.
+
+    Every stored symbol must receive the same new sessions, all after its last stored bar
+    (an overlap, an unknown symbol or a ragged arrival is a DataError and writes nothing).
+    The new files are written under temporary names first, then renamed together, and the
+    manifest (digests, rows, an ``appended`` entry) is written last, as ingest does.
+    """
+    raw = params.dirs.raw
+    stored = _stored(raw)
+    bars = to_contract(bars, "arrival")
+    if bars.empty:
+        raise DataError("arrival: no bars")
+    if bars.duplicated(["symbol", "ts"]).any():
+        row = bars[bars.duplicated(["symbol", "ts"])].iloc[0]
+        raise DataError(f"arrival: {row['symbol']} has two bars at {row['ts'].date()}")
+    groups = {str(s): g.reset_index(drop=True) for s, g in bars.groupby("symbol", sort=True)}
+    for symbol, group in groups.items():
+        if symbol not in stored:
+            raise DataError(f"arrival for {symbol}: no such symbol in {raw}")
+        last = stored[symbol][0]["ts"].max()
+        if (group["ts"] <= last).any():
+            at = group["ts"].min()
+            raise DataError(f"arrival for {symbol} at {at.date()} overlaps the stored bars (last {last.date()})")
+    new_ts = pd.Series(sorted(bars["ts"].unique()), name="ts")  # every session any symbol gets
+    for symbol in stored:
+        if symbol not in groups or not groups[symbol]["ts"].equals(new_ts):
+            raise DataError(f"arrival: {symbol} does not get the same new sessions as the other symbols")
+
+    previous = data_version(sorted(raw.glob("*.parquet")))
+    temps = {symbol: raw / f".{symbol}.parquet.arrival" for symbol in groups}
+    try:
+        for symbol, temp in temps.items():
+            frame, freq = stored[symbol]
+            merged = pd.concat([frame[list(COLUMNS)], groups[symbol]], ignore_index=True)
+            write_parquet(merged, temp, freq or params.data.freq)
+        for symbol, temp in temps.items():
+            os.replace(temp, raw / f"{symbol}.parquet")
+    finally:
+        for temp in temps.values():
+            temp.unlink(missing_ok=True)
+
+    files = sorted(raw.glob("*.parquet"))
+    version = data_version(files)
+    first, last_new = new_ts.iloc[0].date().isoformat(), new_ts.iloc[-1].date().isoformat()
+    manifest = _load_manifest(raw)
+    manifest["rows"] = int(manifest.get("rows", sum(len(f) for f, _ in stored.values()))) + len(bars)
+    manifest["files"] = {f.name: file_digest(f) for f in files}
+    manifest["appended"] = [*manifest.get("appended", []),
+                            {"first": first, "last": last_new, "bars": len(bars), "data_version": version}]
+    _write_manifest(raw, manifest)
+    log.info("appended %d bars (%d sessions, %s..%s) to %s: data version %s -> %s",
+             len(bars), len(new_ts), first, last_new, raw, previous, version)
+    return Arrival(len(bars), len(new_ts), first, last_new, version, previous)
+
+
+def simulate(params: Params, sessions: int) -> Arrival:
+    """Extend the embedded market by ``sessions`` new NYSE sessions as a real data arrival."""
+    if sessions < 1:
+        raise ConfigError(f"simulate: --bars must be at least 1 (got {sessions})")
+    return append_bars(params, future_bars(params, sessions))
+
+
+def arrival_event(params: Params, arrival: Arrival) -> dict[str, Any]:
+    """Keyword arguments of ``prefect.events.emit_event`` announcing ``arrival``."""
+    source = params.data.source
+    return {
+        "event": ARRIVED,
+        "resource": {"prefect.resource.id": f"podracer.dataset.{source}",
+                     "prefect.resource.name": f"{source} bars in {params.dirs.raw}"},
+        "payload": {**asdict(arrival), "source": source},
+    }
+
+
+def emit_arrival(params: Params, arrival: Arrival) -> bool:
+    """Emit the arrival event when a Prefect server is configured (``PREFECT_API_URL``).
+
+    Without one there is no trigger to reach, so nothing is sent; returns whether it emitted.
+    """
+    if not os.environ.get("PREFECT_API_URL"):
+        return False
+    from prefect.events import emit_event  # lazy: prefect's client is heavy to import
+
+    emit_event(**arrival_event(params, arrival))
+    return True

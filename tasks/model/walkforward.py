@@ -1,0 +1,100 @@
+"""The continuous-training cycle's walk-forward windows and its warm start (issue 13, §3).
+
+The newest ``ct.eval_bars`` bars are the **evaluation window**: challenger, champion and
+buy-and-hold are compared there, and the challenger never sees them. The challenger trains
+on the pipeline's train split (so the train-only normalisation and the state scales stay
+those of the champion it warm-starts from) and selects on everything between the end of the
+train split and the window. Its **data cutoff**, the last bar it trained or selected on, is
+recorded on its registry version; a champion whose cutoff reaches into the window has seen
+part of it, and the gate report says how much (finrl-podracer.txt §4.2's evaluator, walked
+forward in time).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tasks.config import Params
+from tasks.data import features
+from tasks.errors import DataError
+from tasks.model import bundle
+from tasks.model.train import state_scales
+from trainers.evolution import WarmStart
+
+log = logging.getLogger("podracer.ct")
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Bar indices (inclusive) of one cycle. Env windows start one bar before their first
+    decision, as :meth:`tasks.data.features.FeatureSet.window` does."""
+
+    train: tuple[int, int]
+    select: tuple[int, int]
+    eval: tuple[int, int]
+    cutoff: str
+    """Date of the last bar the challenger trains or selects on: ``select[1]``."""
+    first: str
+    last: str
+    """Dates of the evaluation window's first and last bars."""
+
+    @property
+    def eval_bars(self) -> int:
+        return self.eval[1] - self.eval[0]
+
+
+def day(ts: np.datetime64) -> str:
+    return str(ts)[:10]
+
+
+def windows(fs: features.FeatureSet, eval_bars: int) -> Windows:
+    """Split the feature set's bars into train, selection and evaluation windows.
+
+    The evaluation window is the last ``eval_bars`` bars; selection runs from the bar after
+    the train split up to the bar before the window. A one-line :class:`DataError` when the
+    history is too short to leave two selection bars.
+    """
+    last = len(fs.timestamps) - 1
+    train = fs.window("train")
+    select_lo, select_hi = train[1] + 1, last - eval_bars
+    if select_hi - select_lo < 1:
+        raise DataError(f"ct: {last + 1} bars leave {max(select_hi - select_lo + 1, 0)} selection bars between "
+                        f"the train split (to {day(fs.timestamps[train[1]])}) and the last {eval_bars} bars; "
+                        "lower ct.eval_bars or features.train_end")
+    return Windows(train=train, select=(select_lo - 1, select_hi), eval=(select_hi, last),
+                   cutoff=day(fs.timestamps[select_hi]), first=day(fs.timestamps[select_hi + 1]),
+                   last=day(fs.timestamps[last]))
+
+
+def seen_bars(fs: features.FeatureSet, w: Windows, champion_cutoff: str | None) -> int:
+    """How many of the window's bars lie on or before the champion's data cutoff: the bars it
+    trained or selected on. Unknown cutoff (a version registered before cutoffs were kept):
+    assume it saw the whole window, the conservative choice."""
+    dates = [day(t) for t in fs.timestamps[w.eval[0] + 1 : w.eval[1] + 1]]
+    if champion_cutoff is None:
+        return len(dates)
+    return sum(d <= champion_cutoff for d in dates)
+
+
+def warm_start(params: Params, fs: features.FeatureSet, folder: Path) -> tuple[WarmStart | None, str]:
+    """The champion bundle in ``folder`` as a warm start, or None and the reason it cannot
+    be one (other symbols, indicators, state scales or network shape): the cycle then
+    trains from scratch and says so."""
+    actor, meta = bundle.load(folder)
+    hparams = bundle.load_hparams(folder)
+    if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
+        return None, "the champion trades other symbols or indicators"
+    if meta.scales != state_scales(params, fs) or not np.array_equal(np.asarray(meta.mean), fs.mean):
+        return None, "the champion's state scaling differs from this data's train split"
+    if hparams is None:
+        return None, "the champion's bundle has no hparams.json (registered before warm starts)"
+    shape = params.ppo.with_hparams(hparams).net_dims
+    if tuple(meta.net_dims) != tuple(shape):
+        return None, f"the champion's network {meta.net_dims} differs from this config's {list(shape)}"
+    weights = {k: v.detach().clone() for k, v in actor.state_dict().items()}
+    return WarmStart(hparams=hparams, actor=weights), "warm start from the champion"
+

@@ -1,0 +1,74 @@
+"""The CT cycle's walk-forward windows, worked out by hand on a ten-bar feature set, and its warm start."""
+
+import pytest
+import torch
+
+from tasks.errors import DataError
+from tasks.model import bundle
+from tasks.model.train import state_scales
+from tasks.model.walkforward import seen_bars, warm_start, windows
+from tests.conftest import tiny_params
+from tests.tasks.handmade import feature_set, policy
+from trainers.env import EnvConfig
+
+DATES = [f"2024-01-{d:02d}" for d in (2, 3, 4, 5, 8, 9, 10, 11, 12, 16)]  # bars 0..9
+
+
+def ten_bars():
+    prices = [[10.0 + t] for t in range(10)]
+    return feature_set(prices, prices, DATES, {"train": (0, 3), "validation": (4, 6), "test": (7, 9)}, ["AAA"])
+
+
+def test_the_window_is_the_last_bars_and_selection_fills_the_gap_to_the_train_split():
+    w = windows(ten_bars(), eval_bars=3)
+    # train bars 0..3 (env window from bar 0); selection decides from bar 3 and marks bars 4..6;
+    # the evaluation window decides from bar 6 and marks the last three bars 7, 8, 9
+    assert (w.train, w.select, w.eval) == ((0, 3), (3, 6), (6, 9))
+    assert (w.cutoff, w.first, w.last, w.eval_bars) == ("2024-01-10", "2024-01-11", "2024-01-16", 3)
+
+
+def test_a_window_that_leaves_under_two_selection_bars_is_one_line():
+    assert windows(ten_bars(), eval_bars=4).select == (3, 5)  # bars 4 and 5: just enough
+    with pytest.raises(DataError, match=r"^ct: 10 bars leave 1 selection bars between the train split "
+                                        r"\(to 2024-01-05\) and the last 5 bars; lower ct.eval_bars"):
+        windows(ten_bars(), eval_bars=5)
+
+
+@pytest.mark.parametrize(("cutoff", "seen"), [("2024-01-10", 0), ("2024-01-11", 1), ("2024-01-15", 2),
+                                              ("2024-01-16", 3), ("2030-01-01", 3), (None, 3)])
+def test_the_champion_has_seen_the_window_bars_up_to_its_cutoff(cutoff, seen):
+    fs = ten_bars()
+    assert seen_bars(fs, windows(fs, 3), cutoff) == seen  # None: unknown, assume all seen (conservative)
+
+
+def test_a_fitting_champion_warm_starts_with_its_weights_and_hparams(tmp_path):
+    params = tiny_params(tmp_path, "ppo.net_dims=[4]")
+    fs = ten_bars()
+    actor, meta = policy(["AAA"], ["rsi_30"], [0.3], EnvConfig())
+    meta = bundle.PolicyMeta(**{**meta.__dict__, "scales": state_scales(params, fs)})
+    hparams = {**params.ppo.hparams(), "lr": 0.000123}
+    tmp_path.joinpath("champ").mkdir()
+    bundle.save(tmp_path / "champ", actor.state_dict(), meta, hparams)
+    warm, how = warm_start(params, fs, tmp_path / "champ")
+    assert how == "warm start from the champion" and warm.hparams == hparams
+    assert all(torch.equal(warm.actor[k], v) for k, v in actor.state_dict().items())
+
+    bundle.save(tmp_path / "champ", actor.state_dict(), meta)  # a bundle from before hparams.json
+    (tmp_path / "champ" / bundle.HPARAMS).unlink()
+    assert warm_start(params, fs, tmp_path / "champ") == (
+        None, "the champion's bundle has no hparams.json (registered before warm starts)")
+
+
+def test_a_champion_of_other_symbols_or_scaling_is_no_warm_start(tmp_path):
+    params = tiny_params(tmp_path, "ppo.net_dims=[4]")
+    fs = ten_bars()
+    cases = ((["BBB"], None, "the champion trades other symbols or indicators"),
+             (["AAA"], "other", "the champion's state scaling differs from this data's train split"))
+    for i, (symbols, scales, why) in enumerate(cases):
+        actor, meta = policy(symbols, ["rsi_30"], [0.3], EnvConfig(), price_ref=(99.0,))
+        if scales is None:
+            meta = bundle.PolicyMeta(**{**meta.__dict__, "scales": state_scales(params, fs)})
+        folder = tmp_path / f"champion{i}"
+        folder.mkdir()
+        bundle.save(folder, actor.state_dict(), meta, params.ppo.hparams())
+        assert warm_start(params, fs, folder) == (None, why)

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import requests
 from tasks.config import Params
 from tasks.errors import PodracerError
 from tasks.registry.store import SERVER_ENV
+from tasks.storage import write_atomic, write_private
 
 WEBHOOK_SECRET_ENV = "PODRACER_WEBHOOK_SECRET"
 RUNS_VIEW = "#/experiments?workflowType=machine_learning"
@@ -80,13 +82,10 @@ def folder(params: Params) -> Path:
     return params.data_dir / "services"
 
 
-def _secret(path: Path, make) -> str:
+def _secret(path: Path, make: Callable[[], str]) -> str:
     """A secret kept in a 0600 file, made once (so it survives restarts)."""
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(make())
+        write_private(path, make())
     return path.read_text().strip()
 
 
@@ -162,10 +161,7 @@ def recorded(params: Params) -> list[Running]:
 
 
 def _record(params: Params, running: list[Running]) -> None:
-    path = folder(params) / STATE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([asdict(r) for r in running], indent=1))
-    tmp.replace(path)
+    write_atomic(folder(params) / STATE, json.dumps([asdict(r) for r in running], indent=1))
 
 
 def alive(pid: int) -> bool:

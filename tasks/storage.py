@@ -1,8 +1,9 @@
-"""Atomic writes: a stage's output folder appears whole or not at all."""
+"""Atomic writes: a stage's output folder, or a small record file, appears whole or not at all."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -31,6 +32,23 @@ def atomic_dir(target: Path) -> Iterator[Path]:
             staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, then rename it over ``path``: a reader
+    (or a kill) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Create ``path`` with mode 0600 (never readable by others, not even for a moment) and
+    write ``text``; an existing file is an error (``FileExistsError``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(text)
 
 
 def file_digest(path: Path) -> str:

@@ -50,16 +50,18 @@ class FeatureSet:
     mean: np.ndarray  # [n, k]
     std: np.ndarray  # [n, k]
 
-    def market(self, device: torch.device | str = "cpu") -> MarketData:
-        """Tensors for the env, indicators normalised with the train-only stats; the raw
-        turbulence index (market-wide, the same in every stock's column) feeds the env's gate."""
+    def market(self, device: torch.device | str = "cpu",
+               norm: tuple[np.ndarray, np.ndarray] | None = None) -> MarketData:
+        """Tensors for the env, indicators normalised with the train-only stats (``norm``:
+        another model's ``(mean, std)``, e.g. a champion's bundle); the raw turbulence index
+        (market-wide, the same in every stock's column) feeds the env's gate."""
         turb = None
         if TURBULENCE in self.feature_names:
             turb = torch.tensor(self.features[:, 0, self.feature_names.index(TURBULENCE)], dtype=torch.float64)
         return MarketData(
             open=torch.tensor(self.opens, dtype=torch.float64),
             close=torch.tensor(self.prices, dtype=torch.float64),
-            features=torch.as_tensor(normalise_features(self.features, self.mean, self.std)),
+            features=torch.as_tensor(normalise_features(self.features, *(norm or (self.mean, self.std)))),
             turbulence=turb,
         ).to(device)
 

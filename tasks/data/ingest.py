@@ -15,7 +15,6 @@ import hashlib
 import itertools
 import json
 import logging
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from tasks.data.bars import COLUMNS, read_parquet, to_contract, write_parquet
 from tasks.data.sources import Request, Source
 from tasks.data.synthetic import iter_synthetic_bars
 from tasks.errors import DataError
-from tasks.storage import atomic_dir, file_digest
+from tasks.storage import atomic_dir, file_digest, write_atomic
 
 log = logging.getLogger("podracer.ingest")
 MANIFEST = "manifest.json"
@@ -148,9 +147,7 @@ def _load_manifest(raw: Path) -> dict[str, Any]:
 
 def _write_manifest(folder: Path, record: dict[str, Any]) -> None:
     """Write the manifest atomically; it is always written after the files it describes."""
-    tmp = folder / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, folder / MANIFEST)
+    write_atomic(folder / MANIFEST, json.dumps(record, indent=1))
 
 
 def _result(files: list[Path], rows: int, reused: bool) -> IngestResult:

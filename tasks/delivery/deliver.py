@@ -17,6 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks.config import Params
 from tasks.delivery.loop import CycleResult
 from tasks.delivery.session import trading_session
+from tasks.storage import write_atomic
 
 DELIVERED = "delivered.json"
 
@@ -35,12 +36,8 @@ def delivered_version(params: Params) -> str | None:
 
 
 def record_delivery(params: Params, result: CycleResult) -> None:
-    path = delivered_file(params)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"version": result.version, "bar": result.bar, "orders": len(result.orders),
-                               "at": time.time()}))
-    tmp.replace(path)
+    write_atomic(delivered_file(params), json.dumps(
+        {"version": result.version, "bar": result.bar, "orders": len(result.orders), "at": time.time()}))
 
 
 def deliver(params: Params) -> CycleResult:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.errors import ConfigError
+from tasks.storage import write_private
 
 KEY_VARS = ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
 
@@ -56,8 +57,5 @@ def load_keys(file: Path, *, create: bool = False, env: Mapping[str, str] = os.e
     if not create:
         raise ConfigError(f"no API keys: set {' and '.join(KEY_VARS)}, or write them to {file} (chmod 600)")
     keys = Keys(_random("PK", 20), _random("", 40))
-    file.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        json.dump({"key_id": keys.key_id, "secret_key": keys.secret}, out)
+    write_private(file, json.dumps({"key_id": keys.key_id, "secret_key": keys.secret}))
     return keys

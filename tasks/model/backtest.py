@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -23,8 +22,7 @@ from tasks.data import features
 from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.storage import atomic_dir
-from trainers.env import MarketData
-from trainers.evaluate import buy_and_hold, run_policy
+from trainers.evaluate import Policy, buy_and_hold, run_policy
 from trainers.metrics import performance, periods_per_year
 
 log = logging.getLogger("podracer.backtest")
@@ -79,24 +77,18 @@ def check_fits(meta: bundle.PolicyMeta, fs: features.FeatureSet, origin: object)
                            "(run `podracer train` again)")
 
 
-def market_for(fs: features.FeatureSet, meta: bundle.PolicyMeta) -> MarketData:
-    """The feature set as ``meta``'s policy sees it: indicators normalised with the bundle's
-    own train-only stats (a champion trained on another split keeps its own)."""
-    data = fs.market()
-    return MarketData(data.open, data.close, torch.as_tensor(meta.normalise(fs.features)), data.turbulence)
-
-
-def side_by_side(fs: features.FeatureSet, policies: dict[str, tuple[torch.nn.Module, bundle.PolicyMeta]],
+def side_by_side(fs: features.FeatureSet, policies: dict[str, tuple[Policy, bundle.PolicyMeta]],
                  window: tuple[int, int], per_year: float, risk_free: float,
                  ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
     """Equity curves and metrics of each policy and of buy-and-hold over one env ``window``,
-    all under the same MDP: next-open fills, integer shares, the bundle's costs."""
+    all under the same MDP: next-open fills, integer shares, the bundle's costs. Each policy
+    sees the indicators normalised with its own bundle's train-only stats."""
     curves: dict[str, np.ndarray] = {}
     for name, (actor, meta) in policies.items():
         check_fits(meta, fs, name)
-        curves[name] = run_policy(actor, market_for(fs, meta), meta.scales, meta.env, window)
-    env = next(iter(policies.values()))[1].env
-    curves["buy_and_hold"] = buy_and_hold(fs.market(), env, window)
+        data = fs.market(norm=(np.asarray(meta.mean), np.asarray(meta.std)))  # each bundle's own stats
+        curves[name] = run_policy(actor, data, meta.scales, meta.env, window)
+    curves["buy_and_hold"] = buy_and_hold(data, meta.env, window)  # prices only: any policy's market will do
     dates = pd.DatetimeIndex(fs.timestamps[window[0] : window[1] + 1], name="ts")
     curve = pd.DataFrame(curves, index=dates)
     return curve, {name: performance(values, per_year, risk_free) for name, values in curves.items()}

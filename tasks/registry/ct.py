@@ -33,7 +33,7 @@ from tasks.registry.gate import challenge, champion_version
 from tasks.registry.register import Candidate
 from tasks.registry.store import tracking_uri
 from tasks.registry.versions import cutoff, fetch_bundle
-from tasks.storage import atomic_dir
+from tasks.storage import atomic_dir, write_atomic
 from trainers.evolution import CHECKPOINT
 from trainers.metrics import periods_per_year
 
@@ -67,11 +67,7 @@ def last_processed(params: Params) -> str | None:
 
 def record_processed(params: Params, data_version: str, outcome: dict[str, object]) -> None:
     """Remember the data version this cycle finished on (written last, atomically)."""
-    path = params.dirs.ct / STATE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"data_version": data_version, **outcome}, indent=1))
-    tmp.replace(path)
+    write_atomic(params.dirs.ct / STATE, json.dumps({"data_version": data_version, **outcome}, indent=1))
 
 
 def new_data(params: Params, champion_data_version: str | None) -> NewData:

@@ -1,5 +1,6 @@
 """deploy/compose.yaml runs the services of ``podracer up`` (flows/services.py) as containers:
-the same five services, the same server flags and settings, published on loopback only.
+the same five services, the same commands and settings, on the host's network and bound to
+127.0.0.1 as ``podracer up`` binds them: nothing listens elsewhere and nothing is published.
 
 The commands are compared with ``flows.services.plan()`` on the project's params.yaml, so the
 two cannot drift apart; ``docker compose config`` checks the file itself where Compose v2 is
@@ -52,38 +53,27 @@ def env(service: dict) -> dict[str, str]:
 
 
 def argv(command: list[str]) -> list[str]:
-    """A command with its executable by name (``/x/.venv/bin/python3.11`` -> ``python``) and
-    the value of ``--host`` masked: locally 127.0.0.1, in a container 0.0.0.0."""
+    """A command with its executable by name (``/x/.venv/bin/python3.11`` -> ``python``)."""
     name = Path(command[0]).name
-    out = ["python" if name.startswith("python") else name, *map(str, command[1:])]
-    for i, arg in enumerate(out[:-1]):
-        if arg == "--host":
-            out[i + 1] = "HOST"
-    return out
+    return ["python" if name.startswith("python") else name, *map(str, command[1:])]
 
 
 def flags(command: list[str]) -> dict[str, str]:
     return {arg: str(command[i + 1]) for i, arg in enumerate(command[:-1]) if arg.startswith("--")}
 
 
-def published(port: str | dict) -> str | None:
-    """The host address of one ``ports`` entry (short or long syntax); None when it has none."""
-    if isinstance(port, dict):
-        return port.get("host_ip")
-    parts = str(port).rsplit(":", 2)
-    return parts[0] if len(parts) == 3 else None
-
-
 def test_the_services_are_exactly_those_of_podracer_up_and_the_receiver(compose):
     assert set(compose["services"]) == SERVICES
 
 
-def test_every_published_port_binds_loopback_only(compose):
-    ports = {name: s.get("ports", []) for name, s in compose["services"].items()}
-    assert ports["prefect"] and ports["mlflow"], "the two UIs are published"
-    for name, entries in ports.items():
-        for entry in entries:
-            assert published(entry) == "127.0.0.1", f"{name}: {entry!r} is published beyond 127.0.0.1"
+def test_every_service_binds_loopback_on_the_host_network_and_nothing_is_published(compose):
+    for name, service in compose["services"].items():
+        assert service["network_mode"] == "host", name
+        assert not service.get("ports"), f"{name} publishes a port"
+        host = flags(service["command"]).get("--host")
+        assert host in (None, "127.0.0.1"), f"{name} binds {host}"
+    assert flags(compose["services"]["prefect"]["command"])["--host"] == "127.0.0.1"
+    assert flags(compose["services"]["mlflow"]["command"])["--host"] == "127.0.0.1"
 
 
 def test_mlflow_has_the_webhook_settings_a_required_fixed_key_and_job_execution_off(compose, plan):
@@ -102,23 +92,12 @@ def test_mlflow_has_the_webhook_settings_a_required_fixed_key_and_job_execution_
             assert mlflow[key] == value, key
 
 
-def test_mlflow_accepts_the_host_name_its_clients_use(compose):
-    """MLflow 3 answers 403 to a Host header that is not localhost or a private IP (its
-    /health is exempt, so the health check alone would not show it)."""
-    allowed = env(compose["services"]["mlflow"])["MLFLOW_SERVER_ALLOWED_HOSTS"].split(",")
-    for name in ("runner", "receiver"):
-        host = urlparse(env(compose["services"][name])["MLFLOW_TRACKING_URI"]).netloc
-        assert host in allowed or f"{host.partition(':')[0]}:*" in allowed, (name, host)
-
-
 def test_mlflow_command_has_the_flags_of_podracer_up(compose, plan):
     ours = compose["services"]["mlflow"]["command"]
     theirs = plan["mlflow"].command
     assert set(flags(ours)) == set(flags(theirs))
-    assert {"--backend-store-uri", "--artifacts-destination", "--workers"} <= set(flags(ours))
-    assert flags(ours)["--host"] == "0.0.0.0"  # reachable through the published port
-    assert {k: v for k, v in flags(ours).items() if k != "--host"} == \
-        {k: v for k, v in flags(theirs).items() if k != "--host"}
+    assert {"--backend-store-uri", "--artifacts-destination", "--workers", "--host"} <= set(flags(ours))
+    assert flags(ours) == flags(theirs)
 
 
 def test_every_command_is_the_one_podracer_up_runs(compose, plan):
@@ -128,26 +107,23 @@ def test_every_command_is_the_one_podracer_up_runs(compose, plan):
         assert argv(compose["services"][name]["command"]) == argv(plan[name].command), name
 
 
-def test_the_clients_find_the_servers_by_service_name(compose, plan):
+def test_the_clients_find_the_servers_on_loopback(compose, plan):
     prefect_port = flags(compose["services"]["prefect"]["command"])["--port"]
     mlflow_port = flags(compose["services"]["mlflow"]["command"])["--port"]
     for name in ("runner", "receiver"):
         client = env(compose["services"][name])
         assert client["PREFECT_API_URL"].endswith("/api"), name
-        assert urlparse(client["PREFECT_API_URL"]).netloc == f"prefect:{prefect_port}", name
-        assert urlparse(client["MLFLOW_TRACKING_URI"]).netloc == f"mlflow:{mlflow_port}", name
+        assert urlparse(client["PREFECT_API_URL"]).netloc == f"127.0.0.1:{prefect_port}", name
+        assert urlparse(client["MLFLOW_TRACKING_URI"]).netloc == f"127.0.0.1:{mlflow_port}", name
+        assert client["PODRACER_TRACKING_URI"] == client["MLFLOW_TRACKING_URI"], name
     runner = env(compose["services"]["runner"])
     assert set(plan["runner"].env) <= set(runner)
     assert runner["PREFECT_RUNNER_POLL_FREQUENCY"] == plan["runner"].env["PREFECT_RUNNER_POLL_FREQUENCY"] == "2"
 
 
-def test_loopback_services_share_the_network_of_their_callers(compose, params):
-    """The broker binds 127.0.0.1 by design (broker.host), so it lives in the runner's network
-    namespace; the receiver in MLflow's, which delivers the webhooks."""
-    assert params.broker.host in ("127.0.0.1", "localhost", "::1")
+def test_the_broker_and_receiver_are_checked_on_their_configured_loopback_ports(compose, params):
+    assert params.broker.host == "127.0.0.1"
     svc = compose["services"]
-    assert svc["broker"]["network_mode"] == "service:runner"
-    assert svc["receiver"]["network_mode"] == "service:mlflow"
     assert str(params.broker.port) in " ".join(svc["broker"]["healthcheck"]["test"])
     assert str(params.services.receiver_port) in " ".join(svc["receiver"]["healthcheck"]["test"])
     assert env(svc["receiver"])["PODRACER_WEBHOOK_SECRET"].startswith("${PODRACER_WEBHOOK_SECRET:?")

@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.train import build_features  # noqa: E402
 from tasks.model.train import state_scales  # noqa: E402
+from trainers.agent import blank_actor  # noqa: E402
 from trainers.evaluate import run_policy  # noqa: E402
 from trainers.evolution import Evolution, EvolutionConfig  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402
-from trainers.ppo import Actor  # noqa: E402
 
 
 def run(arm: str, seed: int, budget: int, params, fs) -> dict:
@@ -52,7 +52,7 @@ def run(arm: str, seed: int, budget: int, params, fs) -> dict:
                     nitro)
     result = evo.run()
     seconds = time.perf_counter() - started
-    actor = Actor(scales_dim(data), data.n_stocks, params.ppo.net_dims, 0.0)
+    actor = blank_actor(data, scales, params.ppo)
     actor.load_state_dict(result.best_actor)
     test = performance(run_policy(actor, data, scales, params.env, fs.window("test")), per_year)
     trained = [r for r in result.history if not r.stopped]
@@ -61,10 +61,6 @@ def run(arm: str, seed: int, budget: int, params, fs) -> dict:
             "cpu_seconds": result.cost.cpu_seconds, "seconds": seconds, "rounds": trained[-1].iteration,
             "envs": [r.hparams["num_envs"] for r in trained],
             "curve": [(r.env_steps, r.fitness) for r in trained]}
-
-
-def scales_dim(data) -> int:
-    return 1 + 2 * data.n_stocks + data.n_stocks * data.n_features
 
 
 def mean_std(values: list[float], fmt: str = ".2f") -> str:

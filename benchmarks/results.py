@@ -1,24 +1,25 @@
-"""Evidence for the evolution layer (issue 5 §10): does generational evolution find better
-agents than one agent trained as long, on the **test** window, and does anything beat
-buy-and-hold on a market with nothing to learn?
+"""Evidence that the agents learn (issue 14): the champion against a vanilla agent, a
+momentum rule, an oracle and buy-and-hold, on the **test** window, over market seeds.
 
-For each market (``learnable``: ``data.signal`` as in params.yaml; ``null``: signal 0) and
-each seed ``s``, the market is built with ``data.seed = 7 + s`` by our own stages 1–3, then:
+Markets: ``learnable`` (the embedded market as in params.yaml, ``data.seed`` = the seed),
+``null`` (the same with ``data.signal: 0``: nothing to learn) and ``arch-demo`` (2 real
+indices, 1999–2018; test 2016–2018; the seed varies the training only). Arms, all with the
+same next-open fills and 0.2% costs:
 
-* **evolution**: params.yaml's population and schedule (``evolution.seed = s``), on the
-  multiplexed engine; the model is the best validation snapshot (§4.2);
-* **vanilla**: one agent with the PPO defaults, trained for the same number of env steps
-  as the evolution spent; its **final** weights (plain PPO);
-* **vanilla + evaluator**: the same run's best validation snapshot (the evaluator alone,
-  without a population or selection);
-* **buy-and-hold**: equal weight, same fills and costs.
+* **champion**: params.yaml's evolution (``evolution.seed`` = the seed); the model the
+  pipeline would register (its best validation snapshot);
+* **vanilla**: one agent with the PPO defaults for as many env steps, its final weights;
+* **momentum**: the top third by trailing 20-bar return, equal weight, rebalanced weekly;
+* **oracle** (synthetic learnable market only): the same rule ranked by the generator's true
+  latent drift at t, which nothing else ever sees; the ceiling of what the signal allows;
+* **buy-and-hold**: equal weight.
 
-All are scored on the test window, which no arm saw. Prints a table and writes
-``docs/results.md`` (means ± std over seeds, paired differences with t statistics) and
-``docs/img/results.png``.
+Also a learning curve: the champion's test Sharpe after each generation against env steps
+and wall time. Development uses seeds 100–109; the evidence is seeds 7–16, run once.
 
-    make install && .venv/bin/python benchmarks/results.py            # 5 seeds x 2 markets, about an hour
-    .venv/bin/python benchmarks/results.py --seeds 2 --generations 2   # a quick look
+    .venv/bin/python benchmarks/results.py --seeds 100-109 --json docs/results/dev.json
+    .venv/bin/python benchmarks/results.py --seeds 7-16 --markets learnable null arch-demo --json docs/results/evidence.json
+    .venv/bin/python benchmarks/results.py --merge docs/results/evidence.json --dev docs/results/dev.json
 """
 
 from __future__ import annotations
@@ -26,32 +27,35 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
-import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results_report import write_report  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
 from tasks.data import features, ingest, validate  # noqa: E402
+from tasks.data.synthetic import latent_drift  # noqa: E402
 from tasks.model.train import state_scales  # noqa: E402
-from trainers.evaluate import buy_and_hold, run_policy  # noqa: E402
-from trainers.evolution import Evolution, EvolutionConfig, evolve  # noqa: E402
+from trainers.agent import blank_actor  # noqa: E402
+from trainers.evaluate import buy_and_hold, momentum_scores, ranked_portfolio, run_policy  # noqa: E402
+from trainers.evolution import Evolution, EvolutionConfig, EvolutionResult  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402
 from trainers.multiplex import run_multiplexed  # noqa: E402
-from trainers.ppo import Actor  # noqa: E402
 
-ARMS = ("evolution", "vanilla", "vanilla + evaluator", "buy-and-hold")
-METRICS = ("sharpe", "cumulative_return")
+MARKETS = ("learnable", "null", "arch-demo")
+ARCH_DEMO = ["data.source=arch-demo", "data.start=1999-01-01", "data.end=2018-12-31",
+             "features.train_end=2012-12-31", "features.val_end=2015-12-31"]
+"""arch-demo's history is 1999–2018: train to 2012, validate 2013–2015, test 2016–2018."""
 
 
 @dataclass
@@ -62,161 +66,121 @@ class Row:
     sharpe: float
     cumulative_return: float
     validation: float
-    """Validation fitness of the chosen weights (NaN for buy-and-hold and final weights)."""
+    """Validation fitness of the chosen weights (NaN where there is none)."""
     env_steps: int
     seconds: float
+    curve: list[list[float]] = field(default_factory=list)
+    """champion only: [generation, env steps, seconds, test Sharpe] after each generation."""
 
 
 def market_params(root: Path, market: str, seed: int, overrides: list[str]) -> Params:
-    signal = [] if market == "learnable" else ["data.signal=0"]
-    return load_params(ROOT / "params.yaml", [f"data_dir={root / f'{market}-{seed}' / 'data'}", f"data.seed={7 + seed}",
-                                              f"evolution.seed={seed}", *signal, *overrides])
+    extra = {"learnable": [], "null": ["data.signal=0"], "arch-demo": ARCH_DEMO}[market]
+    return load_params(ROOT / "params.yaml", [f"data_dir={root / f'{market}-{seed}' / 'data'}", f"data.seed={seed}",
+                                              f"evolution.seed={seed}", *extra, *overrides])
 
 
-def run_seed(params: Params, market: str, seed: int) -> list[Row]:
-    """Build the market, train the three arms and score everything on the test window."""
-    print(f"{market} market, seed {seed}: building the market", flush=True)
-    for stage in (ingest.ingest, validate.validate, features.features):
-        stage(params)
-    fs = features.load(params.dirs.features)
-    data, scales, env = fs.market(), state_scales(params, fs), params.env
-    train, val, test = fs.window("train"), fs.window("validation"), fs.window("test")
-    per_year = periods_per_year(params.data.freq)
+def oracle_scores(params: Params, fs: features.FeatureSet) -> torch.Tensor:
+    """``[T, n]`` the synthetic generator's expected drift at each bar of the feature set."""
+    d = params.data
+    drift = latent_drift(d.symbols, d.start, d.end, d.signal, d.seed)
+    drift.index = drift.index.tz_localize(None)
+    aligned = drift.reindex(fs.timestamps)[fs.symbols].to_numpy()
+    if not np.isfinite(aligned).all():
+        raise RuntimeError("oracle: the generator's sessions do not cover the feature set")
+    return torch.tensor(aligned)
 
-    def score(arm: str, weights: dict, width_hparams: dict[str, float], fitness: float, steps: int,
-              seconds: float) -> Row:
-        actor = Actor(scales_dim, data.n_stocks, params.ppo.with_hparams(width_hparams).net_dims, 0.0)
-        actor.load_state_dict(weights)
-        metrics = performance(run_policy(actor, data, scales, env, test), per_year)
-        return Row(market, seed, arm, metrics["sharpe"], metrics["cumulative_return"], fitness, steps, seconds)
 
-    scales_dim = 1 + 2 * data.n_stocks + data.n_stocks * data.n_features
-    print(f"{market} market, seed {seed}: evolution ({params.evolution.population} agents x "
-          f"{params.evolution.generations} generations)", flush=True)
-    started = time.perf_counter()
-    evo = evolve(data, scales, env, params.ppo, params.evolution, train, val, per_year=per_year,
-                 runner=run_multiplexed)
-    rows = [score("evolution", evo.best_actor, evo.best_hparams, evo.best_fitness, evo.env_steps,
-                  time.perf_counter() - started)]
+def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
+    """Build one market, train the champion and the vanilla agent, score every arm on test."""
+    market, seed, overrides = job
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        params = market_params(Path(tmp), market, seed, overrides)
+        for stage in (ingest.ingest, validate.validate, features.features):
+            stage(params)
+        fs = features.load(params.dirs.features)
+        data, scales, env = fs.market(), state_scales(params, fs), params.env
+        train, val, test = fs.window("train"), fs.window("validation"), fs.window("test")
+        per_year = periods_per_year(params.data.freq)
 
-    samples = params.ppo.num_envs * params.ppo.horizon
-    iterations = max(1, math.ceil(evo.env_steps / samples))
-    single = EvolutionConfig(population=1, generations=1, iterations_per_generation=iterations, quantile=0.0,
-                             eval_interval=params.evolution.eval_interval, fitness=params.evolution.fitness,
-                             search_space={}, seed=seed)
-    print(f"{market} market, seed {seed}: vanilla ({iterations} iterations, {iterations * samples:,} env steps)",
-          flush=True)
-    started = time.perf_counter()
-    run = Evolution(data, scales, env, params.ppo, single, train, val, per_year)
-    vanilla = run.run()
-    seconds = time.perf_counter() - started
-    final = run.pop.states[0]["learners"][0]["actor"]
-    base = params.ppo.hparams()
-    rows.append(score("vanilla", final, base, math.nan, vanilla.env_steps, seconds))
-    rows.append(score("vanilla + evaluator", vanilla.best_actor, base, vanilla.best_fitness, vanilla.env_steps,
-                      seconds))
-    hold = performance(buy_and_hold(data, env, test), per_year)
-    rows.append(Row(market, seed, "buy-and-hold", hold["sharpe"], hold["cumulative_return"], math.nan, 0, 0.0))
+        def test_metrics(weights: dict, hparams: dict[str, float]) -> dict[str, float]:
+            actor = blank_actor(data, scales, params.ppo.with_hparams(hparams))
+            actor.load_state_dict(weights)
+            return performance(run_policy(actor, data, scales, env, test), per_year)
+
+        def row(arm: str, metrics: dict[str, float], fitness: float = math.nan, steps: int = 0,
+                seconds: float = 0.0) -> Row:
+            return Row(market, seed, arm, metrics["sharpe"], metrics["cumulative_return"], fitness, steps, seconds)
+
+        started, curve = time.perf_counter(), []
+
+        def on_generation(best: EvolutionResult) -> None:
+            sharpe = test_metrics(best.best_actor, best.best_hparams)["sharpe"]
+            curve.append([len(curve) + 1, best.env_steps, time.perf_counter() - started, sharpe])
+            print(f"{market} {seed}: generation {len(curve)}, {best.env_steps:,} env steps, test Sharpe {sharpe:.2f}",
+                  flush=True)
+
+        evo = Evolution(data, scales, env, params.ppo, params.evolution, train, val, per_year).run(
+            runner=run_multiplexed, on_generation=on_generation)
+        rows = [row("champion", test_metrics(evo.best_actor, evo.best_hparams), evo.best_fitness, evo.env_steps,
+                    time.perf_counter() - started)]
+        rows[0].curve = curve
+
+        samples = params.ppo.num_envs * params.ppo.horizon
+        single = EvolutionConfig(population=1, generations=1, iterations_per_generation=max(1, math.ceil(
+            evo.env_steps / samples)), quantile=0.0, eval_interval=params.evolution.eval_interval,
+            fitness=params.evolution.fitness, search_space={}, seed=seed)
+        started = time.perf_counter()
+        run = Evolution(data, scales, env, params.ppo, single, train, val, per_year)
+        vanilla = run.run()
+        rows.append(row("vanilla", test_metrics(run.pop.states[0]["learners"][0]["actor"], params.ppo.hparams()),
+                        steps=vanilla.env_steps, seconds=time.perf_counter() - started))
+
+        rows.append(row("momentum", performance(ranked_portfolio(data, env, test, momentum_scores(data)), per_year)))
+        if market == "learnable":
+            rows.append(row("oracle", performance(ranked_portfolio(data, env, test, oracle_scores(params, fs)),
+                                                  per_year)))
+        rows.append(row("buy-and-hold", performance(buy_and_hold(data, env, test), per_year)))
+    for r in rows:
+        print(json.dumps({k: v for k, v in asdict(r).items() if k != "curve"}), flush=True)
     return rows
 
 
-def mean_std(values: list[float]) -> str:
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
-
-
-def paired(rows: list[Row], market: str, a: str, b: str, metric: str) -> str:
-    """Mean ± std of the per-seed difference a − b, and its t statistic (n − 1 dof)."""
-    by = {(r.arm, r.seed): getattr(r, metric) for r in rows if r.market == market}
-    diffs = [by[(a, s)] - by[(b, s)] for s in sorted({r.seed for r in rows if r.market == market})]
-    if len(diffs) < 2:
-        return f"{diffs[0]:+.2f}"
-    sd = statistics.stdev(diffs)
-    t = statistics.fmean(diffs) / (sd / math.sqrt(len(diffs))) if sd > 0 else math.inf
-    return f"{statistics.fmean(diffs):+.2f} ± {sd:.2f} (t = {t:+.2f})"
-
-
-def report(rows: list[Row], command: str, minutes: float) -> str:
-    markets = sorted({r.market for r in rows}, key=lambda m: m != "learnable")
-    seeds = sorted({r.seed for r in rows})
-    lines = [f"Command: `{command}` (seeds {seeds[0]}..{seeds[-1]}, {minutes:.0f} min on this machine).", "",
-             "| market | arm | test Sharpe | test cumulative return | validation fitness | env steps |",
-             "|---|---|---|---|---|---|"]
-    for market in markets:
-        for arm in ARMS:
-            sub = [r for r in rows if r.market == market and r.arm == arm]
-            val = [r.validation for r in sub if not math.isnan(r.validation)]
-            lines.append(f"| {market} | {arm} | {mean_std([r.sharpe for r in sub])} | "
-                         f"{mean_std([r.cumulative_return for r in sub])} | {mean_std(val) if val else '-'} | "
-                         f"{int(statistics.fmean([r.env_steps for r in sub])):,} |")
-    lines += ["", "Paired per seed (same market, same seed), mean ± std of the difference and its t statistic:", "",
-              "| market | comparison | Δ test Sharpe | Δ test cumulative return |", "|---|---|---|---|"]
-    for market in markets:
-        for a, b in (("evolution", "vanilla"), ("evolution", "vanilla + evaluator"), ("evolution", "buy-and-hold"),
-                     ("vanilla", "buy-and-hold")):
-            lines.append(f"| {market} | {a} − {b} | {paired(rows, market, a, b, 'sharpe')} | "
-                         f"{paired(rows, market, a, b, 'cumulative_return')} |")
-    return "\n".join(lines)
-
-
-def plot(rows: list[Row], path: Path) -> None:
-    """Test Sharpe of every arm and seed, per market."""
-    markets = sorted({r.market for r in rows}, key=lambda m: m != "learnable")
-    figure = Figure(figsize=(4.5 * len(markets), 4), layout="constrained")
-    for k, market in enumerate(markets):
-        axes = figure.add_subplot(1, len(markets), k + 1)
-        for j, arm in enumerate(ARMS):
-            values = [r.sharpe for r in rows if r.market == market and r.arm == arm]
-            axes.scatter(np.full(len(values), j) + np.linspace(-0.1, 0.1, len(values)), values, color=f"C{j}", s=18)
-            axes.errorbar(j + 0.25, statistics.fmean(values), yerr=statistics.stdev(values) if len(values) > 1 else 0,
-                          fmt="s", color=f"C{j}", capsize=3)
-        axes.axhline(0, color="grey", linewidth=0.6)
-        axes.set_xticks(range(len(ARMS)), [a.replace(" + ", "\n+ ") for a in ARMS], fontsize=8)
-        axes.set(title=f"{market} market: test window", ylabel="test Sharpe (each dot a seed)")
-    figure.savefig(path, dpi=100)
+def seeds_of(text: str) -> list[int]:
+    """``7-16`` or ``7,8,9``."""
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--markets", nargs="+", default=["learnable", "null"], choices=["learnable", "null"])
+    parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-109"),
+                        help="market seeds: 100-109 to develop, 7-16 for the evidence")
+    parser.add_argument("--markets", nargs="+", default=["learnable", "null"], choices=MARKETS)
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[],
                         help="override a params.yaml key for every run, e.g. -s evolution.generations=2")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
-    parser.add_argument("--json", type=Path, help="also write every row here (and nothing to --out)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="seeds trained side by side")
+    parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--merge", type=Path, nargs="+", help="report the rows of earlier --json runs")
+    parser.add_argument("--dev", type=Path, help="with --merge: the development run, tabled beside the evidence")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     args = parser.parse_args()
-    started, rows = time.perf_counter(), []
     if args.merge:
-        rows = [Row(**row) for path in args.merge for row in json.loads(path.read_text())["rows"]]
-        minutes = max(json.loads(path.read_text())["minutes"] for path in args.merge)
-        command = " && ".join(json.loads(path.read_text())["command"] for path in args.merge)
-        command += f"; then .venv/bin/python benchmarks/results.py --merge {' '.join(str(p) for p in args.merge)}"
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            for market in args.markets:
-                for seed in range(args.seeds):
-                    params = market_params(Path(tmp), market, seed, args.overrides)
-                    for row in run_seed(params, market, seed):
-                        rows.append(row)
-                        print(json.dumps(row.__dict__), flush=True)
-        minutes = (time.perf_counter() - started) / 60
-        threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
-        command = threads + " ".join([".venv/bin/python benchmarks/results.py", *sys.argv[1:]])
-        if args.json:
-            args.json.write_text(json.dumps({"command": command, "minutes": minutes,
-                                             "rows": [r.__dict__ for r in rows]}, indent=1))
-            return
-    text = report(rows, command, minutes)
-    print(text)
-    image = args.out.parent / "img" / "results.png"
-    image.parent.mkdir(parents=True, exist_ok=True)
-    plot(rows, image)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    marker = "<!-- results.py writes below this line -->"
-    head = args.out.read_text().split(marker)[0] if args.out.exists() else "# Results\n\n"
-    figure = "![test Sharpe per seed](img/results.png)"
-    args.out.write_text(f"{head}{marker}\n\n## Measured {stamp}\n\n{text}\n\n{figure}\n")
+        write_report([json.loads(p.read_text()) for p in args.merge],
+                     json.loads(args.dev.read_text()) if args.dev else None, args.out)
+        return
+    started = time.perf_counter()
+    jobs = [(m, s, args.overrides) for m in args.markets for s in args.seeds]
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        rows = [r for part in pool.imap(run_seed, jobs) for r in part]
+    command = " ".join([".venv/bin/python benchmarks/results.py", *sys.argv[1:]])
+    result = {"command": command, "minutes": (time.perf_counter() - started) / 60, "rows": [asdict(r) for r in rows]}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    write_report([result], None, None)
 
 
 if __name__ == "__main__":

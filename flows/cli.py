@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
@@ -34,10 +34,12 @@ def load_env_defaults(path: Path = ROOT / ".env") -> None:
 
 load_env_defaults()
 
+from flows.terminal import CONSOLE, share_console  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402  (after the env defaults)
 from tasks.errors import PodracerError  # noqa: E402
 
-console = Console()
+console = CONSOLE
+"""rich's global console: the CLI's lines, every log line and the progress bars share it (flows/terminal.py)."""
 app = typer.Typer(
     help="Podracer RLOps: market data to a paper-trading champion, with generational-evolution PPO.",
     no_args_is_help=True,
@@ -57,6 +59,7 @@ def _params(path: Path, overrides: list[str] | None, profile: bool = False, resu
     """The config; while `podracer up`'s services run, this process's clients use them."""
     flags = [f"train.{name}=true" for name, on in (("profile", profile), ("resume", resume)) if on]
     cfg = load_params(path, [*(overrides or []), *flags])
+    share_console()
     if (cfg.data_dir / "services" / "services.json").exists():
         from flows.services import use_servers
 
@@ -74,12 +77,14 @@ def _stage(name: str, fn: Callable[[], T]) -> T:
 
 
 def _log_to_console() -> None:
-    """Show the stages' INFO logs; Prefect's console handler prints them once it is set up."""
+    """Show the stages' INFO logs, through the console the progress bars draw on: Prefect's
+    console handler, once it is set up, is rebound to it (``flows/terminal.py``)."""
     logging.getLogger("podracer").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         from rich.logging import RichHandler
 
         logging.getLogger().addHandler(RichHandler(console=console, show_path=False, show_time=False))
+    share_console()
 
 
 @app.command()
@@ -101,7 +106,9 @@ def _describe_ingest(r: Any) -> str:
 
 
 def _describe_validate(r: Any) -> str:
-    return f"[green]✓ validate[/] {r.rows_out} of {r.rows_in} rows passed, {r.quarantined} quarantined; report {r.report}"
+    splits = f"; [yellow]{r.splits} suspected split(s): use split-adjusted data[/]" if r.splits else ""
+    return (f"[green]✓ validate[/] {r.rows_out} of {r.rows_in} rows passed, {r.quarantined} quarantined; "
+            f"report {r.report}{splits}")
 
 
 def _describe_features(r: Any) -> str:

@@ -8,7 +8,7 @@ An unknown key or a bad value is a one-line :class:`ConfigError` naming the key.
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -28,9 +28,10 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 Indicator = Literal[
     "macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30", "close_30_sma", "close_60_sma",
-    "turbulence", "vix_proxy",
+    "turbulence", "vix_proxy", "ret_5", "ret_20", "ret_60", "ret_20_xs", "ret_60_xs", "vol_20",
 ]
-"""FinRL's default technical indicators (stockstats names) and two market-wide risk features."""
+"""FinRL's default technical indicators (stockstats names), two market-wide risk features and
+the scale-free per-stock features of ``tasks/data/momentum.py``."""
 
 
 class _Section(BaseModel):
@@ -63,13 +64,38 @@ class AlpacaParams(_Section):
     page_limit: int = Field(10_000, ge=1, le=10_000)
 
 
+SourceName = Literal["synthetic", "file", "yahoo", "wrds", "alpaca", "arch-demo"]
+
+SOURCE_RANGES: dict[str, tuple[date, date]] = {
+    "synthetic": (date(2016, 1, 1), date(2023, 12, 31)),
+    "arch-demo": (date(1999, 1, 1), date(2018, 12, 31)),
+    "yahoo": (date(2016, 1, 1), date(2023, 12, 31)),
+    "wrds": (date(2016, 1, 1), date(2023, 12, 31)),
+    "alpaca": (date(2016, 1, 1), date(2023, 12, 31)),
+}
+"""Each source's default ``data.start..data.end``: a range it has data for. arch ships
+1999-01-04..2018-12-31; a file has no default (it is imported whole)."""
+YAHOO_MINUTE_DAYS = 29
+"""Yahoo's 1-minute default: the last 29 days up to yesterday (it keeps about 30)."""
+
+
+def default_range(source: str, freq: str, today: date | None = None) -> tuple[date, date] | None:
+    """The range ``source`` brings when ``data.start`` / ``data.end`` are unset (None: a file,
+    imported whole, or an unknown source, which validation then names)."""
+    if source == "yahoo" and freq == "1min":
+        today = today or datetime.now(timezone.utc).date()
+        return today - timedelta(days=YAHOO_MINUTE_DAYS), today - timedelta(days=1)
+    return SOURCE_RANGES.get(source)
+
+
 class DataParams(_Section):
     """Where bars come from (stage 1, ingest)."""
 
-    source: Literal["synthetic", "file", "yahoo", "wrds", "alpaca", "arch-demo"] = "synthetic"
+    source: SourceName = "synthetic"
     freq: Literal["1d", "1min"] = "1d"
-    start: date = date(2016, 1, 1)
-    end: date = date(2023, 12, 31)
+    start: date | None = Field(None, description="first day; unset: the source's default range "
+                               "(synthetic 2016-01-01..2023-12-31, arch-demo 1999-01-01..2018-12-31; file: whole file)")
+    end: date | None = Field(None, description="last day; unset: the source's default range")
     symbols: int = Field(30, ge=1, le=500, description="synthetic: number of stocks")
     signal: float = Field(0.5, ge=0.0, description="synthetic: learnable structure; 0 = null market")
     seed: int = 7
@@ -78,19 +104,45 @@ class DataParams(_Section):
     columns: dict[str, str] = Field(
         default_factory=dict, description="file: column in the file -> bars-contract column"
     )
+    timezone: str | None = Field(None, description="file: IANA zone of tz-naive intraday timestamps "
+                                 "(e.g. America/New_York), converted to UTC; date-only values are sessions")
     yahoo: YahooParams = YahooParams()
     wrds: WrdsParams = WrdsParams()
     alpaca: AlpacaParams = AlpacaParams()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _source_range(cls, values: Any) -> Any:
+        """Fill an unset (or null) start / end from the source's own range, so a
+        ``-s data.source=arch-demo`` override gets arch-demo's dates, not another source's."""
+        if not isinstance(values, dict):
+            return values
+        span = default_range(str(values.get("source", "synthetic")), str(values.get("freq", "1d")))
+        if span is None:
+            return values
+        return {**values, **{k: d for k, d in zip(("start", "end"), span, strict=True) if values.get(k) is None}}
+
     @model_validator(mode="after")
     def _check(self) -> DataParams:
-        if self.start >= self.end:
-            raise ValueError("start must be before end")
+        if self.start is not None and self.end is not None and self.start >= self.end:
+            raise ValueError(f"start {self.start} must be before end {self.end}")
+        if self.timezone is not None:
+            try:
+                ZoneInfo(self.timezone)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone "
+                                 "(e.g. America/New_York)") from None
         if self.source == "file" and self.path is None:
             raise ValueError("path is required when source is 'file'")
         if self.source in ("yahoo", "wrds", "alpaca") and not self.tickers:
             raise ValueError(f"tickers is required when source is '{self.source}'")
         return self
+
+    def span(self) -> tuple[date, date]:
+        """``start..end`` of a synthetic or fetched source (set from the source's range when unset)."""
+        if self.start is None or self.end is None:
+            raise ConfigError(f"data.start and data.end are needed for source {self.source}")
+        return self.start, self.end
 
 
 class ValidationParams(_Section):
@@ -99,6 +151,8 @@ class ValidationParams(_Section):
     max_bad_fraction: float = Field(0.0, ge=0.0, le=1.0, description="quarantined share of rows that stops the run")
     max_gap_bars: int = Field(5, ge=0, description="most consecutive expected bars a symbol may miss")
     outlier_sigma: float = Field(12.0, gt=0.0, description="returns beyond this many robust sds are flagged")
+    max_abs_log_return: float = Field(3.0, gt=0.0, description="a bar whose close-to-close |log return| exceeds "
+                                      "this (3: a x20 move no listed stock makes in one bar) is quarantined")
 
 
 class FeatureParams(_Section):
@@ -113,12 +167,16 @@ class FeatureParams(_Section):
     turbulence_window: int = Field(120, ge=2, description="bars of returns behind each turbulence estimate")
     turbulence_refresh: int = Field(1, ge=1, description="bars between covariance re-estimates (390 = daily on 1min)")
     vix_window: int = Field(21, ge=2, description="bars in the volatility-index proxy")
-    train_end: date = date(2021, 12, 31)
-    val_end: date = date(2022, 12, 31)
+    train_end: date | None = Field(None, description="last day of train; unset (with val_end): train is the "
+                                   "first 75% of the history's days (tasks/data/splits.py)")
+    val_end: date | None = Field(None, description="last day of validation; unset: validation is the next "
+                                 "12.5%, test the last 12.5%")
 
     @model_validator(mode="after")
     def _check(self) -> FeatureParams:
-        if self.train_end >= self.val_end:
+        if (self.train_end is None) != (self.val_end is None):
+            raise ValueError("set both train_end and val_end, or neither (then 75/12.5/12.5% of the history)")
+        if self.train_end is not None and self.val_end is not None and self.train_end >= self.val_end:
             raise ValueError("train_end must be before val_end")
         if len(set(self.indicators)) != len(self.indicators):
             raise ValueError("indicators must not repeat")

@@ -20,10 +20,21 @@ import torch
 from trainers import profiler
 from trainers.env import EnvConfig, MarketData, MarketEnv
 from trainers.ppo import Actor, PPOConfig, PPOLearner, Rollout
-from trainers.state import StateScales
+from trainers.state import StateScales, StockLayout, state_dim
 
 SEED_STRIDE = 7919
 """Learner j of an agent seeded ``s`` uses seed ``s + j * SEED_STRIDE``."""
+
+
+def stock_layout(data: MarketData, scales: StateScales) -> StockLayout:
+    """The per-stock layout of ``data``'s states (for ``ppo.policy: shared``)."""
+    return StockLayout(data.n_stocks, data.n_features, scales)
+
+
+def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig) -> Actor:
+    """A deterministic actor of ``cfg``'s shape for ``data``, to load trained weights into."""
+    layout = stock_layout(data, scales) if cfg.policy == "shared" else None
+    return Actor(state_dim(data.n_stocks, data.n_features), data.n_stocks, cfg.net_dims, 0.0, layout)
 
 
 class PPOAgent:
@@ -42,7 +53,8 @@ class PPOAgent:
         seeds = [seed + j * SEED_STRIDE for j in range(cfg.learners)]
         self.envs = [MarketEnv(data, scales, env_cfg, cfg.num_envs, window, seed=s) for s in seeds]
         dims, actions = self.envs[0].state_dim, self.envs[0].action_dim
-        self.learners = [PPOLearner(dims, actions, cfg, s, device) for s in seeds]
+        layout = stock_layout(data, scales) if cfg.policy == "shared" else None
+        self.learners = [PPOLearner(dims, actions, cfg, s, device, layout) for s in seeds]
         self.fuse()  # learners start from one set of weights; their seeds differ in sampling
         self.last_rollout: Rollout | None = None
         """Learner 0's latest rollout (Nitro's detector inspects it, nitro §6.2)."""

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from trainers.ppo import Actor, Critic
+from trainers.state import StockLayout
 
 BETAS = (0.9, 0.999)
 EPS = 1e-8
@@ -43,8 +44,10 @@ class BatchedNets:
     ``widths[i]`` are agent ``i``'s hidden widths; every tensor is padded to the largest.
     """
 
-    def __init__(self, params: list[torch.Tensor], widths: list[list[int]]) -> None:
+    def __init__(self, params: list[torch.Tensor], widths: list[list[int]], layout: StockLayout | None = None) -> None:
         self.params, self.widths, self.n = params, widths, len(widths)
+        self.layout = layout
+        """The actors' per-stock layout (``policy: shared``), the same for every agent."""
         depth = (len(params) - 1) // 4  # log_std + (weight, bias) per layer, actor and critic alike
         self.log_std = params[0]
         self.actor = list(zip(params[1 : 1 + 2 * depth : 2], params[2 : 2 + 2 * depth : 2]))
@@ -56,6 +59,8 @@ class BatchedNets:
         widths = [[lin.out_features for lin in _linears(a)[:-1]] for a in actors]
         if len({len(w) for w in widths}) != 1:
             raise ValueError("multiplexed agents need the same number of hidden layers")
+        if len({a.layout for a in actors}) != 1:
+            raise ValueError("multiplexed agents need the same policy layout")
         params = [torch.stack([a.log_std.detach() for a in actors]).clone()]
         for nets in ([_linears(a) for a in actors], [_linears(c) for c in critics]):
             for depth in range(len(nets[0])):
@@ -68,7 +73,7 @@ class BatchedNets:
                     weight[i, : lin.in_features, : lin.out_features] = lin.weight.detach().T
                     bias[i, 0, : lin.out_features] = lin.bias.detach()
                 params += [weight, bias]
-        return cls(params, widths)
+        return cls(params, widths, actors[0].layout)
 
     def _cuts(self, agents: Sequence[int]) -> list[tuple[int, ...]]:
         """Per tensor in ``params`` order, its extent for ``agents``: hidden widths cut to
@@ -110,7 +115,7 @@ class BatchedNets:
         tensors = self.crop(self.params, agents)
         if grad:
             tensors = [t.detach().requires_grad_() for t in tensors]
-        return BatchedNets(tensors, [self.widths[i] for i in agents])
+        return BatchedNets(tensors, [self.widths[i] for i in agents], self.layout)
 
     @staticmethod
     def _mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
@@ -121,8 +126,12 @@ class BatchedNets:
         return x
 
     def mean(self, states: torch.Tensor) -> torch.Tensor:
-        """Gaussian means ``[N, M, A]`` of the pre-``tanh`` actions for states ``[N, M, S]``."""
-        return self._mlp(self.actor, states)
+        """Gaussian means ``[N, M, A]`` of the pre-``tanh`` actions for states ``[N, M, S]``
+        (a shared per-stock scorer runs on the ``[N, M·n, k + 2]`` stock rows, as one batch)."""
+        if self.layout is None:
+            return self._mlp(self.actor, states)
+        rows = self.layout.per_stock(states)
+        return self._mlp(self.actor, rows.flatten(1, 2)).reshape(rows.shape[:3])
 
     def value(self, states: torch.Tensor) -> torch.Tensor:
         """Critic values ``[N, M]`` for states ``[N, M, S]``."""

@@ -9,7 +9,10 @@ MDP rules (DESIGN §2):
 * the agent sees bar t (close and indicators) and its orders fill at bar t+1's **open**;
 * sells execute before buys, shares are integers ≥ 0 and cash never goes below 0;
 * ``cost_pct`` is charged on every traded notional;
-* the reward is the change of account value from close t to close t+1, after costs;
+* the action is shares per stock (the paper's, ``trunc(a · hmax)``) or target weights
+  (``action: weights``, a softmax allocation); both become whole-share orders;
+* the reward is the change of account value from close t to close t+1, after costs
+  (``reward: log``: its log ratio, on the same scale at the start);
 * an optional turbulence gate: when bar t's turbulence index reaches the threshold, buys
   are blocked and every holding is sold at the next open (FinRL's risk control);
 * the end of an episode (its length or the end of data) is a truncation, never terminal.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -50,6 +53,16 @@ class EnvConfig:
     turbulence_threshold: float | None = None
     """Turbulence gate: at or above this turbulence index, block buys and liquidate.
     ``None`` turns it off. The index is about n_stocks on an average bar (a χ²_n distance)."""
+    action: Literal["shares", "weights"] = "shares"
+    """``shares``: a ∈ (-1, 1)^n trades ``trunc(a · hmax)`` shares per stock (finrl-podracer
+    §3, eq. 3). ``weights``: a is a target allocation, ``softmax(WEIGHT_LOGITS · a, 0)`` over
+    the stocks and cash, reached in whole shares at the next open (hmax does not apply)."""
+    reward: Literal["value", "log", "excess"] = "value"
+    """``value``: Δ account value × reward_scale. ``log``: log(V_t+1 / V_t) × initial_cash ×
+    reward_scale, the same size at the start but proportional to returns, not dollars.
+    ``excess``: the log return minus the equal-weight market's, log(mean_i close_t+1 / close_t),
+    on the same scale: the market's move, which no allocation escapes, leaves the reward,
+    so what is left credits the allocation (a benchmark-relative reward)."""
 
     def __post_init__(self) -> None:
         require(self.initial_cash > 0, "initial_cash must be > 0")
@@ -76,6 +89,7 @@ class MarketData:
     features: torch.Tensor
     turbulence: torch.Tensor | None = None
     _rows: dict[StateScales, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
+    _growth: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_stocks(self) -> int:
@@ -88,6 +102,13 @@ class MarketData:
     def to(self, device: torch.device | str) -> MarketData:
         turb = None if self.turbulence is None else self.turbulence.to(device)
         return MarketData(self.open.to(device), self.close.to(device), self.features.to(device), turb)
+
+    def market_growth(self) -> torch.Tensor:
+        """``[T − 1]`` log growth of the equal-weight market from close t to close t+1
+        (``reward: excess``'s benchmark), computed once."""
+        if self._growth is None:
+            self._growth = torch.log((self.close[1:] / self.close[:-1]).mean(dim=1))
+        return self._growth
 
     def state_rows(self, scales: StateScales) -> torch.Tensor:
         """Every bar's state row ``[T, state_dim]`` float32 with the account columns zeroed,
@@ -111,6 +132,57 @@ class Fill:
     cost: torch.Tensor
 
 
+WEIGHT_LOGITS = 5.0
+"""``action: weights``: logits are ``WEIGHT_LOGITS · a``, cash's is 0, so one stock may weigh
+up to e^10 times another and cash can be all but emptied."""
+
+
+def target_orders(
+    action: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor,
+    liquidate: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shares each account sells and buys to move to the target weights of ``action``
+    (``action: weights``): the account is valued at ``close`` (the bar it has just seen),
+    each stock's target is ``floor(w_i · value / close_i)`` whole shares, and the orders are
+    the differences. :func:`fill_orders` fills them at the next open like any other (sells
+    first; buys scaled down when the open costs more than the cash). The turbulence gate
+    liquidates as in :func:`intended_orders`.
+    """
+    logits = torch.cat((action.to(torch.float64) * WEIGHT_LOGITS, torch.zeros_like(cash).unsqueeze(1)), dim=1)
+    sold, bought = rebalance_orders(torch.softmax(logits, dim=1)[:, :-1], cash, shares, close)
+    return _gated(sold, bought, shares, liquidate)
+
+
+def rebalance_orders(
+    weights: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sold, bought) whole shares that move each account to ``weights`` ``[E, n]`` (the rest
+    in cash), the account valued at ``close``: targets are ``floor(w_i · value / close_i)``."""
+    value = cash + (shares * close).sum(dim=1)
+    target = torch.floor(weights * value.unsqueeze(1) / close)
+    return (shares - target).clamp(min=0.0), (target - shares).clamp(min=0.0)
+
+
+def _gated(sold: torch.Tensor, bought: torch.Tensor, shares: torch.Tensor,
+           liquidate: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where ``liquidate`` ``[E]`` is true, sell every holding and buy nothing."""
+    if liquidate is None:
+        return sold, bought
+    gate = liquidate.unsqueeze(1)
+    return torch.where(gate, shares, sold), torch.where(gate, torch.zeros_like(bought), bought)
+
+
+def orders(
+    cfg: EnvConfig, action: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor,
+    liquidate: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (sold, bought) whole-share orders ``action`` asks for, by ``cfg.action``: the
+    one function the env and serving both call, so paper orders follow the training rules."""
+    if cfg.action == "weights":
+        return target_orders(action, cash, shares, close, liquidate)
+    return intended_orders(action, shares, cfg.hmax, liquidate)
+
+
 def intended_orders(
     action: torch.Tensor, shares: torch.Tensor, hmax: int, liquidate: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,12 +195,7 @@ def intended_orders(
     """
     want = torch.trunc(action.clamp(-1.0, 1.0).to(shares.dtype) * hmax)
     sold = torch.minimum((-want).clamp(min=0.0), shares)
-    bought = want.clamp(min=0.0)
-    if liquidate is not None:
-        gate = liquidate.unsqueeze(1)
-        sold = torch.where(gate, shares, sold)
-        bought = torch.where(gate, torch.zeros_like(bought), bought)
-    return sold, bought
+    return _gated(sold, want.clamp(min=0.0), shares, liquidate)
 
 
 def fill_orders(
@@ -157,18 +224,18 @@ def fill_orders(
 
 
 def execute_orders(
+    cfg: EnvConfig,
     action: torch.Tensor,
     cash: torch.Tensor,
     shares: torch.Tensor,
+    close: torch.Tensor,
     price: torch.Tensor,
-    hmax: int,
-    cost_pct: float,
     liquidate: torch.Tensor | None = None,
 ) -> Fill:
-    """Turn actions in [-1, 1]^n into integer trades filled at ``price`` (eq. 3–4): the
-    orders of :func:`intended_orders`, filled by :func:`fill_orders`."""
-    sold, bought = intended_orders(action, shares, hmax, liquidate)
-    return fill_orders(sold, bought, cash, shares, price, cost_pct)
+    """Turn actions in [-1, 1]^n, taken at ``close``, into integer trades filled at ``price``
+    (eq. 3–4): the orders of :func:`orders`, filled by :func:`fill_orders`."""
+    sold, bought = orders(cfg, action, cash, shares, close, liquidate)
+    return fill_orders(sold, bought, cash, shares, price, cfg.cost_pct)
 
 
 class FinalStates(NamedTuple):
@@ -335,11 +402,17 @@ class MarketEnv:
         of the finished ones come back in ``final`` so the learner can bootstrap their value.
         """
         t_next = self.t + 1
-        price = self.data.open.index_select(0, t_next)
-        fill = execute_orders(action, self.cash, self.shares, price, self.cfg.hmax, self.cfg.cost_pct, self._gate())
+        close, price = self.data.close.index_select(0, self.t), self.data.open.index_select(0, t_next)
+        fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, self._gate())
         self.cash, self.shares, self.t = fill.cash, fill.shares, t_next
         value = self.account_value()
-        reward = ((value - self.value) * self.cfg.reward_scale).to(torch.float32)
+        if self.cfg.reward != "value":
+            growth = torch.log(value.clamp(min=1e-9) / self.value.clamp(min=1e-9))
+            if self.cfg.reward == "excess":
+                growth = growth - self.data.market_growth().index_select(0, self.t - 1)
+            reward = (growth * (self.cfg.initial_cash * self.cfg.reward_scale)).to(torch.float32)
+        else:
+            reward = ((value - self.value) * self.cfg.reward_scale).to(torch.float32)
         self.value = value
         truncated = self.t >= self.t_end
         if not self.random_start:  # one pass over the window: nothing resets

@@ -12,9 +12,8 @@ import numpy as np
 import torch
 
 from trainers import profiler
-from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.env import EnvConfig, MarketData, MarketEnv, fill_orders, rebalance_orders
 from trainers.state import StateScales
-
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
 """Deterministic actions ``[E, A]`` in (-1, 1) for states ``[E, state_dim]`` (an Actor is one)."""
@@ -62,3 +61,40 @@ def buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, int]) -> n
     cash = cfg.initial_cash - float((shares * price).sum()) * (1.0 + cfg.cost_pct)
     marks = (data.close[t_lo + 1 : t_hi + 1] * shares).sum(dim=1) + cash
     return np.concatenate(([cfg.initial_cash], marks.cpu().numpy().astype(np.float64)))
+
+
+def ranked_portfolio(
+    data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor, every: int = 5,
+    top: float = 1 / 3,
+) -> np.ndarray:
+    """Account value at each close of ``window`` for a rule that holds the top ``top`` share
+    of stocks by ``scores[t]`` ``[T, n]`` (known at close t), long only and equal weight,
+    rebalanced every ``every`` bars. Orders are decided at a close and filled at the next
+    open by :func:`trainers.env.fill_orders`, with the env's costs: the same rules as the
+    agents and buy-and-hold. The momentum baseline and the synthetic market's oracle are
+    this rule with different scores (issue 14).
+    """
+    t_lo, t_hi = window
+    n = data.n_stocks
+    held = max(1, round(n * top))
+    cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
+    shares = torch.zeros((1, n), dtype=torch.float64)
+    values = [cfg.initial_cash]
+    for t in range(t_lo, t_hi):
+        if (t - t_lo) % every == 0:
+            weights = torch.zeros((1, n), dtype=torch.float64)
+            weights[0, torch.argsort(scores[t].cpu(), descending=True, stable=True)[:held]] = 1.0 / held
+            close = data.close[t].cpu().unsqueeze(0)
+            sold, bought = rebalance_orders(weights * (1 - cfg.cost_pct), cash, shares, close)
+            fill = fill_orders(sold, bought, cash, shares, data.open[t + 1].cpu().unsqueeze(0), cfg.cost_pct)
+            cash, shares = fill.cash, fill.shares
+        values.append(float(cash[0] + (shares[0] * data.close[t + 1].cpu()).sum()))
+    return np.asarray(values, dtype=np.float64)
+
+
+def momentum_scores(data: MarketData, lookback: int = 20) -> torch.Tensor:
+    """``[T, n]`` trailing ``lookback``-bar return at each close (−inf before there is one)."""
+    close = data.close.cpu()
+    scores = torch.full_like(close, -torch.inf)
+    scores[lookback:] = close[lookback:] / close[:-lookback] - 1.0
+    return scores

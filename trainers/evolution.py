@@ -181,8 +181,10 @@ class Evolution:
                                [math.nan] * len(agents), [0] * len(agents), [None] * len(agents))
 
     def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
-            runner: JobRunner = run_serially) -> EvolutionResult:
-        """Run the remaining generations, checkpointing after each into ``checkpoint_dir``."""
+            runner: JobRunner = run_serially,
+            on_generation: Callable[[EvolutionResult], None] | None = None) -> EvolutionResult:
+        """Run the remaining generations, checkpointing after each into ``checkpoint_dir``;
+        ``on_generation`` sees the best snapshot so far after each (a learning curve)."""
         pop, cfg = self.pop, self.cfg
         while pop.generation < cfg.generations:
             gen = pop.generation
@@ -202,6 +204,13 @@ class Evolution:
             pop.generation += 1
             if checkpoint_dir is not None:
                 self.save(checkpoint_dir / CHECKPOINT)
+            if on_generation is not None:
+                on_generation(self.best())
+        return self.best()
+
+    def best(self) -> EvolutionResult:
+        """The best validation snapshot so far, over every agent and generation (§4.2)."""
+        pop = self.pop
         score, gen, agent = max(((b[0], b[1], i) for i, b in enumerate(pop.best)), key=lambda x: (x[0], -x[2]))
         return EvolutionResult(
             best_actor=pop.best[agent][2], best_fitness=score, best_generation=gen, best_agent=agent,

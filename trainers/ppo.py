@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -23,6 +23,7 @@ from torch import nn
 from trainers import profiler
 from trainers._checks import require
 from trainers.env import MarketEnv
+from trainers.state import StockLayout
 
 HPARAMS = ("lr", "entropy_coef", "clip", "gamma", "gae_lambda", "repeat_times", "num_envs", "net_width")
 """Hyperparameters that may differ between agents of a population and be evolved;
@@ -53,6 +54,10 @@ class PPOConfig:
     learners: int = 1
     """Parallel learners per agent, each with its own seed and envs, whose parameters are
     averaged at the end of every epoch (finrl-podracer.txt §4.4)."""
+    policy: Literal["mlp", "shared"] = "mlp"
+    """``mlp``: one network over the whole state (the paper's). ``shared``: one per-stock
+    scorer applied to every stock (:class:`trainers.state.StockLayout`); the critic stays
+    an MLP over the whole state."""
 
     def __post_init__(self) -> None:
         require(self.lr > 0, "lr must be > 0")
@@ -96,23 +101,35 @@ def mlp(sizes: list[int]) -> nn.Sequential:
 
 
 class Actor(nn.Module):
-    """Gaussian policy; the env receives ``tanh`` of the sample, so actions lie in (-1, 1)."""
+    """Gaussian policy; the env receives ``tanh`` of the sample, so actions lie in (-1, 1).
 
-    def __init__(self, state_dim: int, action_dim: int, net_dims: tuple[int, ...], init_log_std: float):
+    With a ``layout`` the network is a per-stock scorer: it maps each stock's inputs to
+    that stock's mean, the same weights for every stock (``policy: shared``).
+    """
+
+    def __init__(self, state_dim: int, action_dim: int, net_dims: tuple[int, ...], init_log_std: float,
+                 layout: StockLayout | None = None):
         super().__init__()
-        self.net = mlp([state_dim, *net_dims, action_dim])
+        self.layout = layout
+        self.net = mlp([state_dim, *net_dims, action_dim] if layout is None else [layout.width, *net_dims, 1])
         last = self.net[-1]
         assert isinstance(last, nn.Linear)
         nn.init.orthogonal_(last.weight, gain=0.01)
         nn.init.zeros_(last.bias)
         self.log_std = nn.Parameter(torch.full((action_dim,), init_log_std))
 
+    def mean(self, state: torch.Tensor) -> torch.Tensor:
+        """The Gaussian mean of the pre-``tanh`` action, ``[..., action_dim]``."""
+        if self.layout is None:
+            return self.net(state)
+        return self.net(self.layout.per_stock(state)).squeeze(-1)
+
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         """Deterministic action in (-1, 1): ``tanh`` of the Gaussian mean."""
-        return torch.tanh(self.net(state))
+        return torch.tanh(self.mean(state))
 
     def distribution(self, state: torch.Tensor) -> torch.distributions.Normal:
-        return torch.distributions.Normal(self.net(state), self.log_std.exp())
+        return torch.distributions.Normal(self.mean(state), self.log_std.exp())
 
 
 class Critic(nn.Module):
@@ -201,11 +218,12 @@ def surrogate(
 class PPOLearner:
     """One actor-critic learner with its own optimizer and random stream."""
 
-    def __init__(self, state_dim: int, action_dim: int, cfg: PPOConfig, seed: int, device: torch.device):
+    def __init__(self, state_dim: int, action_dim: int, cfg: PPOConfig, seed: int, device: torch.device,
+                 layout: StockLayout | None = None):
         self.cfg, self.device = cfg, device
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.actor = Actor(state_dim, action_dim, cfg.net_dims, cfg.init_log_std).to(device)
+            self.actor = Actor(state_dim, action_dim, cfg.net_dims, cfg.init_log_std, layout).to(device)
             self.critic = Critic(state_dim, cfg.net_dims).to(device)
         self.params = [*self.actor.parameters(), *self.critic.parameters()]
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr)

@@ -40,6 +40,42 @@ class StateScales:
         )
 
 
+@dataclass(frozen=True)
+class StockLayout:
+    """Where each stock's numbers sit in the flat state, for a policy shared across stocks.
+
+    A per-stock scorer (the EIIE idea of Jiang et al. 2017: one small network applied to
+    every asset) sees stock i's normalised indicators, its weight in the account and the
+    cash weight, never the price level or the stock's position in the vector, so it cannot
+    learn which stock is which and every stock's bars train the same weights.
+    """
+
+    n_stocks: int
+    n_features: int
+    scales: StateScales
+
+    @property
+    def width(self) -> int:
+        """Inputs per stock: k indicators, the stock's weight and the cash weight."""
+        return self.n_features + 2
+
+    def per_stock(self, state: torch.Tensor) -> torch.Tensor:
+        """``[..., S]`` flat states to ``[..., n, k + 2]`` per-stock inputs (float32).
+
+        Weights are holdings marked at the state's closes over the account value, both
+        rebuilt from the scaled state with the saved constants.
+        """
+        n, k, sc = self.n_stocks, self.n_features, self.scales
+        price_ref = torch.as_tensor(sc.price_ref, dtype=state.dtype, device=state.device)
+        cash = state[..., :1] / sc.cash_scale
+        held = state[..., 1 : 1 + n] / sc.shares_scale * state[..., 1 + n : 1 + 2 * n] * price_ref
+        value = (cash + held.sum(-1, keepdim=True)).clamp(min=1e-9)
+        feats = state[..., 1 + 2 * n :].unflatten(-1, (n, k))
+        weights = (held / value).unsqueeze(-1)
+        cash_weight = (cash / value).unsqueeze(-1).expand(*weights.shape)
+        return torch.cat((feats, weights, cash_weight), dim=-1)
+
+
 def state_dim(n_stocks: int, n_features: int) -> int:
     """Length of the state vector: 1 cash + n shares + n prices + n·k indicators."""
     return 1 + 2 * n_stocks + n_stocks * n_features

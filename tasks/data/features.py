@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +22,10 @@ from prefect import task
 
 from tasks.caching import data_cache_key
 from tasks.config import FeatureParams, Params
+from tasks.data import momentum
 from tasks.data.bars import VALIDATED, panel, read_parquet
 from tasks.data.risk import turbulence, volatility_proxy
+from tasks.data.splits import history_span, split_dates
 from tasks.errors import DataError, MissingInput
 from tasks.storage import atomic_dir
 from trainers.env import TURBULENCE, MarketData
@@ -73,8 +76,9 @@ class FeatureSet:
 
 
 def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeatureParams, freq: str) -> np.ndarray:
-    """``[T, n, k]`` indicators over the full history: per symbol with stockstats, and the
-    market-wide risk features (``tasks/data/risk.py``) broadcast to every symbol."""
+    """``[T, n, k]`` indicators over the full history: per symbol with stockstats, the
+    market-wide risk features (``tasks/data/risk.py``) broadcast to every symbol, and the
+    scale-free returns (``tasks/data/momentum.py``)."""
     from stockstats import wrap
 
     close = wide["close"].to_numpy(np.float64)
@@ -83,10 +87,12 @@ def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeaturePara
         "turbulence": lambda: turbulence(close, cfg.turbulence_window, cfg.turbulence_refresh),
         "vix_proxy": lambda: volatility_proxy(close, cfg.vix_window, periods_per_year(freq)),
     }
-    per_stock = [(i, name) for i, name in enumerate(names) if name not in risk]
+    per_stock = [(i, name) for i, name in enumerate(names) if name not in risk and name not in momentum.NAMES]
     for i, name in enumerate(names):
         if name in risk:
             out[:, :, i] = risk[name]()[:, None]
+        elif name in momentum.NAMES:
+            out[:, :, i] = momentum.feature(close, name)
     for j, symbol in enumerate(wide["close"].columns):
         stats = wrap(pd.DataFrame({f: wide[f][symbol].to_numpy() for f in ("open", "high", "low", "close", "volume")}))
         for i, name in per_stock:
@@ -94,17 +100,21 @@ def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeaturePara
     return out
 
 
-def split_indices(ts: pd.DatetimeIndex, cfg: FeatureParams) -> dict[str, tuple[int, int]]:
-    """Inclusive bar-index ranges of train (≤ train_end), validation (≤ val_end) and test."""
+def split_indices(ts: pd.DatetimeIndex, cfg: FeatureParams,
+                  span: tuple[date, date] | None = None) -> dict[str, tuple[int, int]]:
+    """Inclusive bar-index ranges of train (≤ train_end), validation (≤ val_end) and test;
+    unset dates default to 75/12.5/12.5% of the history's ``span`` (``tasks/data/splits.py``)."""
     day = ts.tz_convert("UTC").tz_localize(None).normalize()
-    train_end, val_end = pd.Timestamp(cfg.train_end), pd.Timestamp(cfg.val_end)
+    train_day, val_day, how = split_dates(cfg, span)
+    train_end, val_end = pd.Timestamp(train_day), pd.Timestamp(val_day)
     masks = {"train": day <= train_end, "validation": (day > train_end) & (day <= val_end), "test": day > val_end}
     out = {}
     for name, mask in masks.items():
         idx = np.flatnonzero(mask)
         if idx.size < 2:
-            raise DataError(f"features: the {name} split has {idx.size} bars after warm-up (needs >= 2); "
-                            "check features.train_end / features.val_end against the data's dates")
+            raise DataError(f"features: the {name} split has {idx.size} bars after warm-up (needs >= 2) with "
+                            f"train_end {train_day} and val_end {val_day} from {how}; "
+                            "set features.train_end / features.val_end to fit the data's dates")
         out[name] = (int(idx[0]), int(idx[-1]))
     return out
 
@@ -128,7 +138,7 @@ def build(params: Params) -> FeatureSet:
         t, j, i = (int(a[0]) for a in np.nonzero(bad))
         raise DataError(f"features: {names[i]} is NaN/inf for {wide['close'].columns[j]} at {ts[t]} "
                         f"after a {warm}-bar warm-up ({int(bad.sum())} cells); raise features.warmup")
-    splits = split_indices(ts, params.features)
+    splits = split_indices(ts, params.features, history_span(params.data, pd.DatetimeIndex(wide["close"].index)))
     lo, hi = splits["train"]
     train = feats[lo : hi + 1]
     mean, std = train.mean(axis=0), train.std(axis=0)

@@ -1,6 +1,7 @@
 """Stage 1, ingest: bars from a source into ``data/raw/`` as one Parquet file per symbol.
 
-Sources: the seeded synthetic market (default), a CSV/Parquet file with a column mapping,
+Sources: the seeded synthetic market (default), a bars file (CSV, compressed or zipped, or
+Parquet, partitioned too; ``tasks/data/files.py``) with a column mapping,
 Yahoo, WRDS, Alpaca and the arch-demo data (``tasks/data/sources/``). A manifest records each
 file's SHA-256. The synthetic market and files are produced whole: the same spec reuses
 the files. Fetched sources are **incremental**: the manifest records which date range
@@ -29,7 +30,8 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.caching import data_version
 from tasks.config import DataParams, Params
-from tasks.data.bars import COLUMNS, read_parquet, to_contract, write_parquet
+from tasks.data.bars import COLUMNS, read_parquet, write_parquet
+from tasks.data.files import read_bars
 from tasks.data.sources import Request, Source
 from tasks.data.synthetic import iter_synthetic_bars
 from tasks.errors import DataError
@@ -78,35 +80,16 @@ def make_source(data: DataParams) -> Source:
 
 def per_symbol(data: DataParams) -> Iterator[tuple[str, pd.DataFrame]]:
     """``(symbol, bars)`` of a source produced whole: the synthetic market (streamed, so 100
-    stocks × 10 years of minute bars never sit in memory at once) or a file import."""
+    stocks × 10 years of minute bars never sit in memory at once) or a file import
+    (``tasks/data/files.py``: compressed, zipped and partitioned files, the date rule)."""
     if data.source == "synthetic":
-        chunks = iter_synthetic_bars(data.symbols, data.start, data.end, data.signal, data.seed, freq=data.freq)
+        chunks = iter_synthetic_bars(data.symbols, *data.span(), data.signal, data.seed, freq=data.freq)
         for symbol, group in itertools.groupby(chunks, key=lambda chunk: str(chunk["symbol"].iat[0])):
             yield symbol, pd.concat(list(group), ignore_index=True)
         return
-    assert data.path is not None
-    frame = to_contract(_read_file(data.path).rename(columns=data.columns), str(data.path))
-    if frame.empty:
-        raise DataError(f"{data.path}: no bars")
+    frame = read_bars(data)
     _check_symbols(frame, str(data.path))
     yield from ((str(s), g.reset_index(drop=True)) for s, g in frame.groupby("symbol", sort=True))
-
-
-def _read_file(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise DataError(f"{path}: no such file")
-    try:
-        if path.suffix.lower() in (".parquet", ".pq"):
-            return pd.read_parquet(path)
-        if path.suffix.lower() == ".csv":
-            return pd.read_csv(path)
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not UTF-8 text") from None
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{path}: empty file") from None
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
-    raise DataError(f"{path}: unsupported file type (use .csv or .parquet)")
 
 
 def missing_pieces(
@@ -207,7 +190,8 @@ def _ingest_pieces(params: Params, source: Source) -> IngestResult:
     coverage = {s: (date.fromisoformat(a), date.fromisoformat(b))
                 for s, (a, b) in (manifest.get("coverage", {}) if same else {}).items()}
     symbols = tuple(data.tickers) or source.default_symbols
-    pieces = missing_pieces(coverage, symbols, data.start, data.end)
+    start, end = data.span()
+    pieces = missing_pieces(coverage, symbols, start, end)
     present = {p.stem for p in raw.glob("*.parquet")}
     if not pieces and present == set(symbols) and (reused := _reuse(raw, manifest)):
         return reused
@@ -223,8 +207,8 @@ def _ingest_pieces(params: Params, source: Source) -> IngestResult:
             group = pd.concat([read_parquet(path)[0], group]).drop_duplicates(["symbol", "ts"], keep="last")
         write_parquet(group.sort_values("ts").reset_index(drop=True), path, data.freq)
     for symbol in {s for syms in pieces.values() for s in syms}:
-        have = coverage.get(symbol, (data.start, data.end))
-        coverage[symbol] = (min(have[0], data.start), max(have[1], data.end))
+        have = coverage.get(symbol, (start, end))
+        coverage[symbol] = (min(have[0], start), max(have[1], end))
     coverage = {s: coverage[s] for s in symbols}
     files = sorted(raw.glob("*.parquet"))
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)

@@ -46,6 +46,14 @@ def _daily_frame(market: DailyMarket) -> pd.DataFrame:
     )
 
 
+def latent_drift(symbols: int, start: date, end: date, signal: float, seed: int) -> pd.DataFrame:
+    """The daily market's true expected log return from its latent drift, ``[sessions, symbols]``
+    (session dates as UTC midnights). The benchmark's oracle ranks stocks by it; it is for
+    evaluation only and never reaches ingest, features or training."""
+    market = daily_market(symbols, start, end, signal, seed)
+    return pd.DataFrame(market.drift, index=market.sessions, columns=market.names)
+
+
 def _check_freq(freq: str) -> None:
     if freq not in ("1d", "1min"):
         raise ConfigError(f"synthetic: unknown freq {freq!r} (expected 1d or 1min)")

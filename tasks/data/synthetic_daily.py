@@ -52,6 +52,7 @@ class DailyMarket:
     market_sd: np.ndarray  # [steps]
     sector_sd: np.ndarray  # [steps, SECTORS]
     idio_sd: np.ndarray  # [steps, n]
+    drift: np.ndarray  # [steps, n] expected daily log return from the latent drift (evaluation only)
 
     @property
     def sessions(self) -> pd.DatetimeIndex:
@@ -151,6 +152,7 @@ def daily_market(symbols: int, start: date, end: date, signal: float, seed: int)
         + jumps
         + signal * 0.1 * idio_vol * drift
     )
+    expected_drift = signal * 0.1 * idio_vol * drift
     # Split each day's move into an overnight gap and an intraday move.
     overnight = 0.3 * log_ret + 0.2 * idio_vol * rng.standard_normal((steps, n))
     close = rng.lognormal(np.log(60.0), 0.7, n) * np.exp(np.cumsum(log_ret, axis=0))
@@ -165,5 +167,5 @@ def daily_market(symbols: int, start: date, end: date, signal: float, seed: int)
     return DailyMarket(
         names=symbol_names(n), schedule=schedule, open=open_, high=high, low=low, close=close,
         volume=volume.astype(np.float64), jumps=jumps, beta=beta, sector=sector, sector_load=sector_load,
-        market_sd=market_sd[:, 0], sector_sd=sector_sd, idio_sd=idio_sd,
+        market_sd=market_sd[:, 0], sector_sd=sector_sd, idio_sd=idio_sd, drift=expected_drift,
     )

@@ -4,8 +4,10 @@ Rows that fail a row-level check go to ``data/quarantine/<file>.parquet`` with a
 ``reason`` column; the rest go to ``data/validated/bars.parquet``. Rows in = rows out +
 rows quarantined, and ``data/raw/`` is never modified. If more than
 ``validation.max_bad_fraction`` of the rows fail, the stage stops with one line naming
-each offending file and its count. ``report.md`` (kept with the quarantine and logged to
-MLflow) lists the counts per check and the flagged return outliers.
+each offending file and its count. A close-to-close move beyond
+``validation.max_abs_log_return`` is quarantined too (``tasks/data/limits.py``).
+``report.md`` (kept with the quarantine and logged to MLflow) lists the counts per check,
+the hard-limit rows, the flagged return outliers and any suspected split.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tasks.caching import data_cache_key
 from tasks.config import Params
 from tasks.data.bars import COLUMNS, PRICE_COLUMNS, VALIDATED, read_parquet, to_contract, write_parquet
 from tasks.data.checks import check_frequency, check_gaps, is_sorted, outliers, row_checks
+from tasks.data.limits import LIMIT_REASON, limit_failures, suspected_splits
 from tasks.errors import DataError, MissingInput, ValidationFailed
 from tasks.storage import atomic_dir
 
@@ -38,6 +41,8 @@ class ValidateResult:
     quarantined: int
     path: Path
     report: Path
+    splits: int = 0
+    """Suspected splits reported (rows kept)."""
 
 
 def _suite() -> list[tuple[str, Any]]:
@@ -129,11 +134,20 @@ def _load_raw(raw: Path, freq: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _checks(joined: str) -> list[str]:
+    """The checks a row failed, without the per-row details after ``": "`` (the hard limit's)."""
+    return [reason.split(": ", 1)[0] for reason in joined.split("; ")]
+
+
 def _reasons(group: pd.DataFrame) -> list[str]:
-    return sorted({r for joined in group["reason"] for r in joined.split("; ")})
+    return sorted({r for joined in group["reason"] for r in _checks(joined)})
 
 
-def _write_report(path: Path, rows_in: int, bad: pd.DataFrame, flagged: pd.DataFrame) -> None:
+SPLIT_ADVICE = ("These bars gap by a split ratio and then stay put: unadjusted prices around a stock split? "
+                "Use split-adjusted data (yfinance auto_adjust=True, CRSP prices divided by cfacpr).")
+
+
+def _write_report(path: Path, rows_in: int, bad: pd.DataFrame, flagged: pd.DataFrame, splits: pd.DataFrame) -> None:
     lines = [
         "# Validation report",
         "",
@@ -141,19 +155,27 @@ def _write_report(path: Path, rows_in: int, bad: pd.DataFrame, flagged: pd.DataF
         f"- rows quarantined: {len(bad)}",
         f"- rows out: {rows_in - len(bad)}",
         f"- return outliers flagged (kept): {len(flagged)}",
+        f"- suspected splits (kept): {len(splits)}",
         "",
     ]
     if len(bad):
-        counts = pd.Series([r for joined in bad["reason"] for r in joined.split("; ")]).value_counts()
+        counts = pd.Series([r for joined in bad["reason"] for r in _checks(joined)]).value_counts()
         lines += ["| check | rows |", "|---|---|", *(f"| {r} | {n} |" for r, n in counts.items()), ""]
         lines += ["| file | rows | reasons |", "|---|---|---|"]
         for name, group in bad.groupby("_file", observed=True):
             lines.append(f"| {name} | {len(group)} | {', '.join(_reasons(group))} |")
         lines.append("")
+        over = [r for joined in bad["reason"] for r in joined.split("; ") if r.startswith(LIMIT_REASON + ": ")]
+        if over:
+            lines += ["Quarantined by the hard limit (first 20):", "", *(f"- {r}" for r in over[:20]), ""]
     if len(flagged):
         lines += ["| symbol | ts | log return | robust z |", "|---|---|---|---|"]
         for row in flagged.sort_values("robust_z", ascending=False).head(20).itertuples():
             lines.append(f"| {row.symbol} | {row.ts} | {row.log_return:.4f} | {row.robust_z:.1f} |")
+    if len(splits):
+        lines += ["", "## Suspected splits", "", SPLIT_ADVICE, "", "| symbol | ts | open / previous close | looks like |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r.symbol} | {r.ts} | {r.ratio:.4f} | {r.split} |" for r in splits.head(20).itertuples()]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -172,15 +194,23 @@ def validate(params: Params) -> ValidateResult:
     dirs, cfg = params.dirs, params.validation
     bars = _load_raw(dirs.raw, params.data.freq)
     reasons = _all_reasons(bars, params)
+    over = limit_failures(bars.drop(index=reasons.index), cfg.max_abs_log_return)
+    if len(over):
+        reasons = pd.concat([reasons, over]).sort_index()
     bad = bars.loc[reasons.index].assign(reason=reasons.values)
     good = bars.drop(index=reasons.index) if len(reasons) else bars
     flagged = outliers(good, cfg.outlier_sigma)
+    splits = suspected_splits(good)
+    if len(splits):
+        first = splits.iloc[0]
+        log.warning("%d suspected split(s), e.g. %s at %s (%s): use split-adjusted data; see the validation report",
+                    len(splits), first["symbol"], first["ts"], first["split"])
 
     with atomic_dir(dirs.quarantine) as staging:
         for name, group in bad.groupby("_file", observed=True):
             target = staging / Path(str(name)).name
             write_parquet(group.drop(columns="_file").reset_index(drop=True), target, params.data.freq)
-        _write_report(staging / REPORT, len(bars), bad, flagged)
+        _write_report(staging / REPORT, len(bars), bad, flagged, splits)
     report = dirs.quarantine / REPORT
 
     out = dirs.validated / VALIDATED
@@ -202,7 +232,7 @@ def validate(params: Params) -> ValidateResult:
     write_parquet(good.reset_index(drop=True), out, params.data.freq)
     counts = len(good), len(bad), len(flagged)
     log.info("validated %d rows, quarantined %d, flagged %d outliers", *counts)  # pragma: no mutate
-    return ValidateResult(len(bars), len(good), len(bad), out, report)
+    return ValidateResult(len(bars), len(good), len(bad), out, report, len(splits))
 
 
 validate_task = task(

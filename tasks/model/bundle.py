@@ -18,7 +18,7 @@ import torch
 from tasks.errors import MissingInput
 from trainers.env import EnvConfig
 from trainers.ppo import Actor
-from trainers.state import StateScales, normalise_features, state_dim
+from trainers.state import StateScales, StockLayout, normalise_features, state_dim
 
 WEIGHTS, META, HPARAMS = "policy.pt", "policy.json", "hparams.json"
 
@@ -34,10 +34,17 @@ class PolicyMeta:
     net_dims: list[int]
     freq: str
     data_version: str
+    policy: str = "mlp"
+    """``ppo.policy`` of the weights: ``mlp`` or ``shared`` (a per-stock scorer)."""
 
     @property
     def state_dim(self) -> int:
         return state_dim(len(self.symbols), len(self.feature_names))
+
+    def actor(self) -> Actor:
+        """An untrained deterministic actor of this bundle's shape, to load weights into."""
+        layout = StockLayout(len(self.symbols), len(self.feature_names), self.scales) if self.policy == "shared" else None
+        return Actor(self.state_dim, len(self.symbols), tuple(self.net_dims), init_log_std=0.0, layout=layout)
 
     def normalise(self, raw: np.ndarray) -> np.ndarray:
         """Normalise raw indicators ``[..., n, k]`` with the saved train-window stats."""
@@ -75,7 +82,7 @@ def load(folder: Path) -> tuple[Actor, PolicyMeta]:
     if not (folder / WEIGHTS).exists():
         raise MissingInput(f"{folder / WEIGHTS}: not found (run `podracer train` first)")
     meta = PolicyMeta.from_json((folder / META).read_text())
-    actor = Actor(meta.state_dim, len(meta.symbols), tuple(meta.net_dims), init_log_std=0.0)
+    actor = meta.actor()
     actor.load_state_dict(torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True))
     actor.eval()
     return actor, meta

@@ -261,6 +261,7 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
         scales=scales, env=params.env, net_dims=list(params.ppo.with_hparams(result.best_hparams).net_dims),
         freq=params.data.freq,
         data_version=data_version,
+        policy=params.ppo.policy,
     )
     summary = {"mode": evo.mode, "engine": params.train.engine, "device": str(device), "seconds": seconds,
                "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None}}

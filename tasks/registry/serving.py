@@ -3,7 +3,7 @@
 The model carries its weights, indicator names, train-only normalisation stats, state
 scales and env constants. :meth:`PolicyModel.predict` builds the state with
 :func:`trainers.state.build_state` and turns actions into orders with
-:func:`trainers.env.intended_orders`, the same functions the training environment uses,
+:func:`trainers.env.orders`, the same functions the training environment uses,
 so serving cannot drift from training.
 
 Input: one row per symbol with ``symbol``, ``close``, ``shares``, ``cash`` (the account's
@@ -27,7 +27,7 @@ import torch
 
 from tasks.errors import DataError
 from tasks.model import bundle
-from trainers.env import TURBULENCE, intended_orders
+from trainers.env import TURBULENCE, orders
 from trainers.state import build_state
 
 
@@ -66,7 +66,7 @@ def decide(actor: torch.nn.Module, meta: bundle.PolicyMeta, frame: pd.DataFrame)
     feats = torch.as_tensor(meta.normalise(raw)).unsqueeze(0)
     with torch.no_grad():
         action = actor(build_state(cash, shares, close, feats, meta.scales))
-    sold, bought = intended_orders(action, shares, meta.env.hmax, turbulence_gate(meta, raw))
+    sold, bought = orders(meta.env, action, cash, shares, close, turbulence_gate(meta, raw))
     qty = (bought - sold)[0].numpy()
     return pd.DataFrame({"symbol": meta.symbols, "action": action[0].numpy().astype(np.float64),
                          "order_qty": qty.astype(np.int64)})

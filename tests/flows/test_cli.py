@@ -31,3 +31,19 @@ def test_stages_run_on_their_own_and_validation_stops_on_a_bad_row(tmp_path, mon
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines[-1].startswith("✗ validate: validation failed: 1 of ")
     assert "data/raw/SYN001.parquet: 1 (" in lines[-1] and "Traceback" not in result.output
+
+
+def test_validate_says_when_it_suspects_a_split(tmp_path, monkeypatch):
+    from tests.tasks.data.test_bad_inputs import dates_only
+
+    monkeypatch.chdir(tmp_path)
+    frame = dates_only()
+    frame.loc[(frame["symbol"] == "AAA") & (frame.index >= 30), ["open", "high", "low", "close"]] *= 0.5
+    frame.to_csv(tmp_path / "bars.csv", index=False)
+    (tmp_path / "params.yaml").write_text("data: {source: file, path: bars.csv}\n")
+    assert runner.invoke(app, ["ingest"]).exit_code == 0
+    result = runner.invoke(app, ["validate"])
+    assert result.exit_code == 0
+    assert " ".join(result.output.split()).endswith(
+        "✓ validate 122 of 122 rows passed, 0 quarantined; report data/quarantine/report.md; "
+        "1 suspected split(s): use split-adjusted data")

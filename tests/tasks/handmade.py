@@ -19,18 +19,19 @@ from trainers.state import StateScales
 
 def policy(symbols: list[str], feature_names: list[str], bias: list[float], env: EnvConfig,
            mean: list[list[float]] | None = None, std: list[list[float]] | None = None,
-           price_ref: tuple[float, ...] | None = None) -> tuple[Actor, bundle.PolicyMeta]:
-    """An actor whose action is ``tanh(bias)`` on any state, and its bundle constants."""
+           price_ref: tuple[float, ...] | None = None, kind: str = "mlp") -> tuple[Actor, bundle.PolicyMeta]:
+    """An actor whose action is ``tanh(bias)`` on any state, and its bundle constants
+    (``kind: shared``: a per-stock scorer, whose one bias is ``bias[0]`` for every stock)."""
     n, k = len(symbols), len(feature_names)
     meta = bundle.PolicyMeta(
         symbols=symbols, feature_names=feature_names, mean=mean or [[0.0] * k] * n, std=std or [[1.0] * k] * n,
         scales=StateScales(1 / env.initial_cash, 1 / env.hmax, price_ref or (1.0,) * n), env=env, net_dims=[4],
-        freq="1d", data_version="handmade")
-    actor = Actor(meta.state_dim, n, (4,), init_log_std=0.0)
+        freq="1d", data_version="handmade", policy=kind)
+    actor = meta.actor()
     with torch.no_grad():
         for p in actor.parameters():
             p.zero_()
-        actor.net[-1].bias.copy_(torch.tensor(bias))
+        actor.net[-1].bias.copy_(torch.tensor(bias[: actor.net[-1].bias.numel()]))
     return actor, meta
 
 

@@ -1,15 +1,16 @@
+from datetime import date
 from pathlib import Path
 
 import pytest
 
-from tasks.config import Params, load_params
+from tasks.config import Params, default_range, load_params
 from tasks.errors import ConfigError
 from tests.conftest import REPO
 
 
 def test_repo_params_yaml_is_valid():
     params = load_params(REPO / "params.yaml")
-    assert params.evolution.population == 8 and params.evolution.quantile == 0.25
+    assert params.evolution.population == 4 and params.evolution.quantile == 0.25
     assert params.env.cost_pct == 0.002
 
 
@@ -37,6 +38,10 @@ def write(tmp_path: Path, text: str) -> Path:
         ("nitro:\n  min_envs: 64\n  max_envs: 8\n", "nitro needs 1 <= min_envs <= max_envs"),
         ("evolution:\n  mode: async\n", "evolution.mode: Input should be 'generational' or 'tournament'"),
         ("evolution:\n  budget_env_steps: 0\n", "budget_env_steps must be >= 1"),
+        ("features:\n  train_end: 2021-12-31\n", "set both train_end and val_end, or neither"),
+        ("data:\n  timezone: Mars/Olympus\n", "data: timezone 'Mars/Olympus' is not an IANA time zone"),
+        ("data:\n  start: 2024-01-01\n", "data: start 2024-01-01 must be before end 2023-12-31"),
+        ("validation:\n  max_abs_log_return: 0\n", "validation.max_abs_log_return: Input should be greater than 0"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path, text, expected):
@@ -61,3 +66,23 @@ def test_flat_params_cover_every_section():
     assert flat["data.source"] == "synthetic"
     assert {key.split(".")[0] for key in flat} >= {"data", "validation", "features", "env", "ppo", "evolution",
                                                    "tournament", "nitro", "train"}
+
+
+def test_each_source_brings_its_own_range_when_the_dates_are_unset():
+    repo = load_params(REPO / "params.yaml")
+    assert (repo.data.start, repo.data.end) == (date(2016, 1, 1), date(2023, 12, 31))  # the embedded market's
+    assert (repo.features.train_end, repo.features.val_end) == (None, None)  # 75/12.5/12.5% of the range
+    arch = load_params(REPO / "params.yaml", ["data.source=arch-demo"])
+    assert (arch.data.start, arch.data.end) == (date(1999, 1, 1), date(2018, 12, 31))
+    mine = load_params(REPO / "params.yaml", ["data.source=arch-demo", "data.start=2005-01-01"])
+    assert (mine.data.start, mine.data.end) == (date(2005, 1, 1), date(2018, 12, 31))  # what is set wins
+    file = load_params(REPO / "params.yaml", ["data.source=file", "data.path=bars.csv"])
+    assert (file.data.start, file.data.end) == (None, None)  # a file is imported whole
+    null = load_params(REPO / "params.yaml", ["data.source=arch-demo", "data.end=null"])
+    assert null.data.end == date(2018, 12, 31)  # null means "the source's default", as unset does
+
+
+def test_yahoo_minute_bars_default_to_the_days_yahoo_keeps():
+    assert default_range("yahoo", "1min", today=date(2024, 5, 31)) == (date(2024, 5, 2), date(2024, 5, 30))
+    assert default_range("yahoo", "1d") == (date(2016, 1, 1), date(2023, 12, 31))
+    assert default_range("file", "1d") is None

@@ -35,6 +35,8 @@ class ReferenceAccount:
     initial_cash: float
     turbulence: list[float] | None = None
     threshold: float | None = None
+    action_kind: str = "shares"
+    reward_kind: str = "value"
     t: int = 0
     cash: float = 0.0
     shares: list[float] = field(default_factory=list)
@@ -52,7 +54,14 @@ class ReferenceAccount:
         price = self.opens[self.t + 1]
         gated = self.threshold is not None and self.turbulence is not None \
             and self.turbulence[self.t] >= self.threshold
-        orders = [math.trunc(max(-1.0, min(1.0, a)) * self.hmax) for a in action]
+        near = False
+        if self.action_kind == "weights":  # target weights: softmax(5a, 0) over stocks and cash
+            exps = [math.exp(5.0 * a) for a in action] + [1.0]
+            targets = [e / sum(exps) * before / c for e, c in zip(exps, self.closes[self.t])]
+            near = any(abs(x - round(x)) < 1e-9 for x in targets)
+            orders = [math.floor(x) - q for x, q in zip(targets, self.shares)]
+        else:
+            orders = [math.trunc(max(-1.0, min(1.0, a)) * self.hmax) for a in action]
         cost = 0.0
         # 1. sells, never more than held
         for i in range(n):
@@ -66,7 +75,6 @@ class ReferenceAccount:
         wanted = [0.0 if gated else float(max(o, 0)) for o in orders]
         need = sum(w * p for w, p in zip(wanted, price)) * (1.0 + self.cost_pct)
         ratio = self.cash / need if need > self.cash else 1.0
-        near = False
         for i in range(n):
             exact = wanted[i] * ratio
             near = near or (ratio < 1.0 and abs(exact - round(exact)) < 1e-9 and exact > 0)
@@ -78,5 +86,12 @@ class ReferenceAccount:
                 self.shares[i] += buy
         self.cash = max(self.cash, 0.0)
         self.t += 1
-        reward = (self.value(self.t) - before) * self.reward_scale
+        if self.reward_kind in ("log", "excess"):
+            growth = math.log(self.value(self.t) / before)
+            if self.reward_kind == "excess":  # minus the equal-weight market's log growth
+                ratios = [b / a for a, b in zip(self.closes[self.t - 1], self.closes[self.t])]
+                growth -= math.log(sum(ratios) / n)
+            reward = growth * self.initial_cash * self.reward_scale
+        else:
+            reward = (self.value(self.t) - before) * self.reward_scale
         return RefStep(self.cash, list(self.shares), reward, cost, near)

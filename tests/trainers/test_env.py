@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from trainers.env import EnvConfig, MarketData, MarketEnv, execute_orders
+from trainers.env import EnvConfig, MarketData, MarketEnv, execute_orders, orders, target_orders
 from trainers.state import build_state, state_dim
 
 from .helpers import market, scales
@@ -11,8 +11,9 @@ CFG = EnvConfig(initial_cash=10_000.0, hmax=10, cost_pct=0.002, episode_len=8, m
 
 def test_sells_execute_before_buys_and_fund_them():
     price = torch.tensor([[100.0, 50.0]], dtype=torch.float64)
-    fill = execute_orders(torch.tensor([[-1.0, 1.0]]), torch.tensor([0.0], dtype=torch.float64),
-                          torch.tensor([[10.0, 0.0]], dtype=torch.float64), price, hmax=10, cost_pct=0.0)
+    fill = execute_orders(EnvConfig(hmax=10, cost_pct=0.0), torch.tensor([[-1.0, 1.0]]),
+                          torch.tensor([0.0], dtype=torch.float64), torch.tensor([[10.0, 0.0]], dtype=torch.float64),
+                          price, price)
     assert fill.shares.tolist() == [[0.0, 10.0]]  # the sale paid for the purchase
     assert fill.cash.item() == 500.0
 
@@ -24,7 +25,7 @@ def test_integer_shares_cash_never_negative_and_costs_exact():
         cash = torch.rand(16, generator=g, dtype=torch.float64) * 5_000
         shares = torch.randint(0, 20, (16, 5), generator=g).double()
         action = torch.rand(16, 5, generator=g) * 2 - 1
-        fill = execute_orders(action, cash, shares, price, hmax=15, cost_pct=0.002)
+        fill = execute_orders(EnvConfig(hmax=15, cost_pct=0.002), action, cash, shares, price, price)
         assert torch.equal(fill.shares, fill.shares.round()) and (fill.shares >= 0).all()
         assert (fill.cash >= 0).all()
         assert (fill.sold <= shares).all() and (fill.bought <= 15).all()
@@ -161,3 +162,32 @@ def test_a_stack_of_envs_steps_exactly_as_its_parts():
     for a, b in zip(alone, together):
         for key, value in a.state_dict().items():
             assert torch.equal(value, b.state_dict()[key])
+
+
+def test_target_weights_become_whole_share_orders_by_hand():
+    cash, close = torch.tensor([1000.0], dtype=torch.float64), torch.tensor([[10.0, 20.0]], dtype=torch.float64)
+    flat = torch.zeros(1, 2, dtype=torch.float64)
+    # logits (0, 0, 0): a third each -> floor(333.3 / 10) = 33 and floor(333.3 / 20) = 16
+    sold, bought = target_orders(torch.zeros(1, 2), cash, flat, close)
+    assert sold.tolist() == [[0.0, 0.0]] and bought.tolist() == [[33.0, 16.0]]
+    # logits (5, -5, 0): e^5 / (e^5 + e^-5 + 1) = 0.99326 of 1000 -> 99 shares; e^-5 / ... -> 0
+    assert target_orders(torch.tensor([[1.0, -1.0]]), cash, flat, close)[1].tolist() == [[99.0, 0.0]]
+    # holding 50 and 10 shares with no cash: value 700, a third each -> 23 and 11 shares
+    sold, bought = target_orders(torch.zeros(1, 2), torch.zeros(1, dtype=torch.float64),
+                                 torch.tensor([[50.0, 10.0]], dtype=torch.float64), close)
+    assert sold.tolist() == [[27.0, 0.0]] and bought.tolist() == [[0.0, 1.0]]
+
+
+def test_the_gate_liquidates_a_weights_account_too():
+    shares = torch.tensor([[5.0, 3.0]], dtype=torch.float64)
+    sold, bought = target_orders(torch.ones(1, 2), torch.tensor([100.0], dtype=torch.float64), shares,
+                                 torch.tensor([[10.0, 20.0]], dtype=torch.float64), torch.tensor([True]))
+    assert sold.tolist() == [[5.0, 3.0]] and bought.tolist() == [[0.0, 0.0]]
+
+
+def test_orders_follow_the_configured_action():
+    cash, close = torch.tensor([1000.0], dtype=torch.float64), torch.tensor([[10.0, 20.0]], dtype=torch.float64)
+    flat, act = torch.zeros(1, 2, dtype=torch.float64), torch.tensor([[0.5, 0.5]])
+    assert orders(EnvConfig(hmax=10), act, cash, flat, close)[1].tolist() == [[5.0, 5.0]]
+    assert orders(EnvConfig(hmax=10, action="weights"), act, cash, flat, close)[1].tolist() == \
+        target_orders(act, cash, flat, close)[1].tolist()

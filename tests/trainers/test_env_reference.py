@@ -51,6 +51,8 @@ def scenarios(draw):
         min_episode_len=1,
         episode_len=draw(st.integers(1, 6)),
         turbulence_threshold=draw(st.sampled_from([None, 2.0, 4.0])),
+        action=draw(st.sampled_from(["shares", "weights"])),
+        reward=draw(st.sampled_from(["value", "log", "excess"])),
     )
     return draw(st.integers(0, 2**16)), n, e, actions, cfg, draw(st.booleans())
 
@@ -67,7 +69,7 @@ def test_batched_env_matches_the_scalar_reference(scenario):
     for i in range(e):
         acct = ReferenceAccount(data.open.tolist(), data.close.tolist(), cfg.hmax, cfg.cost_pct,
                                 cfg.reward_scale, cfg.initial_cash, data.turbulence.tolist(),
-                                cfg.turbulence_threshold)
+                                cfg.turbulence_threshold, cfg.action, cfg.reward)
         acct.reset(int(env.t[i]))
         check_state(state[i], acct, data, scales)
         accounts.append(acct)

@@ -237,3 +237,22 @@ def test_a_warm_population_starts_from_the_champion_its_hparams_and_explored_cop
         assert all(torch.equal(actor[k], v) for k, v in champion.state_dict().items())
     cold = Evolution(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), 252.0)
     assert not torch.equal(cold.pop.states[0]["learners"][0]["actor"]["net.0.weight"], champion.net[0].weight)
+
+
+@pytest.mark.parametrize("runner", [run_serially, run_multiplexed])
+def test_a_shared_policy_population_evolves_and_reports_each_generations_best(runner):
+    """The per-stock scorer trains on both engines, and ``on_generation`` sees the best
+    snapshot so far after each generation: its fitness never falls, and the last is the result."""
+    data = market(t=60)
+    env = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4, action="weights",
+                    reward="excess")
+    ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,), policy="shared")
+    evo = EvolutionConfig(population=2, generations=3, iterations_per_generation=1, eval_interval=1, quantile=0.5,
+                          search_space={"net_width": (4, 12)})
+    seen: list = []
+    run = Evolution(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), 252.0)
+    result = run.run(runner=runner, on_generation=seen.append)
+    assert len(seen) == 3
+    assert [s.best_fitness for s in seen] == sorted(s.best_fitness for s in seen)
+    assert seen[-1].best_fitness == result.best_fitness
+    assert run.pop.states[0]["learners"][0]["actor"]["net.0.weight"].shape[1] == data.n_features + 2

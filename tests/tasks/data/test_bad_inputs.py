@@ -3,6 +3,8 @@ traceback or a half-written output (issue 3 §6)."""
 
 from __future__ import annotations
 
+import gzip
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,8 +58,7 @@ def mixed(frame: pd.DataFrame) -> pd.DataFrame:
 # name -> (mutation of the good frame, how the file is written, what must be said)
 CSV_CASES: dict[str, tuple[Callable[[pd.DataFrame], pd.DataFrame], str]] = {
     "missing column": (lambda f: f.drop(columns="volume"), "missing column(s) volume"),
-    "wrong dtype": (set_cell(3, "open", "abc"), "column open is not numeric"),
-    "tz-naive timestamps": (lambda f: f.assign(ts=f["ts"].str.rstrip("Z")), "no time zone"),
+    "wrong dtype": (set_cell(3, "open", "abc"), "line 5, column open: 'abc' is not a number"),
     "duplicate rows": (lambda f: pd.concat([f, f.iloc[[4]]], ignore_index=True), "duplicate (symbol, ts)"),
     "zero price": (set_cell(2, "close", 0.0), "close <= 0"),
     "negative price": (set_cell(6, "low", -1.0), "low <= 0"),
@@ -71,10 +72,10 @@ CSV_CASES: dict[str, tuple[Callable[[pd.DataFrame], pd.DataFrame], str]] = {
 }
 
 
-def run(tmp_path: Path, path: Path) -> str:
+def run(tmp_path: Path, path: Path, *overrides: str) -> str:
     """Ingest + validate the file; return the one-line error or the quarantine reasons."""
     params = tiny_params(tmp_path, "data.source=file", f"data.path={path}", "data.tickers=[AAA,BBB]",
-                         "data.start=2021-01-01", "data.end=2021-03-31")
+                         "data.start=2021-01-01", "data.end=2021-03-31", *overrides)
     try:
         ingest(params)
         validate(params)
@@ -125,3 +126,234 @@ def test_unsorted_raw_rows_are_quarantined(tmp_path):
     with pytest.raises(PodracerError) as err:
         validate(params)
     assert "ts not increasing" in str(err.value) and "SYN001.parquet: 1 (" in str(err.value)
+
+
+# Files as people have them (issue 15): each shape imports correctly, or ends in one line
+# naming the file, the line and the field, or in a quarantine entry with its reason.
+
+def imported(tmp_path: Path, path: Path, *overrides: str) -> pd.DataFrame:
+    """Ingest + validate the file, which must pass; return the validated bars."""
+    params = tiny_params(tmp_path, "data.source=file", f"data.path={path}", "data.tickers=[AAA,BBB]",
+                         "data.start=2021-01-01", "data.end=2021-03-31", *overrides)
+    ingest(params)
+    validate(params)
+    return pd.read_parquet(params.dirs.validated / VALIDATED)
+
+
+def reference(tmp_path: Path) -> pd.DataFrame:
+    """The good bars imported from a plain CSV with UTC timestamps: what every shape must equal."""
+    path = tmp_path / "reference" / "bars.csv"
+    path.parent.mkdir()
+    good_bars().to_csv(path, index=False)
+    return imported(tmp_path / "reference", path)
+
+
+def dates_only() -> pd.DataFrame:
+    frame = good_bars()
+    return frame.assign(ts=frame["ts"].str[:10])  # 2021-01-04, as Yahoo and Kaggle write daily bars
+
+
+def intraday_bars(stamps: list[str]) -> pd.DataFrame:
+    """AAA and BBB minute bars at ``stamps`` (text, as the file holds them)."""
+    close = 50 + 0.01 * np.arange(len(stamps))
+    return pd.concat([pd.DataFrame({"ts": stamps, "symbol": s, "open": close, "high": close + 0.02,
+                                    "low": close - 0.02, "close": close, "volume": 100.0}) for s in ("AAA", "BBB")],
+                     ignore_index=True)
+
+
+NY_MORNING = [f"2021-03-04 09:{m}:00" for m in range(30, 60)]
+"""Zone-less New York wall-clock minutes; 09:30 EST is 14:30 UTC."""
+MINUTES = ("data.freq=1min", "data.start=2021-03-01", "data.end=2021-03-31")
+
+
+def test_date_only_daily_csv_is_sessions_at_midnight_utc(tmp_path):
+    path = tmp_path / "bars.csv"
+    dates_only().to_csv(path, index=False)
+    bars = imported(tmp_path, path)
+    assert bars["ts"].iloc[0] == pd.Timestamp("2021-01-04 00:00", tz="UTC")
+    pd.testing.assert_frame_equal(bars, reference(tmp_path))
+
+
+def test_zone_less_midnights_are_dates_too(tmp_path):
+    path = tmp_path / "bars.csv"
+    good_bars().assign(ts=lambda f: f["ts"].str.rstrip("Z")).to_csv(path, index=False)
+    pd.testing.assert_frame_equal(imported(tmp_path, path), reference(tmp_path))
+
+
+def write_gz(frame: pd.DataFrame, path: Path) -> None:
+    path.write_bytes(gzip.compress(frame.to_csv(index=False).encode()))
+
+
+def write_zst(frame: pd.DataFrame, path: Path) -> None:
+    with pa.output_stream(str(path), compression="zstd") as stream:
+        stream.write(frame.to_csv(index=False).encode())
+
+
+def write_zip(frame: pd.DataFrame, path: Path) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("__MACOSX/._bars.csv", b"resource fork")  # what macOS adds; not a second CSV
+        archive.writestr("export/bars.csv", frame.to_csv(index=False))
+
+
+def write_partitioned(frame: pd.DataFrame, path: Path) -> None:
+    pq.write_to_dataset(pa.Table.from_pandas(frame, preserve_index=False), path, partition_cols=["symbol"])
+
+
+@pytest.mark.parametrize(("name", "write"), [("bars.csv.gz", write_gz), ("bars.csv.zst", write_zst),
+                                             ("bars.zip", write_zip), ("bars_parquet", write_partitioned)])
+def test_compressed_zipped_and_partitioned_files_import_like_the_plain_csv(tmp_path, name, write):
+    path = tmp_path / name
+    write(dates_only(), path)
+    pd.testing.assert_frame_equal(imported(tmp_path, path), reference(tmp_path))
+
+
+def test_zone_less_minutes_are_read_in_data_timezone(tmp_path):
+    path = tmp_path / "bars.csv"
+    intraday_bars(NY_MORNING).to_csv(path, index=False)
+    bars = imported(tmp_path, path, *MINUTES, "data.timezone=America/New_York")
+    assert bars["ts"].iloc[0] == pd.Timestamp("2021-03-04 14:30", tz="UTC")  # 09:30 EST = UTC-5
+    assert bars["ts"].iloc[29] == pd.Timestamp("2021-03-04 14:59", tz="UTC")
+
+
+def test_offsets_that_change_across_dst_are_converted_to_utc(tmp_path):
+    path = tmp_path / "bars.csv"
+    stamps = [f"2021-03-12T09:3{m}:00-05:00" for m in range(5)] + [f"2021-03-15T09:3{m}:00-04:00" for m in range(5)]
+    intraday_bars(stamps).to_csv(path, index=False)
+    bars = imported(tmp_path, path, *MINUTES, "validation.max_gap_bars=100000")
+    assert bars["ts"].iloc[0] == pd.Timestamp("2021-03-12 14:30", tz="UTC")  # EST
+    assert bars["ts"].iloc[5] == pd.Timestamp("2021-03-15 13:30", tz="UTC")  # EDT, after the change
+
+
+def test_yfinance_stacked_download_with_adj_close(tmp_path):
+    frame = dates_only().rename(columns={"ts": "Date", "symbol": "Ticker", "open": "Open", "high": "High",
+                                         "low": "Low", "close": "Close", "volume": "Volume"})
+    frame.insert(2, "Adj Close", frame["Close"] * 0.98)  # ignored: the contract's close is what traded
+    path = tmp_path / "bars.csv"
+    frame.to_csv(path, index=False)
+    mapping = "data.columns={Date: ts, Ticker: symbol, Open: open, High: high, Low: low, Close: close, Volume: volume}"
+    pd.testing.assert_frame_equal(imported(tmp_path, path, mapping), reference(tmp_path))
+
+
+def test_kaggle_shape_lowercase_with_name_column(tmp_path):
+    frame = dates_only().rename(columns={"ts": "date", "symbol": "Name"})
+    path = tmp_path / "all_stocks_5yr.csv"
+    frame[["date", "open", "high", "low", "close", "volume", "Name"]].to_csv(path, index=False)
+    pd.testing.assert_frame_equal(imported(tmp_path, path, "data.columns={date: ts, Name: symbol}"),
+                                  reference(tmp_path))
+
+
+def test_thousands_separators_and_a_bom(tmp_path):
+    frame = dates_only().assign(volume="1,234,567")
+    path = tmp_path / "bars.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + frame.to_csv(index=False).encode())  # Excel's UTF-8 BOM
+    bars = imported(tmp_path, path)
+    assert (bars["volume"] == 1_234_567.0).all()
+    pd.testing.assert_frame_equal(bars.drop(columns="volume"), reference(tmp_path).drop(columns="volume"))
+
+
+def test_semicolons_and_decimal_commas(tmp_path):
+    frame = dates_only()
+    frame.loc[0, ["open", "high", "low", "close", "volume"]] = [51.25, 52.0, 50.5, 51.25, 1234567.5]
+    path = tmp_path / "bars.csv"
+    text = frame.to_csv(index=False, sep=";", decimal=",", float_format="%.6f")
+    path.write_text(text.replace("1234567,500000", "1.234.567,500000"))  # a European thousands dot too
+    bars = imported(tmp_path, path)
+    assert tuple(bars.loc[0, ["open", "high", "low", "close", "volume"]]) == (51.25, 52.0, 50.5, 51.25, 1234567.5)
+    assert np.allclose(bars["close"].iloc[1:], reference(tmp_path)["close"].iloc[1:], rtol=1e-6)
+
+
+def test_header_lines_repeated_mid_file_are_dropped(tmp_path):
+    frame = dates_only()
+    text = frame.iloc[:60].to_csv(index=False) + frame.iloc[60:].to_csv(index=False)  # two exports pasted
+    path = tmp_path / "bars.csv"
+    path.write_text(text)
+    pd.testing.assert_frame_equal(imported(tmp_path, path), reference(tmp_path))
+
+
+def test_a_suspected_split_is_reported_with_advice_and_kept(tmp_path):
+    frame = dates_only()
+    later = (frame["symbol"] == "AAA") & (frame.index >= 30)
+    frame.loc[later, ["open", "high", "low", "close"]] *= 0.5  # a 2-for-1 split in unadjusted prices
+    path = tmp_path / "bars.csv"
+    frame.to_csv(path, index=False)
+    bars = imported(tmp_path, path)
+    assert len(bars) == len(frame)
+    report = (tmp_path / "data" / "quarantine" / "report.md").read_text()
+    assert "- suspected splits (kept): 1" in report
+    assert f"| AAA | {pd.Timestamp(frame.loc[30, 'ts'], tz='UTC')} |" in report and "2-for-1 split" in report
+    assert "Use split-adjusted data" in report
+
+
+def absurd_close(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[10, ["high", "close"]] = 1e12  # OHLC-consistent, a x10^10 jump
+    return frame
+
+
+def with_nulls(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.astype({"open": object})
+    frame.loc[7, "open"] = "null"  # how Yahoo's CSV export writes a missing value
+    return frame
+
+
+FILE_CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...], str]] = {
+    # name -> (write the file, extra overrides, what must be said)
+    "header and no rows": (lambda p: p.write_text("ts,symbol,open,high,low,close,volume\n"), (), "no rows"),
+    "zone-less minutes without data.timezone": (
+        lambda p: intraday_bars(NY_MORNING).to_csv(p, index=False), MINUTES,
+        "no time zone (line 2: 2021-03-04 09:30:00); set data.timezone (e.g. America/New_York)"),
+    "zip with two CSVs": (lambda p: write_two(p), (),
+                          "a zip must hold exactly one CSV, this one holds 2 CSV files (AAA.csv, BBB.csv)"),
+    "close of 1e12": (lambda p: absurd_close(dates_only()).to_csv(p, index=False), (),
+                      "AAA.parquet: 1 (log return beyond validation.max_abs_log_return)"),
+    "Yahoo null": (lambda p: with_nulls(dates_only()).to_csv(p, index=False), (), "null open"),
+    "Excel slash dates": (lambda p: dates_only().assign(ts="1/4/2021").to_csv(p, index=False), (),
+                          "line 2, column ts: '1/4/2021': a slash date is ambiguous"),
+    "Excel serial days": (lambda p: dates_only().assign(ts=44200).to_csv(p, index=False), (),
+                          "column ts holds numbers (line 2: '44200')"),
+    "one ticker, no symbol column": (
+        lambda p: dates_only().drop(columns="symbol").to_csv(p, index=False), (),
+        "missing column(s) symbol (the file has ts, open, high, low, close, volume; map them with data.columns)"),
+    "a zone on some rows only": (
+        lambda p: good_bars().assign(ts=lambda f: f["ts"].where(f.index != 3, "2021-01-07")).to_csv(p, index=False),
+        (), "column ts mixes values with a zone (line 2: '2021-01-04T00:00:00Z') and without (line 5: '2021-01-07')"),
+    "a ragged line": (lambda p: p.write_text(ragged(good_bars().to_csv(index=False))), (),
+                      "not a table (Error tokenizing data. C error: Expected 7 fields in line 6, saw 8)"),
+    "a spreadsheet": (lambda p: p.write_bytes(b"PK\x03\x04"), (), "unsupported file type (use .csv, .csv.gz"),
+}
+
+
+def write_two(path: Path) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        for symbol, group in dates_only().groupby("symbol"):
+            archive.writestr(f"{symbol}.csv", group.to_csv(index=False))
+
+
+def ragged(text: str) -> str:
+    lines = text.splitlines()
+    lines[5] += ",9"  # line 6 of the file has a field too many
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("case", sorted(FILE_CASES))
+def test_file_shapes_end_in_one_line_or_quarantine(tmp_path, case):
+    write, overrides, expected = FILE_CASES[case]
+    suffix = {"zip with two CSVs": ".zip", "a spreadsheet": ".xlsx"}.get(case, ".csv")
+    path = tmp_path / f"bars{suffix}"
+    write(path)
+    assert expected in run(tmp_path, path, *overrides)
+
+
+def test_an_absurd_close_is_quarantined_by_the_hard_limit_naming_symbol_ts_and_value(tmp_path):
+    frame = absurd_close(dates_only())
+    path = tmp_path / "bars.csv"
+    frame.to_csv(path, index=False)
+    with pytest.raises(PodracerError, match=r"1 of 122 rows bad in .*AAA.parquet: 1 \(log return beyond validation.max_abs_log_return\)"):
+        imported(tmp_path, path)
+    quarantined = pd.read_parquet(tmp_path / "data" / "quarantine" / "AAA.parquet")
+    move = np.log(1e12) - np.log(frame.loc[9, "close"])  # against the last kept close; row 11 is judged by it too
+    assert len(quarantined) == 1 and quarantined.loc[0, "ts"] == pd.Timestamp("2021-01-19", tz="UTC")
+    assert quarantined.loc[0, "reason"] == ("log return beyond validation.max_abs_log_return: AAA 2021-01-19 "
+                                            f"00:00:00+00:00 log return +{move:.2f} beyond ±3")
+    report = (tmp_path / "data" / "quarantine" / "report.md").read_text()
+    assert "| log return beyond validation.max_abs_log_return | 1 |" in report
+    assert f"- {quarantined.loc[0, 'reason']}\n" in report  # listed in full under the hard limit

@@ -54,8 +54,11 @@ def test_file_source_with_column_mapping(tmp_path):
     ("content", "expected"),
     [
         ("ts,symbol,open,high,low,close\n2021-01-04T00:00:00Z,A,1,1,1,1\n", "missing column(s) volume"),
-        ("ts,symbol,open,high,low,close,volume\n2021-01-04,A,1,1,1,1,1\n", "no time zone"),
-        ("ts,symbol,open,high,low,close,volume\n2021-01-04T00:00:00Z,A,x,1,1,1,1\n", "column open is not numeric"),
+        ("ts,symbol,open,high,low,close,volume\n2021-01-04 15:30,A,1,1,1,1,1\n", "no time zone (line 2: "
+         "2021-01-04 15:30:00); set data.timezone"),
+        ("ts,symbol,open,high,low,close,volume\n2021-01-04T00:00:00Z,A,x,1,1,1,1\n", "line 2, column open: 'x' is not "
+         "a number"),
+        ("ts,symbol,open,high,low,close,volume\n", "no rows"),
         ("", "empty file"),
         ("ts,symbol,open,high,low,close,volume\n2021-01-04T00:00:00Z,../x,1,1,1,1,1\n", "'../x' is not a ticker"),
     ],

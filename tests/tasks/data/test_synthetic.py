@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from tasks.data.bars import COLUMNS, to_contract
-from tasks.data.synthetic import iter_synthetic_bars, synthetic_bars
+from tasks.data.synthetic import iter_synthetic_bars, latent_drift, synthetic_bars
 from tasks.errors import ConfigError
 
 
@@ -193,3 +193,15 @@ def test_bad_requests_are_one_line_errors():
         synthetic_bars(2, date(2021, 7, 3), date(2021, 7, 5), 0.0, 0)  # a holiday weekend
     with pytest.raises(ConfigError, match="iter_synthetic_bars"):
         synthetic_bars(100, date(2021, 1, 1), date(2021, 12, 31), 0.0, 0, freq="1min", max_rows=1_000_000)
+
+
+def test_the_oracles_drift_is_the_generators_and_never_reaches_the_bars():
+    """latent_drift is the expected daily log return the generator adds; at signal 0 it is 0,
+    and the bars (what ingest sees) carry no drift column."""
+    args = (4, date(2020, 1, 1), date(2020, 12, 31))
+    drift = latent_drift(*args, signal=1.0, seed=3)
+    assert list(drift.columns) == ["SYN000", "SYN001", "SYN002", "SYN003"]
+    assert drift.index.equals(pd.DatetimeIndex(synthetic_bars(*args, signal=1.0, seed=3)["ts"].unique()))
+    assert drift.abs().to_numpy().max() > 0 and (latent_drift(*args, signal=0.0, seed=3).to_numpy() == 0).all()
+    np.testing.assert_allclose(latent_drift(*args, signal=2.0, seed=3), 2 * drift)
+    assert set(synthetic_bars(*args, signal=1.0, seed=3).columns) == set(COLUMNS)

@@ -118,3 +118,17 @@ def test_integer_columns_decide_as_their_float_values():
     ints = floats.astype({"close": "int64", "shares": "int64", "cash": "int64", "rsi_30": "int64"})
     pd.testing.assert_frame_equal(decide(actor, meta, ints), decide(actor, meta, floats))
     assert decide(actor, meta, ints)["action"].dtype == np.float64
+
+
+def test_a_shared_scorer_with_target_weights_serves_the_env_orders(tmp_path):
+    """Zero scores: a third each to AAA, BBB and cash. Value 1000 + 5·20 = 1100, so the
+    targets are floor(366.7 / 10) = 36 and floor(366.7 / 20) = 18 shares: buy 36 and 13.
+    The bundle saved and loaded gives the same orders (the policy kind travels with it)."""
+    env = EnvConfig(initial_cash=1_000.0, hmax=10, cost_pct=0.01, action="weights")
+    actor, meta = policy(SYMBOLS, ["rsi_30", "turbulence"], [0.0], env, mean=[[50.0, 0.0]] * 2,
+                         std=[[10.0, 1.0]] * 2, price_ref=(10.0, 20.0), kind="shared")
+    assert decide(actor, meta, frame(meta, 1.0))["order_qty"].tolist() == [36, 13]
+    bundle.save(tmp_path, actor.state_dict(), meta)
+    loaded, loaded_meta = bundle.load(tmp_path)
+    assert loaded_meta.policy == "shared" and loaded.layout is not None
+    assert decide(loaded, loaded_meta, frame(meta, 1.0))["order_qty"].tolist() == [36, 13]

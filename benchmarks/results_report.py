@@ -1,0 +1,186 @@
+"""Tables and plots of ``benchmarks/results.py``'s rows: arms per market, paired differences
+per seed with t statistics, the issue-14 targets, the gate's promotion rate and the
+champion's learning curve (``docs/results.md``, ``docs/img/results*.png``)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+ARMS = ("champion", "vanilla", "momentum", "oracle", "buy-and-hold")
+PAIRS = (("champion", "buy-and-hold"), ("vanilla", "buy-and-hold"), ("momentum", "buy-and-hold"),
+         ("oracle", "buy-and-hold"), ("champion", "vanilla"), ("champion", "momentum"))
+MARKER = "<!-- results.py writes below this line -->"
+
+Rows = list[dict[str, Any]]
+
+
+def diffs(rows: Rows, market: str, a: str, b: str, metric: str = "sharpe") -> list[float]:
+    """Per-seed differences a − b on ``market`` (seeds where both arms ran)."""
+    by = {(r["arm"], r["seed"]): r[metric] for r in rows if r["market"] == market}
+    return [by[(a, s)] - by[(b, s)] for s in sorted({r["seed"] for r in rows}) if (a, s) in by and (b, s) in by]
+
+
+def t_stat(values: list[float]) -> float:
+    """Mean over its standard error (n − 1 degrees of freedom); NaN below two values."""
+    if len(values) < 2:
+        return math.nan
+    sd = statistics.stdev(values)
+    return statistics.fmean(values) / (sd / math.sqrt(len(values))) if sd > 0 else math.inf
+
+
+def mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
+
+
+def paired(values: list[float]) -> str:
+    return f"{mean_sd(values)} (t = {t_stat(values):+.2f})" if values else "-"
+
+
+def markets_of(rows: Rows) -> list[str]:
+    order = ("learnable", "null", "arch-demo")
+    return sorted({r["market"] for r in rows}, key=order.index)
+
+
+def arm_table(rows: Rows) -> list[str]:
+    lines = ["| market | arm | test Sharpe | test cumulative return | validation fitness | env steps | seconds |",
+             "|---|---|---|---|---|---|---|"]
+    for market in markets_of(rows):
+        for arm in ARMS:
+            sub = [r for r in rows if r["market"] == market and r["arm"] == arm]
+            if not sub:
+                continue
+            val = [r["validation"] for r in sub if not math.isnan(r["validation"])]
+            lines.append(f"| {market} | {arm} | {mean_sd([r['sharpe'] for r in sub])} | "
+                         f"{mean_sd([r['cumulative_return'] for r in sub])} | {mean_sd(val)} | "
+                         f"{int(statistics.fmean(r['env_steps'] for r in sub)):,} | "
+                         f"{statistics.fmean(r['seconds'] for r in sub):.0f} |")
+    return lines
+
+
+def pair_table(rows: Rows) -> list[str]:
+    lines = ["| market | comparison | Δ test Sharpe | Δ test cumulative return |", "|---|---|---|---|"]
+    for market in markets_of(rows):
+        for a, b in PAIRS:
+            d = diffs(rows, market, a, b)
+            if d:
+                lines.append(f"| {market} | {a} − {b} | {paired(d)} | "
+                             f"{paired(diffs(rows, market, a, b, 'cumulative_return'))} |")
+    return lines
+
+
+def targets(rows: Rows) -> list[tuple[str, str, bool]]:
+    """The issue's targets as (target, measured, met)."""
+    out = []
+    champ, mom = diffs(rows, "learnable", "champion", "buy-and-hold"), diffs(rows, "learnable", "momentum", "buy-and-hold")
+    if champ and mom:
+        c, m, t = statistics.fmean(champ), statistics.fmean(mom), t_stat(champ)
+        out.append(("learnable: champion − B&H ≥ momentum − B&H, t ≥ 3",
+                    f"{c:+.2f} vs {m:+.2f}, t = {t:+.2f}", c >= m and t >= 3))
+        oracle = diffs(rows, "learnable", "oracle", "buy-and-hold")
+        if oracle:
+            half = (m + statistics.fmean(oracle)) / 2
+            out.append(("learnable (aim): champion − B&H ≥ halfway momentum → oracle",
+                        f"{c:+.2f} vs {half:+.2f}", c >= half))
+    ev = diffs(rows, "learnable", "champion", "vanilla")
+    if ev:
+        out.append(("learnable: champion − vanilla > 0, t ≥ 2 (equal env steps)",
+                    f"{statistics.fmean(ev):+.2f}, t = {t_stat(ev):+.2f}", statistics.fmean(ev) > 0 and t_stat(ev) >= 2))
+    null = {arm: diffs(rows, "null", arm, "buy-and-hold") for arm in ("champion", "vanilla", "momentum")}
+    if any(null.values()):
+        worst = max((abs(t_stat(d)), arm) for arm, d in null.items() if d)
+        out.append(("null: no arm beats B&H beyond noise, |t| < 2",
+                    ", ".join(f"{arm} t = {t_stat(d):+.2f}" for arm, d in null.items() if d), worst[0] < 2))
+    return out
+
+
+def gate_rate(rows: Rows) -> list[str]:
+    """How often the pipeline's gate (test Sharpe > buy-and-hold's, margin 0) would promote."""
+    lines = []
+    for market in markets_of(rows):
+        d = diffs(rows, market, "champion", "buy-and-hold")
+        lines.append(f"- {market}: the gate promotes the champion on {sum(x > 0 for x in d)} of {len(d)} seeds.")
+    return lines
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    rows = [r for res in results for r in res["rows"]]
+    seeds = sorted({r["seed"] for r in rows})
+    lines = [f"Command: `{' && '.join(res['command'] for res in results)}` (seeds {seeds[0]}–{seeds[-1]}, "
+             f"{sum(res['minutes'] for res in results):.0f} min on this machine).", "", *arm_table(rows), "",
+             "Paired per seed, mean ± std of the difference and its t statistic "
+             f"({len(seeds) - 1} degrees of freedom; |t| > 2.26 is significant at 5% for 10 seeds):", "",
+             *pair_table(rows), "", "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {name} | {value} | {'met' if ok else 'not met'} |" for name, value, ok in targets(rows)]
+    return "\n".join([*lines, "", *gate_rate(rows)])
+
+
+def plot_seeds(rows: Rows, path: Path) -> None:
+    """Test Sharpe of every arm and seed, per market."""
+    markets = markets_of(rows)
+    figure = Figure(figsize=(4.8 * len(markets), 4), layout="constrained")
+    for k, market in enumerate(markets):
+        axes = figure.add_subplot(1, len(markets), k + 1)
+        arms = [a for a in ARMS if any(r["market"] == market and r["arm"] == a for r in rows)]
+        for j, arm in enumerate(arms):
+            values = [r["sharpe"] for r in rows if r["market"] == market and r["arm"] == arm]
+            axes.scatter(np.full(len(values), j) + np.linspace(-0.12, 0.12, len(values)), values, color=f"C{j}", s=16)
+            axes.errorbar(j + 0.28, statistics.fmean(values), yerr=statistics.stdev(values) if len(values) > 1 else 0,
+                          fmt="s", color=f"C{j}", capsize=3)
+        axes.axhline(0, color="grey", linewidth=0.6)
+        axes.set_xticks(range(len(arms)), arms, fontsize=8)
+        axes.set(title=f"{market}: test window", ylabel="test Sharpe (each dot a seed)")
+    figure.savefig(path, dpi=100)
+
+
+def plot_curve(rows: Rows, path: Path) -> None:
+    """The champion's test Sharpe after each generation (mean over seeds) against env steps
+    and wall time, with momentum and buy-and-hold as lines, on the learnable market."""
+    champs = [r for r in rows if r["market"] == "learnable" and r["arm"] == "champion" and r["curve"]]
+    if not champs:
+        return
+    figure = Figure(figsize=(10, 4), layout="constrained")
+    gens = min(len(r["curve"]) for r in champs)
+    curve = np.array([r["curve"][:gens] for r in champs])  # [seeds, gens, 4]
+    for k, (column, label) in enumerate(((1, "env steps"), (2, "wall time (s), one core"))):
+        axes = figure.add_subplot(1, 2, k + 1)
+        x, y = curve[:, :, column].mean(0), curve[:, :, 3]
+        axes.errorbar(x, y.mean(0), yerr=y.std(0, ddof=1) / math.sqrt(len(champs)) if len(champs) > 1 else None,
+                      marker="o", capsize=3, label="champion (mean ± s.e. over seeds)")
+        for arm, style in (("momentum", "--"), ("buy-and-hold", ":")):
+            level = statistics.fmean(r["sharpe"] for r in rows if r["market"] == "learnable" and r["arm"] == arm)
+            axes.axhline(level, linestyle=style, color="grey", label=arm)
+        axes.set(xlabel=label, ylabel="test Sharpe", title=f"learnable market, {len(champs)} seeds")
+        axes.legend(fontsize=8)
+    figure.savefig(path, dpi=100)
+
+
+def write_report(results: list[dict[str, Any]], dev: dict[str, Any] | None, out: Path | None) -> None:
+    """Print the evidence (and the development run's tables); with ``out``, write them below
+    its marker with the two plots beside it."""
+    text = report(results)
+    dev_text = report([dev]) if dev else ""
+    print(text + ("\n\nDevelopment seeds:\n\n" + dev_text if dev else ""))
+    if out is None:
+        return
+    rows = [r for res in results for r in res["rows"]]
+    images = out.parent / "img"
+    images.mkdir(parents=True, exist_ok=True)
+    plot_seeds(rows, images / "results.png")
+    plot_curve(rows, images / "results-curve.png")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    head = out.read_text().split(MARKER)[0] if out.exists() else "# Results\n\n"
+    body = [f"## Evidence, measured {stamp}", "", text, "", "![test Sharpe per seed](img/results.png)", "",
+            "![learning curve](img/results-curve.png)"]
+    if dev:
+        body += ["", "## Development seeds (designs were chosen on these)", "", dev_text]
+    out.write_text(f"{head}{MARKER}\n\n" + "\n".join(body) + "\n")

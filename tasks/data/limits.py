@@ -1,0 +1,99 @@
+"""Hard limits beside the soft flags (issue 15 §4): absurd moves are quarantined, splits reported.
+
+* **Hard limit** (:func:`limit_failures`): a bar whose close-to-close |log return| exceeds
+  ``validation.max_abs_log_return`` (default 3, a ×20 move that no listed stock makes in one
+  bar) is quarantined with a reason naming the symbol, the ts and the value. The return is
+  taken against the symbol's last bar that was **kept**, so one absurd print (a close of 1e12
+  between two closes of 50) costs one row, not two, and a level that stays absurd (a unit
+  change mid-file) quarantines every bar at that level. An absurd *first* bar (it jumps to
+  the second, and the second and third agree) is the one quarantined, not the rest.
+* **Soft flag** (``checks.outliers``): beyond ``validation.outlier_sigma`` robust sds, reported
+  and kept. Real markets do make such moves.
+* **Suspected split** (:func:`suspected_splits`): a close-to-open ratio within
+  :data:`SPLIT_TOLERANCE` of a split factor (1/2, 1/3, 2, 3, ... :data:`SPLIT_FACTORS`) on a bar
+  that then stays put (close within :data:`STILL` of its open) looks like a stock split in
+  unadjusted prices. It is reported, with the advice to use split-adjusted data, and kept.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from tasks.data.checks import is_sorted
+
+SPLIT_FACTORS = tuple(sorted({Fraction(k) for k in (2, 3, 4, 5, 10, 20)}
+                             | {Fraction(1, k) for k in (2, 3, 4, 5, 10, 20)} | {Fraction(3, 2), Fraction(2, 3)}))
+"""Price ratios (new / old) of common forward splits (1/2 is a 2-for-1) and reverse splits (10 is 1-for-10)."""
+SPLIT_TOLERANCE = 0.03
+"""How close, in log terms (about 3%), the close-to-open ratio must be to a split factor."""
+STILL = 0.1
+"""|log(close / open)| of the split bar below which the price "does not move after" the gap."""
+LIMIT_REASON = "log return beyond validation.max_abs_log_return"
+"""The check's name in the report's counts; each row's reason adds symbol, ts and value."""
+
+
+def limit_reason(symbol: str, ts: pd.Timestamp, value: float, limit: float) -> str:
+    return f"{LIMIT_REASON}: {symbol} {ts} log return {value:+.2f} beyond ±{limit:g}"  # check name, then detail
+
+
+def limit_failures(good: pd.DataFrame, limit: float) -> pd.Series:
+    """Reasons of the rows of ``good`` (index labels) whose |log return| against the symbol's
+    last kept close exceeds ``limit``. The symbol's first bar is the reference it starts from,
+    unless that bar is the absurd one: it jumps to the second bar, and the second and third agree."""
+    ordered = good if is_sorted(good) else good.sort_values(["symbol", "ts"], kind="stable")
+    logs = np.log(ordered["close"].to_numpy(np.float64))
+    symbols = ordered["symbol"].to_numpy()
+    jumps = np.abs(np.diff(logs)) > limit
+    jumps &= symbols[1:] == symbols[:-1]
+    reasons: dict[object, str] = {}
+    if not jumps.any():  # the usual case: one vectorised pass
+        return pd.Series(reasons, dtype=object)
+    labels, stamps = ordered.index.to_numpy(), ordered["ts"]
+    for symbol in pd.unique(symbols[1:][jumps]):
+        rows = np.flatnonzero(symbols == symbol)
+        if len(rows) >= 3 and abs(logs[rows[1]] - logs[rows[0]]) > limit >= abs(logs[rows[2]] - logs[rows[1]]):
+            first = rows[0]  # the first bar is the absurd one: the next two agree with each other
+            reasons[labels[first]] = limit_reason(str(symbol), stamps.iat[first], logs[first] - logs[rows[1]], limit)
+            rows = rows[1:]
+        kept = logs[rows[0]]
+        for i in rows[1:]:
+            move = logs[i] - kept
+            if abs(move) > limit:
+                reasons[labels[i]] = limit_reason(str(symbol), stamps.iat[i], move, limit)
+            else:
+                kept = logs[i]
+    return pd.Series(reasons, dtype=object)
+
+
+def nearest_factor(ratio: float) -> Fraction | None:
+    """The split factor within :data:`SPLIT_TOLERANCE` of ``ratio`` (log distance), if any."""
+    if not ratio > 0:
+        return None
+    best = min(SPLIT_FACTORS, key=lambda f: abs(math.log(ratio) - math.log(f)))
+    return best if abs(math.log(ratio) - math.log(best)) <= SPLIT_TOLERANCE else None
+
+
+def describe_factor(factor: Fraction) -> str:
+    """``1/2`` → ``2-for-1 split``; ``10`` → ``1-for-10 reverse split``."""
+    if factor < 1:
+        return f"{factor.denominator}-for-{factor.numerator} split"
+    return f"{factor.denominator}-for-{factor.numerator} reverse split"
+
+
+def suspected_splits(good: pd.DataFrame) -> pd.DataFrame:
+    """Bars that look like an unadjusted split: ``symbol``, ``ts``, ``ratio`` (open / previous
+    close), ``split`` (its description) and ``_file``; empty when there are none."""
+    ordered = good if is_sorted(good) else good.sort_values(["symbol", "ts"], kind="stable")
+    prev_close = ordered["close"].groupby(ordered["symbol"], sort=False).shift(1)
+    ratio = ordered["open"] / prev_close
+    gap = np.log(ratio.to_numpy(np.float64))
+    still = np.abs(np.log((ordered["close"] / ordered["open"]).to_numpy(np.float64))) < STILL
+    candidate = np.isfinite(gap) & still & (np.abs(gap) >= math.log(1.5) - SPLIT_TOLERANCE)
+    hits = ordered.loc[candidate, ["_file", "symbol", "ts"]].assign(ratio=ratio[candidate])
+    factors = [nearest_factor(float(r)) for r in hits["ratio"]]
+    hits = hits.assign(split=[describe_factor(f) if f is not None else "" for f in factors])
+    return hits[hits["split"] != ""].reset_index(drop=True)

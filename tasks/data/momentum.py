@@ -1,0 +1,53 @@
+"""Scale-free per-stock features: multi-horizon log returns, their cross-sectional z-scores
+and realised volatility (issue 14).
+
+FinRL's indicators (macd, the SMAs, the Bollinger bands) are in price units, so even after
+z-scoring they tell a policy the price level, which identifies the stock; these do not.
+Each value at bar t uses closes up to t only (no look-ahead) and is the same for a stock
+at 6 dollars or at 600.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+NAMES = ("ret_5", "ret_20", "ret_60", "ret_20_xs", "ret_60_xs", "vol_20")
+"""The names ``features.indicators`` accepts from this module."""
+_PATTERN = re.compile(r"^(ret|vol)_(\d+)(_xs)?$")
+
+
+def log_returns(close: np.ndarray, horizon: int) -> np.ndarray:
+    """``[T, n]`` log(close_t / close_{t−h}); NaN for the first ``horizon`` bars."""
+    out = np.full(close.shape, np.nan)
+    out[horizon:] = np.log(close[horizon:] / close[:-horizon])
+    return out
+
+
+def cross_sectional_z(values: np.ndarray) -> np.ndarray:
+    """Each bar's values as z-scores across stocks (0 where the stocks do not differ)."""
+    mean = values.mean(axis=1, keepdims=True)
+    std = values.std(axis=1, keepdims=True)
+    return np.where(std > 1e-12, (values - mean) / np.where(std > 1e-12, std, 1.0), 0.0)
+
+
+def realised_vol(close: np.ndarray, window: int) -> np.ndarray:
+    """``[T, n]`` standard deviation of the last ``window`` one-bar log returns."""
+    ret = log_returns(close, 1)
+    out = np.full(close.shape, np.nan)
+    for t in range(window, len(close)):
+        out[t] = ret[t - window + 1 : t + 1].std(axis=0)
+    return out
+
+
+def feature(close: np.ndarray, name: str) -> np.ndarray:
+    """The ``[T, n]`` feature ``name`` (one of :data:`NAMES`) from closes ``[T, n]``."""
+    match = _PATTERN.match(name)
+    if match is None or name not in NAMES:
+        raise ValueError(f"unknown scale-free feature {name!r}")
+    kind, horizon, xs = match.group(1), int(match.group(2)), match.group(3)
+    if kind == "vol":
+        return realised_vol(close, horizon)
+    ret = log_returns(close, horizon)
+    return cross_sectional_z(ret) if xs else ret

@@ -1,0 +1,55 @@
+"""The evidence report's arithmetic and decisions (benchmarks/results_report.py): paired
+differences, t statistics, the issue-14 targets and the gate's promotion count."""
+
+import math
+
+from benchmarks.results_report import diffs, report, t_stat, targets
+
+
+def rows(sharpes: dict[str, list[float]], market: str = "learnable") -> list[dict]:
+    return [{"market": market, "seed": seed, "arm": arm, "sharpe": s, "cumulative_return": s / 10,
+             "validation": math.nan, "env_steps": 100, "seconds": 1.0, "curve": []}
+            for arm, values in sharpes.items() for seed, s in enumerate(values)]
+
+
+def test_t_statistic_by_hand():
+    assert math.isclose(t_stat([1.0, 2.0, 3.0]), 2 / (1 / math.sqrt(3)))  # mean 2, sd 1, n 3
+    assert math.isnan(t_stat([1.0]))
+
+
+def test_differences_are_paired_by_seed_and_stay_in_their_market():
+    mixed = rows({"champion": [1.0, 2.0], "buy-and-hold": [0.5, 0.5]}) + rows({"champion": [9.0], "buy-and-hold": [0.0]},
+                                                                              market="null")
+    assert diffs(mixed, "learnable", "champion", "buy-and-hold") == [0.5, 1.5]
+    assert diffs(mixed, "null", "champion", "buy-and-hold") == [9.0]
+
+
+def test_the_targets_decide_met_and_not_met_at_their_thresholds():
+    # champion − B&H: 0.25, 0.5, 0.75 (mean 0.5, t = 0.5 / (0.25 / √3) = 3.46); momentum − B&H: 0.5
+    base = {"buy-and-hold": [0.0, 0.0, 0.0], "vanilla": [0.5, 0.5, 0.5], "oracle": [2.0, 2.0, 2.0]}
+    assert [ok for _, _, ok in targets(rows({**base, "champion": [0.25, 0.5, 0.75], "momentum": [0.5, 0.5, 0.5]}))] \
+        == [True, False, False]  # ≥ momentum with t ≥ 3; not halfway to the oracle (1.25); not above vanilla
+    # a hair below momentum's mean fails the first target
+    below = targets(rows({**base, "champion": [0.25, 0.5, 0.75], "momentum": [0.51, 0.51, 0.51]}))
+    assert below[0][2] is False
+
+
+def test_the_null_target_fails_when_an_arm_beats_buy_and_hold_beyond_noise():
+    calm = {"buy-and-hold": [0.0] * 4, "champion": [0.1, -0.1, 0.2, -0.2], "vanilla": [0.0, 0.1, -0.1, 0.05],
+            "momentum": [0.3, -0.3, 0.1, -0.1]}
+    assert targets(rows(calm, market="null"))[-1][2] is True
+    leaky = {**calm, "champion": [0.5, 0.6, 0.55, 0.52]}
+    assert targets(rows(leaky, market="null"))[-1][2] is False
+
+
+def test_report_lists_the_arms_and_counts_promotions():
+    text = report([{"command": "cmd", "minutes": 1.0,
+                    "rows": rows({"champion": [1.0, 0.2], "buy-and-hold": [0.5, 0.5], "momentum": [0.6, 0.6]})}])
+    assert "| learnable | champion |" in text and "| learnable | momentum |" in text
+    assert "the gate promotes the champion on 1 of 2 seeds" in text
+
+
+def test_a_mean_at_momentums_level_with_t_below_3_is_not_met():
+    # champion − B&H: 0.1, 0.5, 0.9: mean 0.5 = momentum's, but t = 0.5 / (0.4 / √3) = 2.17
+    got = targets(rows({"buy-and-hold": [0.0] * 3, "momentum": [0.5] * 3, "champion": [0.1, 0.5, 0.9]}))
+    assert got[0][2] is False and "t = +2.17" in got[0][1]

@@ -1,0 +1,42 @@
+"""Scale-free features against hand-computed values, and no look-ahead."""
+
+import numpy as np
+import pytest
+
+from tasks.data import momentum
+
+CLOSE = np.array([[10.0, 100.0], [11.0, 100.0], [12.1, 90.0], [13.31, 99.0]])
+
+
+def test_log_returns_by_hand():
+    got = momentum.log_returns(CLOSE, 2)
+    assert np.isnan(got[:2]).all()
+    np.testing.assert_allclose(got[2:], np.log([[1.21, 0.9], [1.21, 0.99]]))
+
+
+def test_cross_sectional_z_scores_each_bar_across_stocks():
+    got = momentum.cross_sectional_z(np.array([[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]]))
+    np.testing.assert_allclose(got, [[-np.sqrt(1.5), 0.0, np.sqrt(1.5)], [0.0, 0.0, 0.0]])
+
+
+def test_realised_vol_is_the_std_of_the_last_one_bar_returns():
+    got = momentum.realised_vol(CLOSE, 2)
+    r = np.log(CLOSE[1:] / CLOSE[:-1])
+    np.testing.assert_allclose(got[3], r[1:3].std(axis=0))
+    assert np.isnan(got[:2]).all()
+
+
+@pytest.mark.parametrize("name", momentum.NAMES)
+def test_no_feature_reads_a_later_close_and_none_depends_on_the_price_level(name):
+    rng = np.random.default_rng(0)
+    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.02, (80, 4)), axis=0))
+    base = momentum.feature(close, name)
+    future = close.copy()
+    future[70:] *= 3.0
+    np.testing.assert_array_equal(momentum.feature(future, name)[:70], base[:70])
+    np.testing.assert_allclose(momentum.feature(close * [1.0, 100.0, 0.01, 7.0], name), base, rtol=1e-9, atol=1e-12)
+
+
+def test_unknown_names_are_refused():
+    with pytest.raises(ValueError, match="ret_7"):
+        momentum.feature(CLOSE, "ret_7")

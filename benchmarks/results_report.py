@@ -31,8 +31,10 @@ def t_stat(values: list[float]) -> float:
     """Mean over its standard error (n − 1 degrees of freedom); NaN below two values."""
     if len(values) < 2:
         return math.nan
-    sd = statistics.stdev(values)
-    return statistics.fmean(values) / (sd / math.sqrt(len(values))) if sd > 0 else math.inf
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    if sd > 0:
+        return mean / (sd / math.sqrt(len(values)))
+    return math.copysign(math.inf, mean) if mean else math.nan  # the same difference on every seed
 
 
 def mean_sd(values: list[float]) -> str:
@@ -97,9 +99,11 @@ def targets(rows: Rows) -> list[tuple[str, str, bool]]:
                     f"{statistics.fmean(ev):+.2f}, t = {t_stat(ev):+.2f}", statistics.fmean(ev) > 0 and t_stat(ev) >= 2))
     null = {arm: diffs(rows, "null", arm, "buy-and-hold") for arm in ("champion", "vanilla", "momentum")}
     if any(null.values()):
-        worst = max((abs(t_stat(d)), arm) for arm, d in null.items() if d)
-        out.append(("null: no arm beats B&H beyond noise, |t| < 2",
-                    ", ".join(f"{arm} t = {t_stat(d):+.2f}" for arm, d in null.items() if d), worst[0] < 2))
+        ts = [t_stat(d) for d in null.values() if d]
+        shown = ", ".join(f"{arm} t = {t_stat(d):+.2f}" for arm, d in null.items() if d)
+        out.append(("null: no arm beats B&H beyond noise, t < 2 (the leakage check)", shown, max(ts) < 2))
+        out.append(("null: no arm differs from B&H beyond noise, |t| < 2 (as the issue words it)", shown,
+                    max(abs(t) for t in ts) < 2))
     return out
 
 

@@ -66,7 +66,9 @@ class PaperBroker:
         clock = self.ledger.clock()
         bar = feed.bar(pd.Timestamp(clock["day"], tz="UTC"))
         if bar is None:
-            raise BrokerError(500, f"the broker's clock stands at {clock['day']}, which the feed no longer has")
+            raise BrokerError(500, f"the broker's clock stands at {clock['day']}, which the feed no longer has: "
+                                   "its paper account traded another market (data.source or dates changed); "
+                                   f"remove {self.ledger.path} to open a new account, or use another data_dir")
         return bar, clock["phase"]
 
     def clock(self) -> dict[str, Any]:

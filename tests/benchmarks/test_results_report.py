@@ -15,6 +15,7 @@ def rows(sharpes: dict[str, list[float]], market: str = "learnable") -> list[dic
 def test_t_statistic_by_hand():
     assert math.isclose(t_stat([1.0, 2.0, 3.0]), 2 / (1 / math.sqrt(3)))  # mean 2, sd 1, n 3
     assert math.isnan(t_stat([1.0]))
+    assert t_stat([-0.4, -0.4]) == -math.inf and math.isnan(t_stat([0.0, 0.0]))  # one market, every seed alike
 
 
 def test_differences_are_paired_by_seed_and_stay_in_their_market():
@@ -37,9 +38,11 @@ def test_the_targets_decide_met_and_not_met_at_their_thresholds():
 def test_the_null_target_fails_when_an_arm_beats_buy_and_hold_beyond_noise():
     calm = {"buy-and-hold": [0.0] * 4, "champion": [0.1, -0.1, 0.2, -0.2], "vanilla": [0.0, 0.1, -0.1, 0.05],
             "momentum": [0.3, -0.3, 0.1, -0.1]}
-    assert targets(rows(calm, market="null"))[-1][2] is True
+    assert [ok for _, _, ok in targets(rows(calm, market="null"))] == [True, True]
     leaky = {**calm, "champion": [0.5, 0.6, 0.55, 0.52]}
-    assert targets(rows(leaky, market="null"))[-1][2] is False
+    assert [ok for _, _, ok in targets(rows(leaky, market="null"))] == [False, False]
+    costly = {**calm, "momentum": [-0.5, -0.6, -0.55, -0.52]}  # loses beyond noise: no leak, but |t| > 2
+    assert [ok for _, _, ok in targets(rows(costly, market="null"))] == [True, False]
 
 
 def test_report_lists_the_arms_and_counts_promotions():

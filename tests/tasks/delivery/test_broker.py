@@ -240,3 +240,17 @@ def test_serving_the_broker_leaves_the_host_process_logging_alone(tmp_path):
         assert kept in root.handlers and not kept.closed
     finally:
         root.removeHandler(kept)
+
+
+def test_an_account_left_from_another_market_says_how_to_start_a_new_one(tmp_path):
+    """`-s data.source=arch-demo` after `make run`: the paper account's clock stands on a day
+    the new market's feed does not have. The error names the ledger file to remove."""
+    from tasks.delivery.broker import BrokerError, PaperBroker
+
+    bars, db = tmp_path / "bars.parquet", tmp_path / "b.db"
+    write_bars(bars, sessions=["2023-06-30", "2023-07-03"])
+    PaperBroker.open(db, bars, initial_cash=CASH, cost_pct=0.01, mode="simulated").ledger.close()
+    write_bars(bars, sessions=["2023-06-30"])  # another market: its feed ends before the clock
+    broker = PaperBroker.open(db, bars, initial_cash=CASH, cost_pct=0.01, mode="simulated")
+    with pytest.raises(BrokerError, match=f"stands at 2023-07-03.*another market.*remove {db}"):
+        broker.advance("next")

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from trainers import profiler
-from trainers.env import EnvConfig, MarketData, MarketEnv, fill_orders, rebalance_orders
+from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.orders import fill_orders, rebalance_orders
 from trainers.state import StateScales
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -70,7 +71,7 @@ def ranked_portfolio(
     """Account value at each close of ``window`` for a rule that holds the top ``top`` share
     of stocks by ``scores[t]`` ``[T, n]`` (known at close t), long only and equal weight,
     rebalanced every ``every`` bars. Orders are decided at a close and filled at the next
-    open by :func:`trainers.env.fill_orders`, with the env's costs: the same rules as the
+    open by :func:`trainers.orders.fill_orders`, with the env's costs: the same rules as the
     agents and buy-and-hold. The momentum baseline and the synthetic market's oracle are
     this rule with different scores (issue 14).
     """

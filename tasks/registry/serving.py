@@ -3,7 +3,7 @@
 The model carries its weights, indicator names, train-only normalisation stats, state
 scales and env constants. :meth:`PolicyModel.predict` builds the state with
 :func:`trainers.state.build_state` and turns actions into orders with
-:func:`trainers.env.orders`, the same functions the training environment uses,
+:func:`trainers.orders.orders`, the same functions the training environment uses,
 so serving cannot drift from training.
 
 Input: one row per symbol with ``symbol``, ``close``, ``shares``, ``cash`` (the account's
@@ -11,7 +11,7 @@ cash, repeated) and the raw indicator columns. Output: ``symbol``, ``action`` in
 and ``order_qty``: signed whole shares (negative sells, positive buys) as the env asks for
 them at the next open, sells capped at the holdings. Buys are not yet scaled to the cash:
 the broker fills the bar's orders as one batch at the open, scaling the buys there with
-:func:`trainers.env.fill_orders` exactly as the env does (it cannot be done at the close,
+:func:`trainers.orders.fill_orders` exactly as the env does (it cannot be done at the close,
 before the open's prices are known).
 """
 
@@ -27,7 +27,8 @@ import torch
 
 from tasks.errors import DataError
 from tasks.model import bundle
-from trainers.env import TURBULENCE, orders
+from trainers.env import TURBULENCE
+from trainers.orders import orders
 from trainers.state import build_state
 
 

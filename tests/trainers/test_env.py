@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from trainers.env import EnvConfig, MarketData, MarketEnv, execute_orders, orders, target_orders
+from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.orders import execute_orders, orders, target_orders
 from trainers.state import build_state, state_dim
 
 from .helpers import market, scales

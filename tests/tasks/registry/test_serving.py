@@ -15,7 +15,8 @@ from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.registry.serving import PolicyModel, decide, policy_input, turbulence_gate
 from tests.tasks.handmade import policy
-from trainers.env import EnvConfig, fill_orders
+from trainers.env import EnvConfig
+from trainers.orders import fill_orders
 from trainers.ppo import Actor
 
 SYMBOLS, CLOSE = ["AAA", "BBB"], np.array([10.0, 20.0])

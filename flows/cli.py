@@ -107,8 +107,11 @@ def _describe_ingest(r: Any) -> str:
 
 def _describe_validate(r: Any) -> str:
     splits = f"; [yellow]{r.splits} suspected split(s): use split-adjusted data[/]" if r.splits else ""
+    ragged = (f"; [yellow]{r.masked_beyond_warmup} symbol-bars masked beyond warm-up, {len(r.never_tradable)} "
+              f"symbol(s) never tradable (see the report's Coverage)[/]" if r.masked_beyond_warmup or r.never_tradable
+              else "")
     return (f"[green]✓ validate[/] {r.rows_out} of {r.rows_in} rows passed, {r.quarantined} quarantined; "
-            f"report {r.report}{splits}")
+            f"report {r.report}{splits}{ragged}")
 
 
 def _describe_features(r: Any) -> str:

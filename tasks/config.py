@@ -164,6 +164,8 @@ class FeatureParams(_Section):
         min_length=1,
     )
     warmup: int = Field(121, ge=0, description="bars of history dropped before the first usable bar")
+    min_history: int = Field(121, ge=1, description="real bars of its own a symbol needs before it is tradable "
+                             "(its indicators' warm-up; tasks/data/tradable.py)")
     turbulence_window: int = Field(120, ge=2, description="bars of returns behind each turbulence estimate")
     turbulence_refresh: int = Field(1, ge=1, description="bars between covariance re-estimates (390 = daily on 1min)")
     vix_window: int = Field(21, ge=2, description="bars in the volatility-index proxy")

@@ -15,6 +15,9 @@ MDP rules (DESIGN §2):
   (``reward: log``: its log ratio, on the same scale at the start);
 * an optional turbulence gate: when bar t's turbulence index reaches the threshold, buys
   are blocked and every holding is sold at the next open (FinRL's risk control);
+* a ragged universe (``MarketData.tradable``): a stock not tradable at t is masked from
+  the state, never bought and sold if held; one not tradable at t+1 is not bought and a
+  position in it is closed out at its last real close (issue 15, docs/data.md);
 * the end of an episode (its length or the end of data) is a truncation, never terminal.
 """
 
@@ -82,13 +85,16 @@ class MarketData:
 
     ``open`` and ``close`` are ``[T, n]`` float64; ``features`` is ``[T, n, k]`` float32,
     already normalised with :func:`trainers.state.normalise_features`; ``turbulence`` is the
-    raw ``[T]`` turbulence index the gate reads (``None`` when it was not computed).
+    raw ``[T]`` turbulence index the gate reads (``None`` when it was not computed);
+    ``tradable`` is ``[T, n]`` bool, false where a stock has no tradable bar (``None``: every
+    stock at every bar, the panel has no gaps).
     """
 
     open: torch.Tensor
     close: torch.Tensor
     features: torch.Tensor
     turbulence: torch.Tensor | None = None
+    tradable: torch.Tensor | None = None
     _rows: dict[StateScales, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
     _growth: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
@@ -101,14 +107,21 @@ class MarketData:
         return int(self.features.shape[2])
 
     def to(self, device: torch.device | str) -> MarketData:
-        turb = None if self.turbulence is None else self.turbulence.to(device)
-        return MarketData(self.open.to(device), self.close.to(device), self.features.to(device), turb)
+        turb, mask = (None if x is None else x.to(device) for x in (self.turbulence, self.tradable))
+        return MarketData(self.open.to(device), self.close.to(device), self.features.to(device), turb, mask)
 
     def market_growth(self) -> torch.Tensor:
         """``[T − 1]`` log growth of the equal-weight market from close t to close t+1
-        (``reward: excess``'s benchmark), computed once."""
+        (``reward: excess``'s benchmark), computed once; in a ragged universe, over the
+        stocks tradable at both closes (0 where there are none)."""
         if self._growth is None:
-            self._growth = torch.log((self.close[1:] / self.close[:-1]).mean(dim=1))
+            ratio = self.close[1:] / self.close[:-1]
+            if self.tradable is None:
+                self._growth = torch.log(ratio.mean(dim=1))
+            else:
+                both = self.tradable[1:] & self.tradable[:-1]
+                mean = torch.where(both, ratio, 0.0).sum(dim=1) / both.sum(dim=1).clamp(min=1)
+                self._growth = torch.log(torch.where(both.any(dim=1), mean, 1.0))
         return self._growth
 
     def state_rows(self, scales: StateScales) -> torch.Tensor:
@@ -116,7 +129,7 @@ class MarketData:
         computed once per ``scales``: a step gathers one row per env and fills in the account,
         instead of rebuilding the bar part (the same values, bit for bit)."""
         if scales not in self._rows:
-            bars = bar_block(self.close, self.features, scales)
+            bars = bar_block(self.close, self.features, scales, self.tradable)
             account = torch.zeros((bars.shape[0], 1 + self.n_stocks), dtype=bars.dtype, device=bars.device)
             self._rows[scales] = torch.cat((account, bars), dim=1)
         return self._rows[scales]
@@ -287,7 +300,9 @@ class MarketEnv:
         """
         t_next = self.t + 1
         close, price = self.data.close.index_select(0, self.t), self.data.open.index_select(0, t_next)
-        fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, self._gate())
+        mask = self.data.tradable
+        masks = None if mask is None else (mask.index_select(0, self.t), mask.index_select(0, t_next))
+        fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, self._gate(), masks)
         self.cash, self.shares, self.t = fill.cash, fill.shares, t_next
         value = self.account_value()
         if self.cfg.reward != "value":

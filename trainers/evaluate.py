@@ -13,7 +13,7 @@ import torch
 
 from trainers import profiler
 from trainers.env import EnvConfig, MarketData, MarketEnv
-from trainers.orders import fill_orders, rebalance_orders
+from trainers.orders import Fill, close_out, fill_orders, rebalance_orders
 from trainers.state import StateScales
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -50,18 +50,53 @@ def run_policy(
     return run_policies(actor, data, scales, cfg, window, accounts=1)[:, 0]
 
 
+def market_fill(data: MarketData, t: int, sold: torch.Tensor, bought: torch.Tensor, cash: torch.Tensor,
+                shares: torch.Tensor, cost_pct: float) -> Fill:
+    """Fill orders ``[1, n]`` decided at close t at the open of t+1 under the env's rules, in a
+    ragged universe too: a stock with no tradable bar at t+1 is not bought and a position in
+    it is sold at its last real close (``trainers/orders.py``)."""
+    price = data.open[t + 1].cpu().unsqueeze(0)
+    if data.tradable is not None:
+        then = data.tradable[t + 1].cpu().unsqueeze(0)
+        sold, bought = close_out(sold, bought, shares, ~then)
+        price = torch.where(then, price, data.close[t].cpu().unsqueeze(0))
+    return fill_orders(sold, bought, cash, shares, price, cost_pct)
+
+
 def buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, int]) -> np.ndarray:
     """Equal-weight buy-and-hold over ``window`` under the same fills and costs.
 
     Buys ``initial_cash / n`` of every stock, in whole shares, at the first open after
-    ``window[0]`` (when the agent's first orders fill too) and holds to ``window[1]``.
+    ``window[0]`` (when the agent's first orders fill too) and holds to ``window[1]``. In a
+    ragged universe it buys the stocks tradable at that close and open, and a holding that
+    stops trading is sold at its last real close (the env's rule); later listings are not bought.
     """
     t_lo, t_hi = window
     price = data.open[t_lo + 1]
+    if data.tradable is not None:
+        return _ragged_buy_and_hold(data, cfg, window)
     shares = torch.floor(cfg.initial_cash / data.n_stocks / (price * (1.0 + cfg.cost_pct)))
     cash = cfg.initial_cash - float((shares * price).sum()) * (1.0 + cfg.cost_pct)
     marks = (data.close[t_lo + 1 : t_hi + 1] * shares).sum(dim=1) + cash
     return np.concatenate(([cfg.initial_cash], marks.cpu().numpy().astype(np.float64)))
+
+
+def _ragged_buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, int]) -> np.ndarray:
+    assert data.tradable is not None
+    t_lo, t_hi = window
+    live = (data.tradable[t_lo] & data.tradable[t_lo + 1]).cpu()
+    price = data.open[t_lo + 1].cpu()
+    each = cfg.initial_cash / max(int(live.sum()), 1)
+    bought = torch.where(live, torch.floor(each / (price * (1.0 + cfg.cost_pct))), 0.0).unsqueeze(0)
+    cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
+    shares = torch.zeros_like(bought)
+    values = [cfg.initial_cash]
+    for t in range(t_lo, t_hi):
+        fill = market_fill(data, t, torch.zeros_like(shares), bought if t == t_lo else torch.zeros_like(shares),
+                           cash, shares, cfg.cost_pct)
+        cash, shares = fill.cash, fill.shares
+        values.append(float(cash[0] + (shares[0] * data.close[t + 1].cpu()).sum()))
+    return np.asarray(values, dtype=np.float64)
 
 
 def ranked_portfolio(
@@ -71,24 +106,29 @@ def ranked_portfolio(
     """Account value at each close of ``window`` for a rule that holds the top ``top`` share
     of stocks by ``scores[t]`` ``[T, n]`` (known at close t), long only and equal weight,
     rebalanced every ``every`` bars. Orders are decided at a close and filled at the next
-    open by :func:`trainers.orders.fill_orders`, with the env's costs: the same rules as the
-    agents and buy-and-hold. The momentum baseline and the synthetic market's oracle are
-    this rule with different scores (issue 14).
+    open by :func:`market_fill`, with the env's costs: the same rules as the agents and
+    buy-and-hold. Only stocks tradable at t are ranked. The momentum baseline and the
+    synthetic market's oracle are this rule with different scores (issue 14).
     """
     t_lo, t_hi = window
     n = data.n_stocks
-    held = max(1, round(n * top))
     cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
     shares = torch.zeros((1, n), dtype=torch.float64)
+    none = torch.zeros((1, n), dtype=torch.float64)
     values = [cfg.initial_cash]
     for t in range(t_lo, t_hi):
+        sold, bought = none, none
         if (t - t_lo) % every == 0:
+            score = scores[t].cpu()
+            live = torch.ones(n, dtype=torch.bool) if data.tradable is None else data.tradable[t].cpu()
+            held = min(max(1, round(n * top)), int(live.sum()))
             weights = torch.zeros((1, n), dtype=torch.float64)
-            weights[0, torch.argsort(scores[t].cpu(), descending=True, stable=True)[:held]] = 1.0 / held
+            ranked = torch.argsort(torch.where(live, score, -torch.inf), descending=True, stable=True)[:held]
+            weights[0, ranked] = 1.0 / max(held, 1)
             close = data.close[t].cpu().unsqueeze(0)
             sold, bought = rebalance_orders(weights * (1 - cfg.cost_pct), cash, shares, close)
-            fill = fill_orders(sold, bought, cash, shares, data.open[t + 1].cpu().unsqueeze(0), cfg.cost_pct)
-            cash, shares = fill.cash, fill.shares
+        fill = market_fill(data, t, sold, bought, cash, shares, cfg.cost_pct)
+        cash, shares = fill.cash, fill.shares
         values.append(float(cash[0] + (shares[0] * data.close[t + 1].cpu()).sum()))
     return np.asarray(values, dtype=np.float64)
 

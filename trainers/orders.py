@@ -5,6 +5,11 @@ The env, serving (``tasks/registry/serving.py``) and the paper broker (``tasks/d
 all turn actions into orders and fill them with these functions, so a paper fill follows the
 training rules: sells first, buys scaled down together when the cash is short, whole shares,
 ``cost_pct`` on every traded notional.
+
+Ragged universes (issue 15): an action never buys a stock that is not tradable at the bar it
+sees, and a position in one is sold. In the env, a stock with no tradable bar at the fill's
+open is not bought, and a position in it is closed out at its last real close (the rule of
+docs/data.md: the close of the last bar it traded).
 """
 
 from __future__ import annotations
@@ -36,16 +41,20 @@ up to e^10 times another and cash can be all but emptied."""
 
 def target_orders(
     action: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor,
-    liquidate: torch.Tensor | None = None,
+    liquidate: torch.Tensor | None = None, tradable: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Shares each account sells and buys to move to the target weights of ``action``
     (``action: weights``): the account is valued at ``close`` (the bar it has just seen),
     each stock's target is ``floor(w_i · value / close_i)`` whole shares, and the orders are
     the differences. :func:`fill_orders` fills them at the next open like any other (sells
     first; buys scaled down when the open costs more than the cash). The turbulence gate
-    liquidates as in :func:`intended_orders`.
+    liquidates as in :func:`intended_orders`. Stocks that are not ``tradable`` ``[E, n]``
+    leave the softmax: their weight is 0 and the others share the allocation.
     """
-    logits = torch.cat((action.to(torch.float64) * WEIGHT_LOGITS, torch.zeros_like(cash).unsqueeze(1)), dim=1)
+    logits = action.to(torch.float64) * WEIGHT_LOGITS
+    if tradable is not None:
+        logits = torch.where(tradable, logits, -torch.inf)
+    logits = torch.cat((logits, torch.zeros_like(cash).unsqueeze(1)), dim=1)
     sold, bought = rebalance_orders(torch.softmax(logits, dim=1)[:, :-1], cash, shares, close)
     return _gated(sold, bought, shares, liquidate)
 
@@ -63,21 +72,29 @@ def rebalance_orders(
 def _gated(sold: torch.Tensor, bought: torch.Tensor, shares: torch.Tensor,
            liquidate: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Where ``liquidate`` ``[E]`` is true, sell every holding and buy nothing."""
-    if liquidate is None:
-        return sold, bought
-    gate = liquidate.unsqueeze(1)
-    return torch.where(gate, shares, sold), torch.where(gate, torch.zeros_like(bought), bought)
+    return (sold, bought) if liquidate is None else close_out(sold, bought, shares, liquidate.unsqueeze(1))
+
+
+def close_out(sold: torch.Tensor, bought: torch.Tensor, shares: torch.Tensor,
+              where: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where ``where`` (``[E, n]``, or ``[E, 1]`` for whole accounts) is true, sell the whole
+    holding and buy nothing; elsewhere keep the orders."""
+    return torch.where(where, shares, sold), torch.where(where, torch.zeros_like(bought), bought)
 
 
 def orders(
     cfg: EnvConfig, action: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor,
-    liquidate: torch.Tensor | None = None,
+    liquidate: torch.Tensor | None = None, tradable: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (sold, bought) whole-share orders ``action`` asks for, by ``cfg.action``: the
-    one function the env and serving both call, so paper orders follow the training rules."""
+    one function the env and serving both call, so paper orders follow the training rules.
+    A stock that is not ``tradable`` (``[E, n]``, at the bar the action saw) is never bought
+    and a position in it is sold."""
     if cfg.action == "weights":
-        return target_orders(action, cash, shares, close, liquidate)
-    return intended_orders(action, shares, cfg.hmax, liquidate)
+        sold, bought = target_orders(action, cash, shares, close, liquidate, tradable)
+    else:
+        sold, bought = intended_orders(action, shares, cfg.hmax, liquidate)
+    return (sold, bought) if tradable is None else close_out(sold, bought, shares, ~tradable)
 
 
 def intended_orders(
@@ -128,8 +145,17 @@ def execute_orders(
     close: torch.Tensor,
     price: torch.Tensor,
     liquidate: torch.Tensor | None = None,
+    tradable: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Fill:
     """Turn actions in [-1, 1]^n, taken at ``close``, into integer trades filled at ``price``
-    (eq. 3–4): the orders of :func:`orders`, filled by :func:`fill_orders`."""
-    sold, bought = orders(cfg, action, cash, shares, close, liquidate)
-    return fill_orders(sold, bought, cash, shares, price, cfg.cost_pct)
+    (eq. 3–4): the orders of :func:`orders`, filled by :func:`fill_orders`.
+
+    ``tradable`` is the (bar seen, bar filled) masks ``[E, n]``: see :func:`orders` for the
+    first; where the second is false the stock is not bought and a position in it is sold at
+    ``close``, its last real close, instead of the open it does not have."""
+    if tradable is None:
+        sold, bought = orders(cfg, action, cash, shares, close, liquidate)
+        return fill_orders(sold, bought, cash, shares, price, cfg.cost_pct)
+    now, then = tradable
+    sold, bought = close_out(*orders(cfg, action, cash, shares, close, liquidate, now), shares, ~then)
+    return fill_orders(sold, bought, cash, shares, torch.where(then, price, close), cfg.cost_pct)

@@ -97,11 +97,19 @@ def account_block(cash: torch.Tensor, shares: torch.Tensor, scales: StateScales)
     return torch.cat(parts, dim=1).to(torch.float32)
 
 
-def bar_block(close: torch.Tensor, features: torch.Tensor, scales: StateScales) -> torch.Tensor:
+def bar_block(close: torch.Tensor, features: torch.Tensor, scales: StateScales,
+              tradable: torch.Tensor | None = None) -> torch.Tensor:
     """The bar part of the state, ``[..., n + n·k]`` float32: closes relative to ``price_ref``
-    and the normalised indicators. It depends only on the bar, so the env computes it once."""
+    and the normalised indicators. It depends only on the bar, so the env computes it once.
+
+    Where ``tradable`` (``[..., n]`` bool) is false the stock's price and indicators are 0:
+    a symbol with no real bar shows the policy nothing, never an invented number (issue 15).
+    """
     price_ref = torch.as_tensor(scales.price_ref, dtype=close.dtype, device=close.device)
     prices = (close / price_ref).to(torch.float32)
+    if tradable is not None:
+        prices = torch.where(tradable, prices, 0.0)
+        features = torch.where(tradable.unsqueeze(-1), features, 0.0)
     return torch.cat((prices, features.reshape(*features.shape[:-2], -1).to(torch.float32)), dim=-1)
 
 
@@ -111,6 +119,7 @@ def build_state(
     close: torch.Tensor,
     features: torch.Tensor,
     scales: StateScales,
+    tradable: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Batch of float32 states ``[E, state_dim]``: ``[cash, shares, prices, indicators]``.
 
@@ -120,5 +129,6 @@ def build_state(
         close: ``[E, n]`` closing prices of the bar the agent has just seen.
         features: ``[E, n, k]`` normalised indicators of that bar.
         scales: the saved scaling constants.
+        tradable: ``[E, n]`` bool, false where the stock has no tradable bar (masked).
     """
-    return torch.cat((account_block(cash, shares, scales), bar_block(close, features, scales)), dim=1)
+    return torch.cat((account_block(cash, shares, scales), bar_block(close, features, scales, tradable)), dim=1)

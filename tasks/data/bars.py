@@ -7,7 +7,6 @@ frequency is stored in each file's Parquet metadata under ``podracer.freq``.
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from pathlib import Path
@@ -17,8 +16,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.errors import DataError
-
-log = logging.getLogger("podracer.features")
 
 COLUMNS = ("symbol", "ts", "open", "high", "low", "close", "volume")
 VALIDATED = "bars.parquet"
@@ -85,18 +82,21 @@ def read_parquet(path: Path) -> tuple[pd.DataFrame, str | None]:
 
 
 def panel(bars: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Pivot bars to ``[T, n]`` frames per field; gaps are forward-filled as flat bars."""
+    """Pivot bars to ``[T, n]`` frames per field over every timestamp any symbol has, plus
+    ``real`` (bool): where the symbol has a bar of its own.
+
+    Nothing is cut to a common start. Where a symbol has no bar, the prices carry its last
+    real close (its first real close before it lists) and the volume is 0, only so that
+    marking a zero position stays finite: those cells are masked as untradable
+    (``tasks/data/tradable.py``) and never traded at nor shown to a policy.
+    """
     wide = {f: bars.pivot(index="ts", columns="symbol", values=f).sort_index() for f in
             ("open", "high", "low", "close", "volume")}
-    close = wide["close"].ffill()
+    real = wide["close"].notna()
+    if real.empty:
+        raise DataError("features: no bars")
+    close = wide["close"].ffill().bfill()
     for field in ("open", "high", "low"):
         wide[field] = wide[field].fillna(close)
-    wide["close"], wide["volume"] = close, wide["volume"].fillna(0.0)
-    complete = close.notna().all(axis=1)
-    if not complete.all():
-        first = complete.idxmax() if complete.any() else None
-        if first is None:
-            raise DataError("features: no timestamp has bars for every symbol")
-        log.warning("dropping %d leading bars before every symbol has data", int((~complete).sum()))
-        wide = {k: v.loc[first:] for k, v in wide.items()}
+    wide["close"], wide["volume"], wide["real"] = close, wide["volume"].fillna(0.0), real
     return wide

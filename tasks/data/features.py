@@ -1,17 +1,21 @@
 """Stage 3, features: FinRL's technical indicators, date splits and train-only normalisation.
 
 Indicators come from stockstats (the library FinRL itself uses), computed **once over the
-full history** of each symbol and then sliced, so no window sees truncated history
-(DESIGN §3). The first ``warmup`` bars are dropped; a NaN or inf after that is an error,
-never silently zeroed. Normalisation statistics are fitted on the training split only and
-saved beside the arrays, because serving needs them (DESIGN §2, features contract).
+full history** of each symbol, on its own real bars, and then sliced, so no window sees
+truncated history (DESIGN §3). The first ``warmup`` bars of the panel are dropped (the
+market-wide risk features need them); each symbol is then tradable only where it has a real
+bar and ``min_history`` real bars of its own (``tradable[T, n]``, ``tasks/data/tradable.py``).
+A NaN or inf in a tradable cell is an error, never silently zeroed; untradable cells hold
+NaN and are masked. Normalisation statistics are fitted on the tradable cells of the
+training split only and saved beside the arrays, because serving needs them (DESIGN §2,
+features contract).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from tasks.data import momentum
 from tasks.data.bars import VALIDATED, panel, read_parquet
 from tasks.data.risk import turbulence, volatility_proxy
 from tasks.data.splits import history_span, split_dates
+from tasks.data.tradable import SymbolCoverage, coverage, tradable_mask
 from tasks.errors import DataError, MissingInput
 from tasks.storage import atomic_dir
 from trainers.env import TURBULENCE, MarketData
@@ -33,9 +38,9 @@ from trainers.metrics import periods_per_year
 from trainers.state import normalise_features
 
 log = logging.getLogger("podracer.features")
-ARRAYS = ("opens", "prices", "features", "timestamps")
+ARRAYS = ("opens", "prices", "features", "timestamps", "tradable")
 """Saved as ``<name>.npy`` so large sets are memory-mapped on load, not read whole."""
-META, NORM, SPLITS = "meta.json", "norm.json", "splits.json"
+META, NORM, SPLITS, COVERAGE = "meta.json", "norm.json", "splits.json", "coverage.json"
 SPLIT_NAMES = ("train", "validation", "test")
 
 
@@ -45,13 +50,16 @@ class FeatureSet:
 
     opens: np.ndarray  # [T, n] float64
     prices: np.ndarray  # [T, n] float64 closes
-    features: np.ndarray  # [T, n, k] float32, raw (not normalised); memory-mapped when loaded
+    features: np.ndarray  # [T, n, k] float32, raw (not normalised); NaN where untradable; memory-mapped
     timestamps: np.ndarray  # [T] datetime64[ns] UTC
     symbols: list[str]
     feature_names: list[str]
     splits: dict[str, tuple[int, int]]  # name -> (first, last) bar index, inclusive
     mean: np.ndarray  # [n, k]
     std: np.ndarray  # [n, k]
+    tradable: np.ndarray  # [T, n] bool: a real bar and min_history real bars of the symbol's own
+    coverage: list[SymbolCoverage] = field(default_factory=list)
+    """Per symbol (dropped ones too): real bars, and why the rest is masked (``coverage.json``)."""
 
     def market(self, device: torch.device | str = "cpu",
                norm: tuple[np.ndarray, np.ndarray] | None = None) -> MarketData:
@@ -61,11 +69,15 @@ class FeatureSet:
         turb = None
         if TURBULENCE in self.feature_names:
             turb = torch.tensor(self.features[:, 0, self.feature_names.index(TURBULENCE)], dtype=torch.float64)
+        feats = normalise_features(self.features, *(norm or (self.mean, self.std)))
+        ragged = not bool(np.all(self.tradable))
         return MarketData(
             open=torch.tensor(self.opens, dtype=torch.float64),
             close=torch.tensor(self.prices, dtype=torch.float64),
-            features=torch.as_tensor(normalise_features(self.features, *(norm or (self.mean, self.std)))),
+            features=torch.as_tensor(np.where(self.tradable[..., None], feats, 0.0).astype(np.float32)
+                                     if ragged else feats),
             turbulence=turb,
+            tradable=torch.tensor(np.asarray(self.tradable, dtype=bool)) if ragged else None,
         ).to(device)
 
     def window(self, split: str) -> tuple[int, int]:
@@ -75,13 +87,20 @@ class FeatureSet:
         return (max(lo - 1, 0), hi)
 
 
-def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeatureParams, freq: str) -> np.ndarray:
-    """``[T, n, k]`` indicators over the full history: per symbol with stockstats, the
-    market-wide risk features (``tasks/data/risk.py``) broadcast to every symbol, and the
-    scale-free returns (``tasks/data/momentum.py``)."""
+MARKET_WIDE = ("turbulence", "vix_proxy")
+"""Indicators of the whole market, the same in every stock's column and never masked."""
+
+
+def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeatureParams, freq: str,
+               real: np.ndarray | None = None) -> np.ndarray:
+    """``[T, n, k]`` indicators over the full history: per symbol with stockstats on its own
+    real bars (``real`` ``[T, n]``; NaN where it has none), the market-wide risk features
+    (``tasks/data/risk.py``; a symbol contributes a flat price where it has no bar) broadcast
+    to every symbol, and the scale-free returns (``tasks/data/momentum.py``)."""
     from stockstats import wrap
 
     close = wide["close"].to_numpy(np.float64)
+    real = np.ones(close.shape, dtype=bool) if real is None else real
     out = np.empty((*close.shape, len(names)), dtype=np.float64)
     risk = {
         "turbulence": lambda: turbulence(close, cfg.turbulence_window, cfg.turbulence_refresh),
@@ -92,11 +111,16 @@ def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeaturePara
         if name in risk:
             out[:, :, i] = risk[name]()[:, None]
         elif name in momentum.NAMES:
-            out[:, :, i] = momentum.feature(close, name)
+            out[:, :, i] = momentum.feature(close, name, real)
     for j, symbol in enumerate(wide["close"].columns):
-        stats = wrap(pd.DataFrame({f: wide[f][symbol].to_numpy() for f in ("open", "high", "low", "close", "volume")}))
+        rows = np.flatnonzero(real[:, j])
+        out[:, j, [i for i, _ in per_stock]] = np.nan
+        if not per_stock or rows.size == 0:
+            continue
+        own = {f: wide[f][symbol].to_numpy()[rows] for f in ("open", "high", "low", "close", "volume")}
+        stats = wrap(pd.DataFrame(own))
         for i, name in per_stock:
-            out[:, j, i] = stats[name].to_numpy(dtype=np.float64)
+            out[rows, j, i] = stats[name].to_numpy(dtype=np.float64)
     return out
 
 
@@ -119,39 +143,78 @@ def split_indices(ts: pd.DatetimeIndex, cfg: FeatureParams,
     return out
 
 
+def _train_stats(train: np.ndarray, tradable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per ``[n, k]`` mean and std over the tradable train cells; a symbol with no tradable
+    train bar (listed later) takes the pooled statistics of the symbols that have some."""
+    if tradable.all():
+        return train.mean(axis=0), train.std(axis=0)
+    cells = np.where(tradable[..., None], train, np.nan)
+    seen = tradable.any(axis=0)
+    if not seen.any():
+        raise DataError("features: no symbol is tradable in the train split; lower features.min_history "
+                        "or move features.train_end later")
+    mean, std = np.zeros(train.shape[1:]), np.ones(train.shape[1:])
+    mean[seen], std[seen] = np.nanmean(cells[:, seen], axis=0), np.nanstd(cells[:, seen], axis=0)
+    pooled = cells[:, seen].reshape(-1, train.shape[2])
+    mean[~seen], std[~seen] = np.nanmean(pooled, axis=0), np.nanstd(pooled, axis=0)
+    return mean, std
+
+
 def build(params: Params) -> FeatureSet:
-    """Compute the feature set from ``data/validated/`` in memory."""
+    """Compute the feature set from ``data/validated/`` in memory (issue 15: a ragged
+    universe keeps every symbol's own history, masked where it cannot trade)."""
     path = params.dirs.validated / VALIDATED
     if not path.exists():
         raise MissingInput(f"{path}: not found (run `podracer validate` first)")
     bars, _ = read_parquet(path)
     wide = panel(bars)
-    names = list(params.features.indicators)
-    feats = indicators(wide, names, params.features, params.data.freq)
-    warm = params.features.warmup
+    real = wide.pop("real").to_numpy(bool)
+    names, cfg = list(params.features.indicators), params.features
+    feats = indicators(wide, names, cfg, params.data.freq, real)
+    warm = cfg.warmup
     if len(wide["close"]) <= warm + 2:
         raise DataError(f"features: {len(wide['close'])} bars is too few for a {warm}-bar warm-up")
+    symbols = [str(s) for s in wide["close"].columns]
     ts = pd.DatetimeIndex(wide["close"].index[warm:])
-    feats = feats[warm:]
+    tradable = tradable_mask(real, cfg.min_history)[warm:]
+    feats, real = feats[warm:], real[warm:]
+    per_stock = [i for i, name in enumerate(names) if name not in MARKET_WIDE]
+    feats[:, :, per_stock] = np.where(tradable[..., None], feats[:, :, per_stock], np.nan)
     bad = ~np.isfinite(feats)
+    bad[:, :, per_stock] &= tradable[..., None]
     if bad.any():
         t, j, i = (int(a[0]) for a in np.nonzero(bad))
-        raise DataError(f"features: {names[i]} is NaN/inf for {wide['close'].columns[j]} at {ts[t]} "
-                        f"after a {warm}-bar warm-up ({int(bad.sum())} cells); raise features.warmup")
-    splits = split_indices(ts, params.features, history_span(params.data, pd.DatetimeIndex(wide["close"].index)))
+        raise DataError(f"features: {names[i]} is NaN/inf for {symbols[j]} at {ts[t]} after a {warm}-bar "
+                        f"warm-up and {cfg.min_history} bars of its own ({int(bad.sum())} cells); raise "
+                        f"features.{'min_history' if i in per_stock else 'warmup'}")
+    keep = tradable.any(axis=0)
+    if not keep.any():
+        raise DataError(f"features: no symbol has {cfg.min_history} real bars (features.min_history) "
+                        f"after a {warm}-bar warm-up")
+    dates = [_day(d) for d in ts.tz_convert("UTC").tz_localize(None).to_numpy("datetime64[ns]")]
+    cover = coverage(real, tradable, symbols, dates)
+    if not keep.all():
+        log.warning("dropping %d symbol(s) never tradable (fewer than %d real bars): %s", int((~keep).sum()),
+                    cfg.min_history, ", ".join(s for s, k in zip(symbols, keep) if not k))
+    if not tradable[:, keep].all():
+        log.warning("masking %d of %d symbol-bars as untradable (late listings, gaps, delistings, warm-up); "
+                    "see features/%s", int((~tradable[:, keep]).sum()), tradable[:, keep].size, COVERAGE)
+    splits = split_indices(ts, cfg, history_span(params.data, pd.DatetimeIndex(wide["close"].index)))
     lo, hi = splits["train"]
-    train = feats[lo : hi + 1]
-    mean, std = train.mean(axis=0), train.std(axis=0)
+    cols = slice(None) if keep.all() else np.flatnonzero(keep)  # a slice keeps the arrays' memory layout
+    mean, std = _train_stats(feats[lo : hi + 1][:, cols], tradable[lo : hi + 1][:, cols])
     return FeatureSet(
-        opens=wide["open"].to_numpy(np.float64)[warm:],
-        prices=wide["close"].to_numpy(np.float64)[warm:],
-        features=feats.astype(np.float32),
+        opens=wide["open"].to_numpy(np.float64)[warm:, cols],
+        prices=wide["close"].to_numpy(np.float64)[warm:, cols],
+        features=feats[:, cols].astype(np.float32),
         timestamps=ts.tz_convert("UTC").tz_localize(None).to_numpy("datetime64[ns]"),
-        symbols=[str(s) for s in wide["close"].columns],
+        symbols=[s for s, k in zip(symbols, keep) if k],
         feature_names=names,
         splits=splits,
         mean=mean,
         std=np.where(std > 1e-12, std, 1.0),
+        tradable=tradable[:, cols],
+        coverage=cover,
     )
 
 
@@ -167,13 +230,31 @@ def save(fs: FeatureSet, out: Path) -> None:
     dates = {name: {"first": _day(fs.timestamps[lo]), "last": _day(fs.timestamps[hi]), "first_index": lo,
                     "last_index": hi} for name, (lo, hi) in fs.splits.items()}
     (out / SPLITS).write_text(json.dumps(dates, indent=1))
+    (out / COVERAGE).write_text(json.dumps(coverage_summary(fs), indent=1))
+
+
+def coverage_summary(fs: FeatureSet) -> dict[str, object]:
+    """What the data layer dropped or masked (``coverage.json``, logged with the MLflow run):
+    symbols dropped as never tradable, masked symbol-bars, and the per-symbol counts."""
+    kept = set(fs.symbols)
+    return {
+        "symbols": len(fs.symbols),
+        "bars": len(fs.timestamps),
+        "masked_cells": int((~np.asarray(fs.tradable, dtype=bool)).sum()),
+        "dropped_symbols": [c.symbol for c in fs.coverage if c.symbol not in kept],
+        "per_symbol": [asdict(c) for c in fs.coverage],
+    }
 
 
 def load(out: Path) -> FeatureSet:
     """Read a saved feature set (the train, backtest and deliver stages start here)."""
     if not (out / META).exists():
         raise MissingInput(f"{out / META}: not found (run `podracer features` first)")
+    stale = [name for name in ARRAYS if not (out / f"{name}.npy").exists()]
+    if stale:
+        raise MissingInput(f"{out}: no {stale[0]}.npy (an older feature set; run `podracer features` again)")
     arrays = {name: np.load(out / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+    cover = json.loads((out / COVERAGE).read_text())["per_symbol"] if (out / COVERAGE).exists() else []
     meta = json.loads((out / META).read_text())
     norm = json.loads((out / NORM).read_text())
     splits = json.loads((out / SPLITS).read_text())
@@ -181,6 +262,7 @@ def load(out: Path) -> FeatureSet:
         **arrays, symbols=meta["symbols"], feature_names=meta["feature_names"],
         splits={k: (v["first_index"], v["last_index"]) for k, v in splits.items()},
         mean=np.asarray(norm["mean"]), std=np.asarray(norm["std"]),
+        coverage=[SymbolCoverage(**c) for c in cover],
     )
 
 

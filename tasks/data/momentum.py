@@ -4,7 +4,8 @@ and realised volatility (issue 14).
 FinRL's indicators (macd, the SMAs, the Bollinger bands) are in price units, so even after
 z-scoring they tell a policy the price level, which identifies the stock; these do not.
 Each value at bar t uses closes up to t only (no look-ahead) and is the same for a stock
-at 6 dollars or at 600.
+at 6 dollars or at 600. In a ragged universe each symbol's returns run over its own real
+bars, and the cross-sectional z-scores over the symbols that have a value at the bar.
 """
 
 from __future__ import annotations
@@ -41,13 +42,33 @@ def realised_vol(close: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-def feature(close: np.ndarray, name: str) -> np.ndarray:
-    """The ``[T, n]`` feature ``name`` (one of :data:`NAMES`) from closes ``[T, n]``."""
+def ragged_z(values: np.ndarray) -> np.ndarray:
+    """:func:`cross_sectional_z` over the finite values of each bar (NaN stays NaN); a bar
+    with every value finite gives exactly :func:`cross_sectional_z`'s numbers."""
+    out = np.full(values.shape, np.nan)
+    for t, row in enumerate(values):
+        have = np.isfinite(row)
+        if have.all():
+            out[t] = cross_sectional_z(row[None])[0]
+        elif have.any():
+            out[t, have] = cross_sectional_z(row[have][None])[0]
+    return out
+
+
+def feature(close: np.ndarray, name: str, real: np.ndarray | None = None) -> np.ndarray:
+    """The ``[T, n]`` feature ``name`` (one of :data:`NAMES`) from closes ``[T, n]``; with
+    ``real`` (``[T, n]`` bool, the bars a symbol really has), each symbol's over its own real
+    bars only, NaN elsewhere."""
     match = _PATTERN.match(name)
     if match is None or name not in NAMES:
         raise ValueError(f"unknown scale-free feature {name!r}")
     kind, horizon, xs = match.group(1), int(match.group(2)), match.group(3)
-    if kind == "vol":
-        return realised_vol(close, horizon)
-    ret = log_returns(close, horizon)
-    return cross_sectional_z(ret) if xs else ret
+    base = realised_vol if kind == "vol" else log_returns
+    if real is None or real.all():
+        out = base(close, horizon)
+        return cross_sectional_z(out) if xs else out
+    out = np.full(close.shape, np.nan)
+    for j in range(close.shape[1]):
+        rows = np.flatnonzero(real[:, j])
+        out[rows, j] = base(close[rows, j : j + 1], horizon)[:, 0]
+    return ragged_z(out) if xs else out

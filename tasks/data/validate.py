@@ -7,14 +7,16 @@ rows quarantined, and ``data/raw/`` is never modified. If more than
 each offending file and its count. A close-to-close move beyond
 ``validation.max_abs_log_return`` is quarantined too (``tasks/data/limits.py``).
 ``report.md`` (kept with the quarantine and logged to MLflow) lists the counts per check,
-the hard-limit rows, the flagged return outliers and any suspected split.
+the hard-limit rows, the flagged return outliers, any suspected split, and the coverage of
+the kept bars (issue 15): the symbols that would never be tradable and the symbol-bars the
+tradable mask will hide, by cause. Nothing the data layer drops or masks is silent.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from tasks.config import Params
 from tasks.data.bars import COLUMNS, PRICE_COLUMNS, VALIDATED, read_parquet, to_contract, write_parquet
 from tasks.data.checks import check_frequency, check_gaps, is_sorted, outliers, row_checks
 from tasks.data.limits import LIMIT_REASON, limit_failures, suspected_splits
+from tasks.data.tradable import SymbolCoverage, coverage, tradable_mask
 from tasks.errors import DataError, MissingInput, ValidationFailed
 from tasks.storage import atomic_dir
 
@@ -43,6 +46,22 @@ class ValidateResult:
     report: Path
     splits: int = 0
     """Suspected splits reported (rows kept)."""
+    panel_bars: int = 0
+    """Timestamps in the panel of the kept bars (every timestamp any symbol has)."""
+    panel_symbols: int = 0
+    masked_cells: int = 0
+    """Symbol-bars of that panel the tradable mask hides: before listing, gaps, after the end
+    and each symbol's own warm-up (``features.min_history``)."""
+    warmup_cells: int = 0
+    """Of ``masked_cells``, those in a symbol's own warm-up."""
+    never_tradable: tuple[str, ...] = ()
+    """Symbols with no tradable bar after the panel's ``features.warmup`` bars (fewer than
+    ``features.min_history`` real bars, or all of them before): the features stage drops them."""
+
+    @property
+    def masked_beyond_warmup(self) -> int:
+        """Symbol-bars masked because a symbol listed late, has gaps or stopped early."""
+        return self.masked_cells - self.warmup_cells
 
 
 def _suite() -> list[tuple[str, Any]]:
@@ -147,7 +166,92 @@ SPLIT_ADVICE = ("These bars gap by a split ratio and then stay put: unadjusted p
                 "Use split-adjusted data (yfinance auto_adjust=True, CRSP prices divided by cfacpr).")
 
 
-def _write_report(path: Path, rows_in: int, bad: pd.DataFrame, flagged: pd.DataFrame, splits: pd.DataFrame) -> None:
+@dataclass(frozen=True)
+class PanelCoverage:
+    """The kept bars' panel and what the tradable mask hides in it (``tasks/data/tradable.py``)."""
+
+    bars: int
+    min_history: int
+    """``features.min_history``: real bars of its own a symbol needs before it is tradable."""
+    warmup: int
+    """``features.warmup``: panel bars the features stage drops at the start."""
+    per_symbol: list[SymbolCoverage]
+    dropped: tuple[str, ...] = ()
+    """Symbols with no tradable bar after the panel's warm-up: the features stage drops them."""
+
+    @property
+    def too_short(self) -> bool:
+        """The features stage refuses a panel this short for its warm-up (and drops nothing)."""
+        return self.bars <= self.warmup + 2
+
+    @property
+    def masked(self) -> int:
+        """Symbol-bars of the whole panel that are not tradable, warm-up included."""
+        return sum(self.bars - c.tradable for c in self.per_symbol)
+
+    @property
+    def warmup_cells(self) -> int:
+        """Of ``masked``, the real bars in each symbol's own warm-up."""
+        return sum(c.warmup for c in self.per_symbol)
+
+
+def real_bars(bars: pd.DataFrame) -> tuple[np.ndarray, pd.DatetimeIndex, list[str]]:
+    """``[T, n]`` bool where a symbol has a bar, over every timestamp any symbol has (sorted),
+    and the symbols (sorted): ``panel(bars)["real"]`` without pivoting five price fields."""
+    t_code, stamps = pd.factorize(bars["ts"], sort=True)
+    s_code, symbols = pd.factorize(bars["symbol"], sort=True)
+    real = np.zeros((len(stamps), len(symbols)), dtype=bool)
+    real[t_code, s_code] = True
+    return real, pd.DatetimeIndex(stamps), [str(s) for s in symbols]
+
+
+def bar_coverage(bars: pd.DataFrame, min_history: int, warmup: int = 0) -> PanelCoverage:
+    """The coverage of the whole panel of ``bars`` (valid rows, unique on (symbol, ts)), and the
+    symbols the features stage will drop after cutting the panel's first ``warmup`` bars."""
+    if bars.empty:
+        return PanelCoverage(0, min_history, warmup, [])
+    real, stamps, symbols = real_bars(bars)
+    mask = tradable_mask(real, min_history)
+    days = np.datetime_as_string(stamps.tz_convert("UTC").tz_localize(None).to_numpy("datetime64[ns]"), unit="D")
+    cover = PanelCoverage(len(stamps), min_history, warmup, coverage(real, mask, symbols, [str(d) for d in days]))
+    if cover.too_short:
+        return cover
+    kept = mask[warmup:].any(axis=0)
+    return replace(cover, dropped=tuple(s for s, keep in zip(symbols, kept, strict=True) if not keep))
+
+
+def _coverage_lines(cover: PanelCoverage) -> list[str]:
+    n, k, per = len(cover.per_symbol), cover.min_history, cover.per_symbol
+    lines = ["## Coverage", "",
+             (f"The panel of the kept bars: {cover.bars} bars x {n} symbols. A symbol is tradable where it has "
+              f"a real bar and at least {k} real bars of its own (features.min_history)."),
+             (f"Counted over the whole panel: the features stage then drops its first {cover.warmup} bars "
+              "(features.warmup), so its coverage.json counts fewer masked bars."), ""]
+    if not n:
+        return [*lines, "No bars kept: nothing to cover."]
+    if cover.too_short:
+        lines.append(f"- the features stage will refuse this panel: {cover.bars} bars is too few for its "
+                     f"{cover.warmup}-bar warm-up (features.warmup)")
+    else:
+        lines.append(f"- symbols dropped by features (no tradable bar after the {cover.warmup}-bar warm-up: fewer "
+                     f"than {k} real bars, or all of them before it): {len(cover.dropped)}"
+                     + (f" ({', '.join(cover.dropped)})" if cover.dropped else ""))
+    lines += [(f"- masked symbol-bars: {cover.masked} of {cover.bars * n} "
+               f"(listed late {sum(c.before_listing for c in per)}, gaps {sum(c.gaps for c in per)}, "
+               f"stopped early {sum(c.after_end for c in per)}, warm-up {cover.warmup_cells})"), ""]
+    ragged = [c for c in per if c.before_listing or c.gaps or c.after_end or c.symbol in cover.dropped]
+    if not ragged:
+        return [*lines, (f"Every symbol has a real bar at every panel bar: nothing is masked beyond each "
+                         f"symbol's own warm-up ({min(k - 1, cover.bars)} bars).")]
+    lines += ["| symbol | first | last | real bars | listed late | gaps | stopped early | warm-up | tradable |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {c.symbol} | {c.first} | {c.last} | {c.real_bars} | {c.before_listing} | {c.gaps} | "
+              f"{c.after_end} | {c.warmup} | {c.tradable} |" for c in ragged]
+    return lines
+
+
+def _write_report(path: Path, rows_in: int, bad: pd.DataFrame, flagged: pd.DataFrame, splits: pd.DataFrame,
+                  cover: PanelCoverage | None = None) -> None:
     lines = [
         "# Validation report",
         "",
@@ -176,6 +280,8 @@ def _write_report(path: Path, rows_in: int, bad: pd.DataFrame, flagged: pd.DataF
         lines += ["", "## Suspected splits", "", SPLIT_ADVICE, "", "| symbol | ts | open / previous close | looks like |",
                   "|---|---|---|---|"]
         lines += [f"| {r.symbol} | {r.ts} | {r.ratio:.4f} | {r.split} |" for r in splits.head(20).itertuples()]
+    if cover is not None:
+        lines += ["", *_coverage_lines(cover)] if lines[-1] else _coverage_lines(cover)
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -201,6 +307,7 @@ def validate(params: Params) -> ValidateResult:
     good = bars.drop(index=reasons.index) if len(reasons) else bars
     flagged = outliers(good, cfg.outlier_sigma)
     splits = suspected_splits(good)
+    cover = bar_coverage(good, params.features.min_history, params.features.warmup)
     if len(splits):
         first = splits.iloc[0]
         log.warning("%d suspected split(s), e.g. %s at %s (%s): use split-adjusted data; see the validation report",
@@ -210,7 +317,7 @@ def validate(params: Params) -> ValidateResult:
         for name, group in bad.groupby("_file", observed=True):
             target = staging / Path(str(name)).name
             write_parquet(group.drop(columns="_file").reset_index(drop=True), target, params.data.freq)
-        _write_report(staging / REPORT, len(bars), bad, flagged, splits)
+        _write_report(staging / REPORT, len(bars), bad, flagged, splits, cover)
     report = dirs.quarantine / REPORT
 
     out = dirs.validated / VALIDATED
@@ -232,10 +339,18 @@ def validate(params: Params) -> ValidateResult:
     write_parquet(good.reset_index(drop=True), out, params.data.freq)
     counts = len(good), len(bad), len(flagged)
     log.info("validated %d rows, quarantined %d, flagged %d outliers", *counts)  # pragma: no mutate
-    return ValidateResult(len(bars), len(good), len(bad), out, report, len(splits))
+    if cover.dropped:
+        log.warning("%d symbol(s) never tradable (fewer than %d real bars after the %d-bar warm-up), features "
+                    "will drop them: %s", len(cover.dropped), cover.min_history, cover.warmup, ", ".join(cover.dropped))
+    if cover.masked > cover.warmup_cells:
+        log.warning("%d symbol-bars masked beyond warm-up (late listings, gaps, early ends); see %s",
+                    cover.masked - cover.warmup_cells, report)
+    return ValidateResult(len(bars), len(good), len(bad), out, report, len(splits), cover.bars,
+                          len(cover.per_symbol), cover.masked, cover.warmup_cells, cover.dropped)
 
 
 validate_task = task(
     validate, name="validate", persist_result=True,
-    cache_key_fn=data_cache_key(("validation",), lambda p: [p.dirs.validated, p.dirs.quarantine]),
+    # features: the report's coverage depends on features.min_history
+    cache_key_fn=data_cache_key(("validation", "features"), lambda p: [p.dirs.validated, p.dirs.quarantine]),
 )

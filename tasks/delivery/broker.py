@@ -7,6 +7,12 @@ Alpaca's lifecycle: placed while the market is closed they are ``accepted`` and 
 the next session's open, in one batch by the env's rule (:mod:`tasks.delivery.fills`);
 during a simulated session a market order fills at once at the session's open price.
 Where this differs from Alpaca's real fills is in ``docs/delivery.md``.
+
+In a ragged universe (issue 15) nothing fills in a session where the symbol has no real bar
+(not yet listed, halted, delisted: ``Feed.real``): its orders stay open as if the symbol did
+not trade, so a ``day`` order expires at that session's close, an ``opg`` or ``cls`` one is
+canceled once its auction has passed, and a ``gtc`` one waits for a real bar. Positions in it
+are marked at its last real close, the price the feed carries there.
 """
 
 from __future__ import annotations
@@ -128,13 +134,14 @@ class PaperBroker:
         return True
 
     def _open_event(self, db: sqlite3.Connection, feed: Feed, bar: int, session: Any) -> None:
-        """The session opens: yesterday's close becomes ``last_equity``; queued orders fill at the open."""
+        """The session opens: yesterday's close becomes ``last_equity``; queued orders fill at the
+        open, except those for a symbol without a real bar in this session (they stay open)."""
         day, at = session.day.isoformat(), iso(session.open)
         account = dict(db.execute("SELECT cash, cost_pct FROM account").fetchone())
         equity = account["cash"] + self._holdings_value(db, feed, feed.close[bar - 1])
         db.execute("UPDATE account SET last_equity = ?", (equity,))
         orders = self.ledger.open_orders(db)
-        batch = [o for o in orders if o["time_in_force"] != "cls"
+        batch = [o for o in orders if o["time_in_force"] != "cls" and feed.trades(bar, o["symbol"])
                  and marketable(o, feed.open[bar, feed.column(o["symbol"])])]
         fill_batch(db, batch, feed.symbols, feed.open[bar], account["cash"], account["cost_pct"], day, at)
         filled = {o["id"] for o in batch}
@@ -145,17 +152,21 @@ class PaperBroker:
 
     def _close_event(self, db: sqlite3.Connection, feed: Feed, bar: int, session: Any) -> None:
         """The session closes: ``cls`` orders fill at the close, resting limits the day traded
-        through fill at their limit, and what is left of ``day`` orders expires."""
+        through fill at their limit, and what is left of ``day`` orders expires. A symbol
+        without a real bar in this session fills nothing: its ``cls`` orders are canceled."""
         day, at = session.day.isoformat(), iso(session.close)
         cost_pct = db.execute("SELECT cost_pct FROM account").fetchone()["cost_pct"]
         cash = db.execute("SELECT cash FROM account").fetchone()["cash"]
         orders = self.ledger.open_orders(db)
-        on_close = [o for o in orders if o["time_in_force"] == "cls"]
+        on_close = [o for o in orders if o["time_in_force"] == "cls" and feed.trades(bar, o["symbol"])]
         cash = fill_batch(db, on_close, feed.symbols, feed.close[bar], cash, cost_pct, day, at)
         for order in orders:
+            if order["time_in_force"] == "cls" and not feed.trades(bar, order["symbol"]):
+                Ledger.update_order(db, order["id"], status="canceled", canceled_at=at, updated_at=at)
+        for order in orders:
             j = feed.column(order["symbol"])
-            if order["type"] == "limit" and order["time_in_force"] != "cls" and touched(order, feed.low[bar, j],
-                                                                                         feed.high[bar, j]):
+            if order["type"] == "limit" and order["time_in_force"] != "cls" and feed.real[bar, j] \
+                    and touched(order, feed.low[bar, j], feed.high[bar, j]):
                 prices = feed.close[bar].copy()
                 prices[j] = order["limit_price"]
                 cash = fill_batch(db, [order], feed.symbols, prices, cash, cost_pct, day, at)
@@ -167,7 +178,8 @@ class PaperBroker:
     # --- prices and the account ----------------------------------------------------------
     def _prices(self, feed: Feed) -> tuple[np.ndarray, np.ndarray]:
         """The latest price of every symbol (the open during a session, else the close) and the
-        previous session's close."""
+        previous session's close; where a symbol has no real bar, the feed carries its last real
+        close in both."""
         bar, phase = self._position(feed)
         if phase == "open":
             return feed.open[bar], feed.close[bar - 1] if bar else feed.open[bar]
@@ -227,7 +239,7 @@ class PaperBroker:
                 raise BrokerError(422, "opg orders are accepted only while the market is closed")
             last, _ = self._prices(feed)
             at = self.now()
-            immediate = session and request.time_in_force != "cls"
+            immediate = session and request.time_in_force != "cls" and feed.trades(bar, request.symbol)
             self._check_funds(db, feed, request, last, immediate)
             order = {"id": str(uuid.uuid4()), "client_order_id": request.client_order_id, "symbol": request.symbol,
                      "side": request.side, "type": request.type, "time_in_force": request.time_in_force,

@@ -4,6 +4,11 @@ The feed is the same ``[T, n]`` panel the features stage builds (:func:`tasks.da
 so the opens the broker fills at are, bit for bit, the opens the backtest's env fills at.
 It is re-read when ``data/validated/bars.parquet`` changes, so new bars (a nightly ingest,
 ``podracer simulate``) reach a running broker without a restart.
+
+A ragged universe (issue 15) keeps every session any symbol has. Where a symbol has no bar
+of its own (not yet listed, halted, delisted) ``real`` is false and its prices are the
+panel's carried close, which is no price anyone traded at: the broker fills nothing there
+and only marks positions at it (their last real close).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from tasks.errors import DataError, MissingInput
 
 @dataclass(frozen=True)
 class Feed:
-    """Daily bars of every symbol: ``[T, n]`` float64 prices, one row per NYSE session."""
+    """Daily bars of every symbol: ``[T, n]`` float64 prices, one row per NYSE session, and
+    ``real`` ``[T, n]`` bool: where the symbol has a bar of its own (elsewhere the prices
+    carry its last real close, for marking only)."""
 
     symbols: list[str]
     sessions: pd.DatetimeIndex
@@ -30,12 +37,17 @@ class Feed:
     high: np.ndarray
     low: np.ndarray
     close: np.ndarray
+    real: np.ndarray
 
     def __len__(self) -> int:
         return len(self.sessions)
 
     def column(self, symbol: str) -> int:
         return self.symbols.index(symbol)
+
+    def trades(self, bar: int, symbol: str) -> bool:
+        """Does ``symbol`` have a real bar at ``bar``? Nothing fills where it has none."""
+        return bool(self.real[bar, self.column(symbol)])
 
     def bar(self, day: pd.Timestamp) -> int | None:
         """Index of the session ``day`` (a UTC midnight), or None if the feed has no such bar."""
@@ -55,7 +67,8 @@ def load_feed(path: Path) -> Feed:
     wide = panel(bars)
     sessions = pd.DatetimeIndex(wide["close"].index)
     symbols = [str(s) for s in wide["close"].columns]
-    return Feed(symbols, sessions, *(wide[f].to_numpy(np.float64) for f in ("open", "high", "low", "close")))
+    return Feed(symbols, sessions, *(wide[f].to_numpy(np.float64) for f in ("open", "high", "low", "close")),
+                real=wide["real"].to_numpy(bool))
 
 
 class FeedSource:

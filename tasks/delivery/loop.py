@@ -187,11 +187,15 @@ class TradingLoop:
 
     def _decide(self, model: Any, meta: Any, fs: features.FeatureSet, t: int, day: str,
                 version: str) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
-        """The champion's orders for bar ``t`` (sells first), and those a risk check objects to."""
+        """The champion's orders for bar ``t`` (sells first), and those a risk check objects to.
+
+        The feature set's tradable row goes with the state (issue 15): the champion never buys
+        a symbol that is not tradable at bar t and sells a position in one that stopped
+        trading. Its price there is the last real close, which the risk checks value it at."""
         account = self.client.get_account()
         held = {p.symbol: int(float(p.qty)) for p in self.client.get_all_positions()}
         shares = np.array([held.get(s, 0) for s in meta.symbols], dtype=np.float64)
-        frame = policy_input(meta, fs.prices[t], fs.features[t], shares, float(account.cash))
+        frame = policy_input(meta, fs.prices[t], fs.features[t], shares, float(account.cash), fs.tradable[t])
         decision = model.predict(frame)
         wanted = [(str(s), int(q)) for s, q in zip(decision["symbol"], decision["order_qty"]) if int(q) != 0]
         orders = [PlannedOrder(s, "sell" if q < 0 else "buy", abs(q), client_order_id(version, day, s))

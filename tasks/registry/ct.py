@@ -103,13 +103,13 @@ def with_features(params: Params) -> tuple[features.FeatureSet, int]:
     if old is not None and old.symbols == fresh.symbols and old.feature_names == fresh.feature_names \
             and len(old.timestamps) <= len(fresh.timestamps):
         n = len(old.timestamps)
-        same = all(np.array_equal(getattr(old, a), getattr(fresh, a)[:n]) for a in features.ARRAYS)
+        same = all(np.array_equal(getattr(old, a), getattr(fresh, a)[:n], equal_nan=True) for a in features.ARRAYS)
         if same and np.array_equal(old.mean, fresh.mean) and np.array_equal(old.std, fresh.std):
             appended = len(fresh.timestamps) - n
             fresh = features.FeatureSet(
                 **{a: np.concatenate([np.asarray(getattr(old, a)), getattr(fresh, a)[n:]]) for a in features.ARRAYS},
                 symbols=old.symbols, feature_names=old.feature_names, splits=fresh.splits, mean=old.mean,
-                std=old.std)
+                std=old.std, coverage=fresh.coverage)
         else:
             log.warning("stored features differ from a recompute over the same bars (revised history): "
                         "replaced by the recompute")

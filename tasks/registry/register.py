@@ -1,8 +1,9 @@
 """Stage 6, register: an MLflow run, a registered pyfunc model and the champion gate.
 
 The run logs the whole config (flattened), the data version and its dataset input, the
-backtest metrics next to buy-and-hold, and the artifacts (equity plot, validation report,
-leaderboard). The policy is
+backtest metrics next to buy-and-hold, what the data layer dropped or masked (issue 15:
+``data_masked_cells``, ``data_dropped_symbols``, the features' ``coverage.json``), and the
+artifacts (equity plot, validation report, leaderboard). The policy is
 logged as a :class:`tasks.registry.serving.PolicyModel` pyfunc and registered. The new version gets
 the alias ``challenger`` and faces the champion gate (:mod:`tasks.registry.gate`).
 """
@@ -124,6 +125,27 @@ def _log_training(folder: Path) -> None:
             mlflow.log_artifact(str(folder / name), artifact_path="training")
 
 
+def log_coverage(features_dir: Path) -> dict[str, float]:
+    """Log what the data layer dropped or masked (``coverage.json`` of the feature set) to
+    the active run: the file as an artifact under ``data/``, the metrics
+    ``data_masked_cells`` and ``data_dropped_symbols``, and the dropped symbols as the tag
+    ``data.dropped_symbols``. Returns the metrics; nothing is logged without the file."""
+    import mlflow
+
+    path = features_dir / features.COVERAGE
+    if not path.exists():
+        log.warning("%s: not found, the run does not count masked bars (run `podracer features` again)", path)
+        return {}
+    summary = json.loads(path.read_text())
+    dropped = [str(s) for s in summary.get("dropped_symbols", [])]
+    metrics = {"data_masked_cells": float(summary["masked_cells"]), "data_dropped_symbols": float(len(dropped))}
+    mlflow.log_metrics(metrics)
+    if dropped:
+        mlflow.set_tag("data.dropped_symbols", ", ".join(dropped)[:5000])  # MLflow caps tag values
+    mlflow.log_artifact(str(path), artifact_path="data")
+    return metrics
+
+
 def register(params: Params, candidate: Candidate | None = None) -> RegisterResult:
     """Log the run and register the model; promote it if it passed its gate.
 
@@ -155,6 +177,7 @@ def register(params: Params, candidate: Candidate | None = None) -> RegisterResu
         _log_training(folder)
         if (params.dirs.quarantine / REPORT).exists():
             mlflow.log_artifact(str(params.dirs.quarantine / REPORT), artifact_path="validation")
+        log_coverage(params.dirs.features)
         last = len(fs.timestamps) - 1
         example = policy_input(meta, fs.prices[last], fs.features[last], np.zeros(len(meta.symbols)),
                                meta.env.initial_cash)

@@ -7,7 +7,9 @@ scales and env constants. :meth:`PolicyModel.predict` builds the state with
 so serving cannot drift from training.
 
 Input: one row per symbol with ``symbol``, ``close``, ``shares``, ``cash`` (the account's
-cash, repeated) and the raw indicator columns. Output: ``symbol``, ``action`` in (-1, 1)
+cash, repeated), optionally ``tradable`` (bool, default true: false where the symbol has no
+tradable bar; it is masked from the state, never bought and sold if held, as in the env) and
+the raw indicator columns (NaN allowed where not tradable). Output: ``symbol``, ``action`` in (-1, 1)
 and ``order_qty``: signed whole shares (negative sells, positive buys) as the env asks for
 them at the next open, sells capped at the holdings. Buys are not yet scaled to the cash:
 the broker fills the bar's orders as one batch at the open, scaling the buys there with
@@ -33,14 +35,17 @@ from trainers.state import build_state
 
 
 def policy_input(
-    meta: bundle.PolicyMeta, close: np.ndarray, raw_features: np.ndarray, shares: np.ndarray, cash: float
+    meta: bundle.PolicyMeta, close: np.ndarray, raw_features: np.ndarray, shares: np.ndarray, cash: float,
+    tradable: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """The pyfunc's input frame for one account at one bar."""
+    """The pyfunc's input frame for one account at one bar (``tradable``: the feature set's
+    mask row, all true when omitted)."""
     frame = pd.DataFrame(raw_features.astype(np.float64), columns=meta.feature_names)
     frame.insert(0, "symbol", meta.symbols)
     frame.insert(1, "close", close.astype(np.float64))
     frame.insert(2, "shares", shares.astype(np.float64))
     frame.insert(3, "cash", float(cash))
+    frame.insert(4, "tradable", np.ones(len(meta.symbols), bool) if tradable is None else np.asarray(tradable, bool))
     return frame
 
 
@@ -65,9 +70,15 @@ def decide(actor: torch.nn.Module, meta: bundle.PolicyMeta, frame: pd.DataFrame)
     shares = torch.as_tensor(rows["shares"].to_numpy(np.float64)).unsqueeze(0)
     cash = torch.as_tensor([float(rows["cash"].iloc[0])], dtype=torch.float64)
     feats = torch.as_tensor(meta.normalise(raw)).unsqueeze(0)
+    live = rows["tradable"].to_numpy(bool) if "tradable" in rows else np.ones(len(rows), bool)
+    bad = ~np.isfinite(raw) & live[:, None]
+    if bad.any():
+        j, i = (int(a[0]) for a in np.nonzero(bad))
+        raise DataError(f"policy input: {meta.feature_names[i]} is NaN/inf for tradable symbol {meta.symbols[j]}")
+    mask = None if live.all() else torch.as_tensor(live).unsqueeze(0)
     with torch.no_grad():
-        action = actor(build_state(cash, shares, close, feats, meta.scales))
-    sold, bought = orders(meta.env, action, cash, shares, close, turbulence_gate(meta, raw))
+        action = actor(build_state(cash, shares, close, feats, meta.scales, mask))
+    sold, bought = orders(meta.env, action, cash, shares, close, turbulence_gate(meta, raw), mask)
     qty = (bought - sold)[0].numpy()
     return pd.DataFrame({"symbol": meta.symbols, "action": action[0].numpy().astype(np.float64),
                          "order_qty": qty.astype(np.int64)})

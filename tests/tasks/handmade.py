@@ -42,4 +42,5 @@ def feature_set(opens: list[list[float]], closes: list[list[float]], dates: list
     return FeatureSet(
         opens=np.asarray(opens, np.float64), prices=np.asarray(closes, np.float64),
         features=np.zeros((t, n, 1), np.float32), timestamps=pd.DatetimeIndex(dates).to_numpy(),
-        symbols=symbols, feature_names=["rsi_30"], splits=splits, mean=np.zeros((n, 1)), std=np.ones((n, 1)))
+        symbols=symbols, feature_names=["rsi_30"], splits=splits, mean=np.zeros((n, 1)), std=np.ones((n, 1)),
+        tradable=np.ones((t, n), bool))

@@ -3,7 +3,10 @@
 One account, one stock at a time, floats and loops, written from the rules rather than
 from trainers/env.py: fill at the next bar's open, sells before buys, whole shares, cash
 never below zero, ``cost_pct`` on every traded notional, reward = change of account value
-from close to close, optional turbulence gate (block buys, sell everything).
+from close to close, optional turbulence gate (block buys, sell everything), and a ragged
+universe: a stock not tradable at t is never bought and is sold if held (and has no weight
+in a target allocation); one not tradable at t+1 is not bought and is sold at its last real
+close.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class ReferenceAccount:
     threshold: float | None = None
     action_kind: str = "shares"
     reward_kind: str = "value"
+    tradable: list[list[bool]] | None = None
     t: int = 0
     cash: float = 0.0
     shares: list[float] = field(default_factory=list)
@@ -48,24 +52,34 @@ class ReferenceAccount:
     def value(self, t: int) -> float:
         return self.cash + sum(q * p for q, p in zip(self.shares, self.closes[t]))
 
+    def can(self, t: int, i: int) -> bool:
+        return self.tradable is None or self.tradable[t][i]
+
+    def last_real_close(self, t: int, i: int) -> float:
+        """(Only a held stock is sold at it, and a stock is held only after a tradable bar.)"""
+        return next((self.closes[s][i] for s in range(t, -1, -1) if self.can(s, i)), math.nan)
+
     def step(self, action: list[float]) -> RefStep:
         n = len(action)
-        before = self.value(self.t)
-        price = self.opens[self.t + 1]
+        t = self.t
+        before = self.value(t)
+        price = [self.opens[t + 1][i] if self.can(t + 1, i) else self.last_real_close(t, i) for i in range(n)]
         gated = self.threshold is not None and self.turbulence is not None \
             and self.turbulence[self.t] >= self.threshold
         near = False
         if self.action_kind == "weights":  # target weights: softmax(5a, 0) over stocks and cash
-            exps = [math.exp(5.0 * a) for a in action] + [1.0]
-            targets = [e / sum(exps) * before / c for e, c in zip(exps, self.closes[self.t])]
+            exps = [math.exp(5.0 * a) if self.can(t, i) else 0.0 for i, a in enumerate(action)] + [1.0]
+            targets = [e / sum(exps) * before / c for e, c in zip(exps, self.closes[t])]
             near = any(abs(x - round(x)) < 1e-9 for x in targets)
             orders = [math.floor(x) - q for x, q in zip(targets, self.shares)]
         else:
             orders = [math.trunc(max(-1.0, min(1.0, a)) * self.hmax) for a in action]
+        closed = [not (self.can(t, i) and self.can(t + 1, i)) for i in range(n)]
+        orders = [-self.shares[i] if closed[i] else o for i, o in enumerate(orders)]
         cost = 0.0
         # 1. sells, never more than held
         for i in range(n):
-            sell = self.shares[i] if gated else min(float(max(-orders[i], 0)), self.shares[i])
+            sell = self.shares[i] if gated or closed[i] else min(float(max(-orders[i], 0)), self.shares[i])
             if sell > 0:
                 notional = sell * price[i]
                 self.cash += notional - notional * self.cost_pct
@@ -88,9 +102,10 @@ class ReferenceAccount:
         self.t += 1
         if self.reward_kind in ("log", "excess"):
             growth = math.log(self.value(self.t) / before)
-            if self.reward_kind == "excess":  # minus the equal-weight market's log growth
-                ratios = [b / a for a, b in zip(self.closes[self.t - 1], self.closes[self.t])]
-                growth -= math.log(sum(ratios) / n)
+            if self.reward_kind == "excess":  # minus the equal-weight market's log growth (tradable stocks)
+                ratios = [b / a for i, (a, b) in enumerate(zip(self.closes[t], self.closes[t + 1]))
+                          if self.can(t, i) and self.can(t + 1, i)]
+                growth -= math.log(sum(ratios) / len(ratios)) if ratios else 0.0
             reward = growth * self.initial_cash * self.reward_scale
         else:
             reward = (self.value(self.t) - before) * self.reward_scale

@@ -14,7 +14,9 @@ from trainers.state import StateScales
 from .reference_env import ReferenceAccount
 
 
-def make_market(seed: int, t: int, n: int, k: int) -> MarketData:
+def make_market(seed: int, t: int, n: int, k: int, ragged: bool = False) -> MarketData:
+    """Random bars; ``ragged``: each stock lists late, stops early or misses bars at random
+    (about a third of its cells untradable)."""
     rng = np.random.default_rng(seed)
     close = 5 + 300 * rng.random((t, n)) * np.exp(np.cumsum(rng.normal(0, 0.05, (t, n)), axis=0))
     open_ = close * np.exp(rng.normal(0, 0.02, (t, n)))
@@ -22,14 +24,15 @@ def make_market(seed: int, t: int, n: int, k: int) -> MarketData:
         open=torch.tensor(open_), close=torch.tensor(close),
         features=torch.tensor(rng.normal(0, 1, (t, n, k)), dtype=torch.float32),
         turbulence=torch.tensor(rng.chisquare(n, t)),
+        tradable=torch.tensor(rng.random((t, n)) > 0.33) if ragged else None,
     )
 
 
 def ref_state(acct: ReferenceAccount, data: MarketData, scales: StateScales) -> list[float]:
-    t = acct.t
-    close = data.close[t].tolist()
-    return ([acct.cash * scales.cash_scale] + [q * scales.shares_scale for q in acct.shares]
-            + [c / p for c, p in zip(close, scales.price_ref)] + data.features[t].flatten().tolist())
+    t, n = acct.t, data.n_stocks
+    close = [c / p if acct.can(t, i) else 0.0 for i, (c, p) in enumerate(zip(data.close[t].tolist(), scales.price_ref))]
+    feats = [x if acct.can(t, i) else 0.0 for i in range(n) for x in data.features[t, i].tolist()]
+    return [acct.cash * scales.cash_scale] + [q * scales.shares_scale for q in acct.shares] + close + feats
 
 
 def check_state(row: torch.Tensor, acct: ReferenceAccount, data: MarketData, scales: StateScales) -> None:
@@ -54,14 +57,14 @@ def scenarios(draw):
         action=draw(st.sampled_from(["shares", "weights"])),
         reward=draw(st.sampled_from(["value", "log", "excess"])),
     )
-    return draw(st.integers(0, 2**16)), n, e, actions, cfg, draw(st.booleans())
+    return draw(st.integers(0, 2**16)), n, e, actions, cfg, draw(st.booleans()), draw(st.booleans())
 
 
 @settings(deadline=None)
 @given(scenarios())
 def test_batched_env_matches_the_scalar_reference(scenario):
-    seed, n, e, actions, cfg, random_start = scenario
-    data = make_market(seed, t=30, n=n, k=2)
+    seed, n, e, actions, cfg, random_start, ragged = scenario
+    data = make_market(seed, t=30, n=n, k=2, ragged=ragged)
     scales = StateScales(1 / cfg.initial_cash, 1 / cfg.hmax, tuple(data.close[0].tolist()))
     env = MarketEnv(data, scales, cfg, e, (0, 29), random_start=random_start, seed=seed)
     state = env.reset()
@@ -69,7 +72,8 @@ def test_batched_env_matches_the_scalar_reference(scenario):
     for i in range(e):
         acct = ReferenceAccount(data.open.tolist(), data.close.tolist(), cfg.hmax, cfg.cost_pct,
                                 cfg.reward_scale, cfg.initial_cash, data.turbulence.tolist(),
-                                cfg.turbulence_threshold, cfg.action, cfg.reward)
+                                cfg.turbulence_threshold, cfg.action, cfg.reward,
+                                None if data.tradable is None else data.tradable.tolist())
         acct.reset(int(env.t[i]))
         check_state(state[i], acct, data, scales)
         accounts.append(acct)

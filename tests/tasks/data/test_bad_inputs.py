@@ -357,3 +357,45 @@ def test_an_absurd_close_is_quarantined_by_the_hard_limit_naming_symbol_ts_and_v
     report = (tmp_path / "data" / "quarantine" / "report.md").read_text()
     assert "| log return beyond validation.max_abs_log_return | 1 |" in report
     assert f"- {quarantined.loc[0, 'reason']}\n" in report  # listed in full under the hard limit
+
+
+def ragged_universe() -> pd.DataFrame:
+    """A year of bars: BBB lists in July, CCC stops after September, DDD has one row in June and
+    EEE halts for 3 sessions in August (issue 15 §1)."""
+    days = nyse_sessions(pd.Timestamp("2021-01-04").date(), pd.Timestamp("2021-12-31").date())
+    keep = {"AAA": days == days, "BBB": days >= "2021-07-01", "CCC": days <= "2021-09-30",
+            "DDD": days == "2021-06-15", "EEE": ~((days >= "2021-08-10") & (days <= "2021-08-12"))}
+    rng = np.random.default_rng(1)
+    frames = []
+    for symbol, mask in keep.items():
+        close = 50 * np.exp(np.cumsum(rng.normal(0, 0.01, len(days))))[mask]
+        frames.append(pd.DataFrame({"ts": days[mask].strftime("%Y-%m-%d"), "symbol": symbol, "open": close,
+                                    "high": close * 1.01, "low": close * 0.99, "close": close, "volume": 1e5}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_a_ragged_universe_keeps_every_bar_and_masks_what_cannot_trade(tmp_path):
+    from tasks.data import features
+
+    path = tmp_path / "ragged.csv"
+    ragged_universe().to_csv(path, index=False)
+    params = tiny_params(tmp_path, "data.source=file", f"data.path={path}", "data.tickers=[AAA,BBB,CCC,DDD,EEE]",
+                         "data.start=2021-01-01", "data.end=2021-12-31", "features.indicators=[ret_5, rsi_30]",
+                         "features.warmup=10", "features.min_history=20", "features.train_end=2021-08-31",
+                         "features.val_end=2021-10-31")
+    ingest(params)
+    validate(params)
+    features.features(params)
+    fs = features.load(params.dirs.features)
+    sessions = len(nyse_sessions(pd.Timestamp("2021-01-04").date(), pd.Timestamp("2021-12-31").date()))
+    assert len(fs.timestamps) == sessions - 10  # not cut to BBB's listing in July
+    assert fs.symbols == ["AAA", "BBB", "CCC", "EEE"]  # DDD, one row, never trades
+    day = pd.DatetimeIndex(fs.timestamps)
+    tradable = pd.DataFrame(np.asarray(fs.tradable), index=day, columns=fs.symbols)
+    assert tradable["BBB"].sum() == (day >= "2021-07-01").sum() - 19  # its own 20-bar warm-up
+    assert not tradable.loc["2021-10-01":, "CCC"].any() and tradable.loc[:"2021-09-30", "CCC"].sum() == \
+        (day <= "2021-09-30").sum() - 9  # 20 real bars: the 10-bar panel warm-up, then 9 more
+    assert not tradable.loc["2021-08-10":"2021-08-12", "EEE"].any() and tradable.loc["2021-08-13", "EEE"]
+    cover = {c.symbol: c for c in fs.coverage}
+    assert cover["DDD"].real_bars == 1 and cover["EEE"].gaps == 3
+    assert cover["CCC"].after_end == (day > "2021-09-30").sum()

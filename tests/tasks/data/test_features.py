@@ -79,6 +79,7 @@ def test_an_env_window_starts_at_the_bar_before_its_split():
     fs = features.FeatureSet(
         opens=np.ones((6, 1)), prices=np.ones((6, 1)), features=np.zeros((6, 1, 1), np.float32),
         timestamps=SESSIONS.tz_localize(None).to_numpy(), symbols=["A"], feature_names=["macd"],
-        splits={"train": (0, 1), "validation": (2, 3), "test": (4, 5)}, mean=np.zeros((1, 1)), std=np.ones((1, 1)))
+        splits={"train": (0, 1), "validation": (2, 3), "test": (4, 5)}, mean=np.zeros((1, 1)), std=np.ones((1, 1)),
+            tradable=np.ones((6, 1), bool))
     # The first fill lands on the split's first open; every marked close lies inside the split.
     assert (fs.window("train"), fs.window("validation"), fs.window("test")) == ((0, 1), (1, 3), (3, 5))

@@ -24,6 +24,11 @@ def test_clean_data_passes_whole(tiny):
     result = validate(tiny)
     assert (result.rows_in, result.rows_out, result.quarantined) == (rows, rows, 0)
     assert len(read_parquet(tiny.dirs.validated / VALIDATED)[0]) == rows
+    # a gap-free panel: only each symbol's own 120-bar warm-up (features.min_history 121) is masked
+    assert (result.panel_bars * result.panel_symbols, result.panel_symbols) == (rows, 4)
+    assert (result.masked_cells, result.warmup_cells, result.never_tradable) == (4 * 120, 4 * 120, ())
+    assert ("Every symbol has a real bar at every panel bar: nothing is masked beyond each symbol's own warm-up "
+            "(120 bars).\n") in result.report.read_text()
 
 
 def test_high_below_low_stops_with_one_line_and_quarantines_the_row(tiny):
@@ -141,9 +146,16 @@ def test_the_report_counts_rows_checks_files_and_flags(tmp_path):
             "| high < low | 1 |\n") in report
     assert (f"\n\n| file | rows | reasons |\n|---|---|---|\n| {params.dirs.raw / 'SYN001.parquet'} | 2 | high < close, "
             "high < low, high < open, volume < 0 |\n\n| symbol") in report
-    # the seeded market's one big move, flagged and kept
-    assert report.endswith("| symbol | ts | log return | robust z |\n|---|---|---|---|\n"
-                           "| SYN003 | 2021-06-18 00:00:00+00:00 | -0.1237 | 12.4 |\n")
+    # the seeded market's one big move, flagged and kept; then the coverage of the kept bars
+    assert ("| symbol | ts | log return | robust z |\n|---|---|---|---|\n"
+            "| SYN003 | 2021-06-18 00:00:00+00:00 | -0.1237 | 12.4 |\n\n## Coverage\n") in report
+    # the two quarantined rows leave SYN001 two gaps: counted, not silent
+    bars = result.rows_out // 4 + 1
+    assert f"- masked symbol-bars: {4 * 120 + 2} of {4 * bars} (listed late 0, gaps 2, stopped early 0, " \
+           "warm-up 480)\n" in report
+    assert report.endswith(f"|---|---|---|---|---|---|---|---|---|\n| SYN001 | 2020-01-02 | 2021-12-31 | {bars - 2} "
+                           f"| 0 | 2 | 0 | 120 | {bars - 122} |\n")
+    assert (result.masked_cells, result.masked_beyond_warmup, result.never_tradable) == (482, 2, ())
 
 
 def test_a_file_of_many_symbols_in_any_order_validates_sorted_and_only_bad_files_are_quarantined(tmp_path):
@@ -205,7 +217,7 @@ def test_the_report_lists_the_twenty_biggest_flags_biggest_first(tmp_path):
     ingest(params)
     report = validate(params).report.read_text().splitlines()
     flagged = int(report[5].removeprefix("- return outliers flagged (kept): "))
-    table = report[report.index("| symbol | ts | log return | robust z |") + 2:]
+    table = report[report.index("| symbol | ts | log return | robust z |") + 2:report.index("## Coverage") - 1]
     assert flagged > 20 and len(table) == 20
     z = [float(row.split(" | ")[-1].rstrip(" |")) for row in table]
     assert z == sorted(z, reverse=True) and z[0] > z[-1]  # biggest first, not the smallest 20

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pandas as pd
 import pytest
 from alpaca.common.exceptions import APIError
 from alpaca.trading.enums import OrderSide, OrderStatus, QueryOrderStatus, TimeInForce
@@ -20,7 +21,9 @@ from alpaca.trading.requests import (
     MarketOrderRequest,
 )
 
-from tests.tasks.delivery.market import CASH, market, write_bars
+from tasks.data.bars import write_parquet
+from tests.tasks.delivery.books import assert_books_balance
+from tests.tasks.delivery.market import CASH, PRICES, SESSIONS, SYMBOLS, market, write_bars
 
 BUY, SELL = OrderSide.BUY, OrderSide.SELL
 
@@ -254,3 +257,52 @@ def test_an_account_left_from_another_market_says_how_to_start_a_new_one(tmp_pat
     broker = PaperBroker.open(db, bars, initial_cash=CASH, cost_pct=0.01, mode="simulated")
     with pytest.raises(BrokerError, match=f"stands at 2023-07-03.*another market.*remove {db}"):
         broker.advance("next")
+
+
+def test_a_symbol_without_a_bar_in_the_session_fills_nothing_and_is_marked_at_its_last_real_close(tmp_path):
+    """A ragged feed (issue 15): CCC has no bar on 07-05 (a halt). The panel carries its 07-03
+    close 52.5 there, a price nobody traded at: no CCC order fills in that session, a ``day``
+    one expires at its close, a ``cls`` one is canceled there, a ``gtc`` one waits for 07-06's
+    real open, and the CCC position
+    stays marked at 52.5. AAA, in the same batch, fills at its real open 12."""
+    rows = [{"symbol": s, "ts": pd.Timestamp(day, tz="UTC"), "open": o, "high": h, "low": lo, "close": c,
+             "volume": 1e5} for s in SYMBOLS for day, (o, h, lo, c) in zip(SESSIONS, PRICES[s])
+            if (s, day) != ("CCC", "2023-07-05")]
+    write_parquet(pd.DataFrame(rows), tmp_path / "bars.parquet", "1d")
+    with market(tmp_path) as m:
+        assert m.broker.feed.current().real[:, 2].tolist() == [True, True, False, True, True, True]
+        order(m.client, "CCC", 10)
+        m.advance("bar")  # 07-03: 10 CCC at 52, cash 10,000 − 520·1.01 = 9,474.8; CCC closes at 52.5
+        sell = order(m.client, "CCC", 10, SELL)  # market, day
+        buy = order(m.client, "AAA", 100)
+        limit = order(m.client, "CCC", 5, limit=60.0)  # marketable at the carried 52.5, were it a price
+        patient = order(m.client, "CCC", 3, tif=TimeInForce.GTC)
+        closing = order(m.client, "CCC", 2, tif=TimeInForce.CLS)  # 07-05's closing auction, which CCC misses
+        m.advance("open")  # 07-05
+        status = {x.client_order_id: (o.status, o.filled_qty, o.filled_avg_price) for x, o in
+                  ((x, m.client.get_order_by_id(x.id)) for x in (sell, buy, limit, patient))}
+        assert status == {sell.client_order_id: (OrderStatus.ACCEPTED, "0", None),
+                          buy.client_order_id: (OrderStatus.FILLED, "100", "12.0"),
+                          limit.client_order_id: (OrderStatus.ACCEPTED, "0", None),
+                          patient.client_order_id: (OrderStatus.ACCEPTED, "0", None)}
+        assert float(m.client.get_account().cash) == pytest.approx(9474.8 - 1200 * 1.01, abs=1e-9)  # 8,262.8
+        during = order(m.client, "CCC", 1)  # in the session: no bar to fill at, so it rests
+        assert (during.status, during.filled_qty) == (OrderStatus.NEW, "0")
+        position = m.client.get_open_position("CCC")
+        assert (position.qty, position.current_price, position.market_value) == ("10", "52.5", "525.0")
+        account = m.client.get_account()
+        assert float(account.equity) == pytest.approx(8262.8 + 100 * 12.0 + 10 * 52.5, abs=1e-9)
+        assert float(account.last_equity) == pytest.approx(9474.8 + 10 * 52.5, abs=1e-9)  # 07-03's close
+        m.advance("close")  # 07-05 closes: the day orders expire unfilled, the cls one is canceled, the gtc one waits
+        got = {x.client_order_id: m.client.get_order_by_id(x.id).status
+               for x in (sell, limit, patient, during, closing)}
+        assert got == {sell.client_order_id: OrderStatus.EXPIRED, limit.client_order_id: OrderStatus.EXPIRED,
+                       patient.client_order_id: OrderStatus.ACCEPTED, during.client_order_id: OrderStatus.EXPIRED,
+                       closing.client_order_id: OrderStatus.CANCELED}
+        assert holdings(m.client) == {"AAA": (100, 12.0), "CCC": (10, 52.0)}
+        assert float(m.client.get_account().equity) == pytest.approx(8262.8 + 100 * 12.4 + 10 * 52.5, abs=1e-9)
+        m.advance("open")  # 07-06: CCC trades again, at 50
+        filled = m.client.get_order_by_id(patient.id)
+        assert (filled.status, filled.filled_avg_price) == (OrderStatus.FILLED, "50.0")
+        assert float(m.client.get_account().cash) == pytest.approx(8262.8 - 150 * 1.01, abs=1e-9)
+    assert_books_balance(tmp_path / "broker.db")

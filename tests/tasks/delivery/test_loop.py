@@ -11,6 +11,7 @@ from datetime import date
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pytest
 import torch
 from alpaca.trading.client import TradingClient
@@ -198,3 +199,30 @@ def test_the_keys_stay_out_of_logs_mlflow_and_the_ledger(desk, caplog):
     stores = [p for p in Path(desk.params.dirs.broker.parent.parent).rglob("*") if p.is_file()
               and p.name != "keys.json"]
     assert stores and not any(secret.encode() in p.read_bytes() for p in stores)
+
+
+def test_the_champion_never_buys_an_untradable_symbol_and_sells_a_held_one_that_stopped_trading(desk):
+    """Issue 15: the loop passes the feature set's tradable row with the state. SYN003 is not
+    tradable at the first bar (its indicators NaN, as the features stage leaves them): every
+    symbol is asked for +99 shares, yet only the three others are bought. One bar later SYN000,
+    now held, stops trading: its whole position is sold (first), and SYN003 is bought again."""
+    champion(desk.params, [3.0, 3.0, 3.0, 3.0])
+    folder = desk.params.dirs.features
+    fs = features.load(folder)
+    t = len(fs.timestamps) - 5
+    tradable, raw = np.array(fs.tradable), np.array(fs.features)
+    per_stock = [i for i, name in enumerate(fs.feature_names) if name not in features.MARKET_WIDE]
+    for bar, column in ((t, 3), (t + 1, 0)):
+        tradable[bar, column] = False
+        raw[bar, column, per_stock] = np.nan
+    np.save(folder / "tradable.npy", tradable)
+    np.save(folder / "features.npy", raw)
+    first = desk.loop().cycle(t)
+    assert [(o["symbol"], o["side"], o["qty"]) for o in first.orders] == [
+        ("SYN000", "buy", 99), ("SYN001", "buy", 99), ("SYN002", "buy", 99)]
+    desk.advance("bar")
+    held = {p.symbol: int(p.qty) for p in desk.client.get_all_positions()}
+    assert held == {"SYN000": 99, "SYN001": 99, "SYN002": 99}  # the cash covers three buys of 99 whole
+    second = desk.loop().cycle(t + 1)
+    assert [(o["symbol"], o["side"], o["qty"]) for o in second.orders] == [
+        ("SYN000", "sell", 99), ("SYN001", "buy", 99), ("SYN002", "buy", 99), ("SYN003", "buy", 99)]

@@ -36,9 +36,35 @@ def frame(meta: bundle.PolicyMeta, turbulence: float, shares=(0.0, 5.0), cash: f
 def test_policy_input_has_one_row_per_symbol_with_the_account():
     _, meta = make()
     got = frame(meta, 1.0)
-    assert list(got.columns) == ["symbol", "close", "shares", "cash", "rsi_30", "turbulence"]
+    assert list(got.columns) == ["symbol", "close", "shares", "cash", "tradable", "rsi_30", "turbulence"]
     assert got.to_dict("list") == {"symbol": SYMBOLS, "close": [10.0, 20.0], "shares": [0.0, 5.0],
-                                   "cash": [1_000.0, 1_000.0], "rsi_30": [55.0, 45.0], "turbulence": [1.0, 1.0]}
+                                   "cash": [1_000.0, 1_000.0], "tradable": [True, True], "rsi_30": [55.0, 45.0],
+                                   "turbulence": [1.0, 1.0]}
+
+
+def test_an_untradable_symbol_is_masked_never_bought_and_sold_if_held():
+    """Both actions buy 9 (tanh 3 · hmax 10). Untradable, BBB's 5 shares are sold instead of
+    bought to; untradable, AAA is not bought. NaN indicators are allowed where there is no bar."""
+    actor, meta = make(bias=(3.0, 3.0), threshold=None)
+    raw = np.array([[55.0, 1.0], [np.nan, 1.0]])
+    rows = policy_input(meta, CLOSE, raw, np.array([0.0, 5.0]), 1_000.0, tradable=np.array([True, False]))
+    assert decide(actor, meta, rows)["order_qty"].tolist() == [9, -5]
+    rows = policy_input(meta, CLOSE, raw[::-1].copy(), np.array([0.0, 5.0]), 1_000.0,
+                        tradable=np.array([False, True]))
+    assert decide(actor, meta, rows)["order_qty"].tolist() == [0, 9]
+    with pytest.raises(DataError, match=r"^policy input: rsi_30 is NaN/inf for tradable symbol AAA$"):
+        decide(actor, meta, policy_input(meta, CLOSE, raw[::-1].copy(), np.zeros(2), 1_000.0))
+
+
+def test_serving_with_a_mask_builds_the_env_state():
+    """The state the pyfunc feeds its actor is the env's state row for the same bar, mask included."""
+    actor, meta = make(threshold=None)
+    seen = []
+    raw = np.array([[55.0, 1.0], [np.nan, 1.0]])
+    rows = policy_input(meta, CLOSE, raw, np.array([0.0, 0.0]), 1_000.0, tradable=np.array([True, False]))
+    decide(lambda state: seen.append(state) or torch.zeros(1, 2), meta, rows)
+    expected = [1_000.0 * meta.scales.cash_scale, 0.0, 0.0, 1.0, 0.0, 0.5, 1.0, 0.0, 0.0]
+    torch.testing.assert_close(seen[0][0], torch.tensor(expected, dtype=torch.float32))
 
 
 def test_calm_bar_buys_and_sells_by_the_actions():

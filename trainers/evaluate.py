@@ -13,7 +13,7 @@ import torch
 
 from trainers import profiler
 from trainers.env import EnvConfig, MarketData, MarketEnv
-from trainers.orders import Fill, close_out, fill_orders, rebalance_orders
+from trainers.orders import Fill, fill_next, rebalance_orders
 from trainers.state import StateScales
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -55,12 +55,9 @@ def market_fill(data: MarketData, t: int, sold: torch.Tensor, bought: torch.Tens
     """Fill orders ``[1, n]`` decided at close t at the open of t+1 under the env's rules, in a
     ragged universe too: a stock with no tradable bar at t+1 is not bought and a position in
     it is sold at its last real close (``trainers/orders.py``)."""
-    price = data.open[t + 1].cpu().unsqueeze(0)
-    if data.tradable is not None:
-        then = data.tradable[t + 1].cpu().unsqueeze(0)
-        sold, bought = close_out(sold, bought, shares, ~then)
-        price = torch.where(then, price, data.close[t].cpu().unsqueeze(0))
-    return fill_orders(sold, bought, cash, shares, price, cost_pct)
+    then = None if data.tradable is None else data.tradable[t + 1].cpu().unsqueeze(0)
+    return fill_next(sold, bought, cash, shares, data.close[t].cpu().unsqueeze(0), data.open[t + 1].cpu().unsqueeze(0),
+                     cost_pct, then)
 
 
 def buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, int]) -> np.ndarray:

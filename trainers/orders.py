@@ -153,9 +153,20 @@ def execute_orders(
     ``tradable`` is the (bar seen, bar filled) masks ``[E, n]``: see :func:`orders` for the
     first; where the second is false the stock is not bought and a position in it is sold at
     ``close``, its last real close, instead of the open it does not have."""
-    if tradable is None:
-        sold, bought = orders(cfg, action, cash, shares, close, liquidate)
-        return fill_orders(sold, bought, cash, shares, price, cfg.cost_pct)
-    now, then = tradable
-    sold, bought = close_out(*orders(cfg, action, cash, shares, close, liquidate, now), shares, ~then)
-    return fill_orders(sold, bought, cash, shares, torch.where(then, price, close), cfg.cost_pct)
+    now, then = (None, None) if tradable is None else tradable
+    sold, bought = orders(cfg, action, cash, shares, close, liquidate, now)
+    return fill_next(sold, bought, cash, shares, close, price, cfg.cost_pct, then)
+
+
+def fill_next(
+    sold: torch.Tensor, bought: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor,
+    price: torch.Tensor, cost_pct: float, then: torch.Tensor | None = None,
+) -> Fill:
+    """Fill orders decided at ``close`` at the next bar's ``price`` with :func:`fill_orders`;
+    where ``then`` ``[E, n]`` is false (no tradable bar there) the stock is not bought and a
+    position in it is sold at ``close``, its last real close. The env and the rule-based
+    baselines (``trainers/evaluate.py``) fill through here."""
+    if then is not None:
+        sold, bought = close_out(sold, bought, shares, ~then)
+        price = torch.where(then, price, close)
+    return fill_orders(sold, bought, cash, shares, price, cost_pct)

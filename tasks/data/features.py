@@ -106,9 +106,9 @@ def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeaturePara
         "turbulence": lambda: turbulence(close, cfg.turbulence_window, cfg.turbulence_refresh),
         "vix_proxy": lambda: volatility_proxy(close, cfg.vix_window, periods_per_year(freq)),
     }
-    per_stock = [(i, name) for i, name in enumerate(names) if name not in risk and name not in momentum.NAMES]
+    per_stock = [(i, name) for i, name in enumerate(names) if name not in MARKET_WIDE and name not in momentum.NAMES]
     for i, name in enumerate(names):
-        if name in risk:
+        if name in MARKET_WIDE:
             out[:, :, i] = risk[name]()[:, None]
         elif name in momentum.NAMES:
             out[:, :, i] = momentum.feature(close, name, real)

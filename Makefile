@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for `make test`: the suite's budget is 2 cores (docs/testing.md)
+TEST_WORKERS ?= 2
 
 # Quiet and offline settings (shared/DESIGN.md §4) live in .env; export them to every recipe.
 include .env
@@ -37,7 +39,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	tests/standins/ensure_postgres.sh
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 test-fast: $(STAMP)
 	tests/standins/ensure_postgres.sh

@@ -35,10 +35,13 @@ TINY = [
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that need the session's tiny pipeline (``make mutate`` leaves them out)."""
+    """Mark the tests that need the session's tiny pipeline (``make mutate`` leaves them out),
+    and run the slow end-to-end tests first: on `make test`'s two xdist workers they start at
+    once and the fast tests fill in around them, instead of one long test starting last."""
     for item in items:
         if {"built", "built_copy"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.pipeline)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
 
 
 def tiny_params(root: Path, *overrides: str) -> Params:

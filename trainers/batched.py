@@ -137,11 +137,13 @@ class BatchedNets:
         """Critic values ``[N, M]`` for states ``[N, M, S]``."""
         return self._mlp(self.critic, states).squeeze(-1)
 
-    def log_prob(self, mean: torch.Tensor, raw_actions: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, mean: torch.Tensor, raw_actions: torch.Tensor, per_action: bool = False) -> torch.Tensor:
         """Log-density ``[N, M]`` of ``raw_actions`` under N(mean, exp(log_std)), summed over
-        actions: torch.distributions.Normal's formula, term for term."""
+        actions (``[N, M, A]`` per action with ``per_action``): torch.distributions.Normal's
+        formula, term for term."""
         std = self.log_std.exp().unsqueeze(1)
-        return (-((raw_actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI).sum(-1)
+        terms = -((raw_actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI
+        return terms if per_action else terms.sum(-1)
 
     def entropy(self) -> torch.Tensor:
         """Entropy ``[N]`` of each policy's Gaussian (independent of the state)."""

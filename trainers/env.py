@@ -19,6 +19,10 @@ MDP rules (DESIGN §2):
   the state, never bought and sold if held; one not tradable at t+1 is not bought and a
   position in it is closed out at its last real close (issue 15, docs/data.md);
 * the end of an episode (its length or the end of data) is a truncation, never terminal.
+
+With a ``baseline`` action, :meth:`MarketEnv.step` also returns each stock's **credit**
+(``ppo.credit: per_stock``): what the sampled action's trade in that stock earned over
+its holding period, less what the baseline's would have, from the same account.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Literal, NamedTuple
 import torch
 
 from trainers._checks import require
-from trainers.orders import execute_orders
+from trainers.orders import Fill, execute_orders
 from trainers.state import StateScales, account_block, bar_block, state_dim
 
 TURBULENCE = "turbulence"
@@ -155,6 +159,8 @@ class Step(NamedTuple):
     truncated: torch.Tensor
     """``[E]`` bool."""
     final: FinalStates
+    credit: torch.Tensor | None = None
+    """``[E, n]`` float32 per-stock credit when the step was given a ``baseline`` action."""
 
     def last_states(self) -> torch.Tensor:
         """``[E, state_dim]``: each env's last state of the bar just stepped to, i.e. the
@@ -291,9 +297,11 @@ class MarketEnv:
         assert self.data.turbulence is not None
         return self.data.turbulence[self.t] >= self.cfg.turbulence_threshold
 
-    def step(self, action: torch.Tensor, out: torch.Tensor | None = None) -> Step:
+    def step(self, action: torch.Tensor, out: torch.Tensor | None = None,
+             baseline: torch.Tensor | None = None) -> Step:
         """Advance every sub-environment by one bar; ``out`` (``[E, state_dim]``) receives the
-        next states, e.g. the rollout buffer's next slot.
+        next states, e.g. the rollout buffer's next slot. With a ``baseline`` action (the
+        policy's mean) the step also returns the per-stock credit of :meth:`_credit`.
 
         Truncated sub-environments start a new episode inside the step, and the last states
         of the finished ones come back in ``final`` so the learner can bootstrap their value.
@@ -302,7 +310,10 @@ class MarketEnv:
         close, price = self.data.close.index_select(0, self.t), self.data.open.index_select(0, t_next)
         mask = self.data.tradable
         masks = None if mask is None else (mask.index_select(0, self.t), mask.index_select(0, t_next))
-        fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, self._gate(), masks)
+        gate = self._gate()
+        fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, gate, masks)
+        credit = None if baseline is None else self._credit(
+            fill, execute_orders(self.cfg, baseline, self.cash, self.shares, close, price, gate, masks), close, price)
         self.cash, self.shares, self.t = fill.cash, fill.shares, t_next
         value = self.account_value()
         if self.cfg.reward != "value":
@@ -315,17 +326,46 @@ class MarketEnv:
         self.value = value
         truncated = self.t >= self.t_end
         if not self.random_start:  # one pass over the window: nothing resets
-            return Step(self.observe(out), reward, truncated, FinalStates(self._all[:0], self.rows[:0]))
+            return Step(self.observe(out), reward, truncated, FinalStates(self._all[:0], self.rows[:0]), credit)
         episodes = self._episodes()
         if self.host_sync_free:  # list only the truncated envs; skip the reset when none did
             index = truncated.nonzero().squeeze(1)
             if not len(index):
-                return Step(self.observe(out), reward, truncated, FinalStates(index, self.rows[:0]))
+                return Step(self.observe(out), reward, truncated, FinalStates(index, self.rows[:0]), credit)
             final = FinalStates(index, self.observe(index=index))
         else:  # CUDA: no host round trip; every env's pre-reset state is returned
             final = FinalStates(self._all, self.observe())
         self._reset_where(truncated, episodes)
-        return Step(self.observe(out), reward, truncated, final)
+        return Step(self.observe(out), reward, truncated, final, credit)
+
+    def _credit(self, fill: Fill, base: Fill, close: torch.Tensor, price: torch.Tensor) -> torch.Tensor:
+        """``[E, n]`` per-stock credit of the step just filled (``self.t`` still the bar decided
+        at): a difference reward (Wolpert & Tumer 2002; COMA's counterfactual, Foerster et al.
+        2018). For each stock, what ``fill`` earned over the holding period its action decides
+        (the fill's open at t+1 to the next fill's open at t+2), less its trading cost, minus
+        the same for ``base``, the baseline action filled from the same account. Holdings from
+        before the step earn the same in both and cancel; one stock's credit barely moves
+        when another stock's action does, which is the point: each score gets its own signal
+        instead of one portfolio reward shared by all n (docs/training.md).
+
+        Where t+2 is past the data, or the stock has no tradable bar there, the holding is
+        marked at t+1's close (where the env would close it out); a position closed out at
+        t+1 was filled at t's close, as :func:`trainers.orders.fill_next` does.
+        """
+        data, t1 = self.data, self.t + 1
+        last = data.close.shape[0] - 1
+        t2 = (t1 + 1).clamp(max=last)
+        ahead = (t1 < last).unsqueeze(1)
+        mask = data.tradable
+        if mask is not None:
+            ahead = ahead & mask.index_select(0, t2)
+            price = torch.where(mask.index_select(0, t1), price, close)
+        mark = torch.where(ahead, data.open.index_select(0, t2), data.close.index_select(0, t1))
+
+        def earned(f: Fill) -> torch.Tensor:
+            return f.shares * (mark - price) - (f.sold + f.bought) * price * self.cfg.cost_pct
+
+        return ((earned(fill) - earned(base)) * self.cfg.reward_scale).to(torch.float32)
 
     def resize(self, num_envs: int) -> None:
         """Grow or shrink the batch to ``num_envs`` (Nitro's actor scaling, nitro §5.3): the

@@ -31,7 +31,7 @@ from trainers.evaluate import run_policies
 from trainers.metrics import FITNESS
 from trainers.nitro import CostLedger
 from trainers.population import AgentJob, Setting, boost, evaluation_due, fresh, record, stopped
-from trainers.ppo import PPOLearner, Rollout, gae_advantages
+from trainers.ppo import PPOLearner, Rollout, clipped, gae_advantages
 
 
 WIDTH_SPREAD = 1.5
@@ -142,7 +142,9 @@ class Multiplexed:
         h, total, dev = self.setting.ppo_cfg.horizon, env.num_envs, self.device
         states = torch.empty((h + 1, total, env.state_dim), device=dev)
         raw_actions = torch.empty((h, total, env.action_dim), device=dev)
-        log_probs = torch.empty((h, total), device=dev)
+        per_stock = self.setting.ppo_cfg.credit == "per_stock"
+        log_probs = torch.empty((h, total, env.action_dim) if per_stock else (h, total), device=dev)
+        credits = torch.empty((h, total, env.action_dim), device=dev) if per_stock else None
         rewards = torch.empty((h, total), device=dev)
         truncated = torch.empty((h, total), dtype=torch.bool, device=dev)
         final_values = torch.zeros((h, total), device=dev)
@@ -157,10 +159,13 @@ class Multiplexed:
                                 out=noise[j, :count])
                 raw = mean + std * noise
                 raw_actions[t] = layout.from_agents(raw, 1)[0]
-                log_probs[t] = layout.from_agents(nets.log_prob(mean, raw), 1)[0]
+                log_probs[t] = layout.from_agents(nets.log_prob(mean, raw, per_stock), 1)[0]
             with profiler.operation("simulation"):
-                step = env.step(torch.tanh(raw_actions[t]), out=states[t + 1])
+                baseline = torch.tanh(layout.from_agents(mean, 1)[0]) if per_stock else None
+                step = env.step(torch.tanh(raw_actions[t]), out=states[t + 1], baseline=baseline)
             rewards[t], truncated[t] = step.reward, step.truncated
+            if credits is not None:
+                credits[t] = step.credit
             if len(step.final.index):  # a shape, known on the host: no device sync
                 with profiler.operation("inference"):
                     final_values[t].index_copy_(0, step.final.index, self._values_at(nets, layout, step.final))
@@ -174,7 +179,8 @@ class Multiplexed:
             per_env = layout.agent_of_env
             gamma, lam = self._hparam("gamma", group=group)[per_env], self._hparam("gae_lambda", group=group)[per_env]
             adv = gae_advantages(rewards, values, next_value, truncated, final_values, gamma, lam)
-        return Rollout(states[:h], raw_actions, log_probs, rewards, truncated, values, adv, adv + values)
+        return Rollout(states[:h], raw_actions, log_probs, rewards, truncated, values,
+                       adv if credits is None else credits, adv + values)
 
     @staticmethod
     def _values_at(nets: BatchedNets, layout: _Layout, final: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -192,11 +198,18 @@ class Multiplexed:
         cfg, h, n = self.setting.ppo_cfg, adv.shape[0], len(group)
         with torch.no_grad():  # advantages normalised per agent (unbiased std, as Tensor.std)
             per_env = layout.agent_of_env
-            count = (layout.sizes * h).to(adv.dtype)
-            mean = torch.zeros(n, device=self.device).index_add_(0, per_env, adv.sum(0)) / count
-            centred = adv - mean[per_env]
-            var = torch.zeros(n, device=self.device).index_add_(0, per_env, centred.pow(2).sum(0)) / (count - 1)
-            adv = centred / (var.sqrt()[per_env] + 1e-8)
+            actions = adv[0, 0].numel()  # 1, or n with per-stock credit
+            count = (layout.sizes * h * actions).to(adv.dtype)
+
+            def per_agent(x: torch.Tensor) -> torch.Tensor:  # [H, total(, n)] -> each agent's sum
+                per_env_sums = x.sum(0).reshape(len(per_env), -1).sum(1)
+                return torch.zeros(n, device=self.device).index_add_(0, per_env, per_env_sums)
+
+            mean = per_agent(adv) / count
+            shape = (-1,) + (1,) * (adv.dim() - 2)
+            centred = adv - mean[per_env].reshape(shape)
+            var = per_agent(centred.pow(2)) / (count - 1)
+            adv = centred / (var.sqrt()[per_env].reshape(shape) + 1e-8)
         flat = [x.flatten(0, 1) for x in (rollout.states, rollout.raw_actions, rollout.log_probs, adv, rollout.returns)]
         size = [h * count for count in layout.counts]
         width = [min(cfg.batch_size, s) for s in size]
@@ -246,9 +259,10 @@ class Multiplexed:
         states, raw, old_log_probs, adv, returns = (x.index_select(0, idx.flatten()).unflatten(0, idx.shape)
                                                     for x in flat)
         mean = nets.mean(states)
-        ratio = (nets.log_prob(mean, raw) - old_log_probs).exp()
-        c = clip[picked].unsqueeze(1)
-        policy_loss = -(torch.minimum(ratio * adv, ratio.clamp(1 - c, 1 + c) * adv) * weight).sum(1)
+        per_action = old_log_probs.dim() == raw.dim()
+        ratio = (nets.log_prob(mean, raw, per_action) - old_log_probs).exp()
+        c = clip[picked].reshape((-1,) + (1,) * (ratio.dim() - 1))
+        policy_loss = -(clipped(ratio, adv, c, per_action) * weight).sum(1)
         value_loss = ((nets.value(states) - returns).pow(2) * weight).sum(1)
         loss = policy_loss + cfg.value_coef * value_loss - entropy_coef[picked] * nets.entropy()
         grads = torch.autograd.grad(loss.sum(), nets.params)

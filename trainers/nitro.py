@@ -163,10 +163,10 @@ def actor_convexity(actor: Actor, rollout: Rollout, cfg: NitroConfig, clip: floa
     states = rollout.states.flatten(0, 1)
     idx = torch.randperm(states.shape[0], generator=generator, device=generator.device)[: cfg.subset]
     idx = idx.to(states.device)
-    adv = rollout.advantages.flatten()[idx]
+    adv = rollout.advantages.flatten(0, 1)[idx]
     adv = (adv - adv.mean()) / (adv.std() + 1e-8) if adv.numel() > 1 else torch.zeros_like(adv)
-    hvp = surrogate_hvp(actor, states[idx], rollout.raw_actions.flatten(0, 1)[idx], rollout.log_probs.flatten()[idx],
-                        adv, clip)
+    hvp = surrogate_hvp(actor, states[idx], rollout.raw_actions.flatten(0, 1)[idx],
+                        rollout.log_probs.flatten(0, 1)[idx], adv, clip)
     params = list(actor.parameters())
     size = sum(p.numel() for p in params)
     v0 = torch.randn(1, size, generator=generator, device=generator.device, dtype=params[0].dtype)

@@ -58,6 +58,11 @@ class PPOConfig:
     """``mlp``: one network over the whole state (the paper's). ``shared``: one per-stock
     scorer applied to every stock (:class:`trainers.state.StockLayout`); the critic stays
     an MLP over the whole state."""
+    credit: Literal["joint", "per_stock"] = "joint"
+    """``joint``: one GAE(λ) advantage for the whole action (the paper's). ``per_stock``:
+    each stock's action gets its own advantage, the env's difference reward
+    (:meth:`trainers.env.MarketEnv._credit`), and its own clipped ratio; the critic still
+    learns the GAE returns."""
 
     def __post_init__(self) -> None:
         require(self.lr > 0, "lr must be > 0")
@@ -143,7 +148,9 @@ class Critic(nn.Module):
 
 @dataclass
 class Rollout:
-    """Contiguous ``[H, E, ...]`` tensors of one rollout, on the env's device."""
+    """Contiguous ``[H, E, ...]`` tensors of one rollout, on the env's device. With
+    ``credit: per_stock``, ``log_probs`` and ``advantages`` (the env's credits) are per
+    action, ``[H, E, n]``; ``returns`` are the GAE(λ) value targets either way."""
 
     states: torch.Tensor
     raw_actions: torch.Tensor
@@ -207,12 +214,25 @@ def surrogate(
     """PPO's clipped policy loss (the negated surrogate objective) and the mean entropy.
 
     ``raw_actions`` are the pre-``tanh`` Gaussian samples the rollout took; the ratio
-    π_new/π_old is computed on them, where the ``tanh`` Jacobian cancels.
+    π_new/π_old is computed on them, where the ``tanh`` Jacobian cancels. With per-action
+    ``old_log_probs`` and ``advantages`` ``[B, n]`` (``credit: per_stock``) each action has
+    its own clipped ratio, and a sample's loss is the sum over its actions.
     """
     dist = actor.distribution(states)
-    ratio = (dist.log_prob(raw_actions).sum(-1) - old_log_probs).exp()
-    loss = -torch.minimum(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages).mean()
+    log_probs = dist.log_prob(raw_actions)
+    per_action = old_log_probs.dim() == log_probs.dim()
+    if not per_action:
+        log_probs = log_probs.sum(-1)
+    loss = -clipped((log_probs - old_log_probs).exp(), advantages, clip, per_action).mean()
     return loss, dist.entropy().sum(-1).mean()
+
+
+def clipped(ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.Tensor,
+            per_action: bool) -> torch.Tensor:
+    """PPO's clipped surrogate ``min(ρA, clip(ρ, 1 − ε, 1 + ε)·A)`` per sample; with
+    ``per_action`` the last dimension holds each action's term, and they are summed."""
+    surr = torch.minimum(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
+    return surr.sum(-1) if per_action else surr
 
 
 class PPOLearner:
@@ -273,7 +293,9 @@ class PPOLearner:
         dev = env.device
         states = torch.empty((h + 1, e, env.state_dim), dtype=torch.float32, device=dev)
         raw_actions = torch.empty((h, e, env.action_dim), dtype=torch.float32, device=dev)
-        log_probs = torch.empty((h, e), dtype=torch.float32, device=dev)
+        per_stock = self.cfg.credit == "per_stock"
+        log_probs = torch.empty((h, e, env.action_dim) if per_stock else (h, e), dtype=torch.float32, device=dev)
+        credits = torch.empty((h, e, env.action_dim), dtype=torch.float32, device=dev) if per_stock else None
         rewards = torch.empty((h, e), dtype=torch.float32, device=dev)
         truncated = torch.empty((h, e), dtype=torch.bool, device=dev)
         final_values = torch.zeros((h, e), dtype=torch.float32, device=dev)
@@ -288,10 +310,13 @@ class PPOLearner:
                     dist.mean.shape, generator=self.generator, device=dev
                 )
                 raw_actions[i] = raw
-                log_probs[i] = dist.log_prob(raw).sum(-1)
+                log_probs[i] = dist.log_prob(raw) if per_stock else dist.log_prob(raw).sum(-1)
             with profiler.operation("simulation"):
-                step = env.step(torch.tanh(raw), out=states[i + 1])
+                step = env.step(torch.tanh(raw), out=states[i + 1],
+                                baseline=torch.tanh(dist.mean) if per_stock else None)
             rewards[i], truncated[i] = step.reward, step.truncated
+            if credits is not None:
+                credits[i] = step.credit
             if len(step.final.index):  # a shape, known on the host: no device sync
                 with profiler.operation("inference"):
                     final_values[i].index_copy_(0, step.final.index, self.critic(step.final.states))
@@ -301,15 +326,15 @@ class PPOLearner:
             values = self.critic(states[:h].flatten(0, 1)).reshape(h, e)
             advantages = gae_advantages(rewards, values, self.critic(states[h]), truncated, final_values,
                                         self.cfg.gamma, self.cfg.gae_lambda)
-        return Rollout(states[:h], raw_actions, log_probs, rewards, truncated, values, advantages,
-                       advantages + values)
+        return Rollout(states[:h], raw_actions, log_probs, rewards, truncated, values,
+                       advantages if credits is None else credits, advantages + values)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """``repeat_times`` epochs of minibatch updates on the clipped surrogate objective,
         with the value loss, the entropy bonus, normalised advantages and clipped gradients."""
         cfg = self.cfg
-        adv = rollout.advantages.flatten()
-        batch = Batch(rollout.states.flatten(0, 1), rollout.raw_actions.flatten(0, 1), rollout.log_probs.flatten(),
+        adv = rollout.advantages.flatten(0, 1)
+        batch = Batch(rollout.states.flatten(0, 1), rollout.raw_actions.flatten(0, 1), rollout.log_probs.flatten(0, 1),
                       rollout.returns.flatten(), (adv - adv.mean()) / (adv.std() + 1e-8))
         size = adv.shape[0]
         width = min(cfg.batch_size, size)

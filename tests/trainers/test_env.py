@@ -52,7 +52,7 @@ def test_orders_fill_at_next_open_and_reward_marks_next_close():
     data = market()
     env = MarketEnv(data, scales(data, CFG), CFG, num_envs=1, window=(5, 39), random_start=False)
     env.reset()
-    _, reward, truncated, _ = env.step(torch.tensor([[1.0, 0.0, 0.0]]))
+    _, reward, truncated, *_ = env.step(torch.tensor([[1.0, 0.0, 0.0]]))
     o, c = data.open[6, 0].item(), data.close[6, 0].item()
     cash = 10_000 - 10 * o * 1.002
     expected = (cash + 10 * c - 10_000) * CFG.reward_scale

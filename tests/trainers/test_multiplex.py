@@ -21,12 +21,12 @@ SPACE = {"lr": (1e-3, 1e-2), "net_width": (4, 12), "num_envs": (2, 6), "repeat_t
          "clip": (0.1, 0.3), "entropy_coef": (0.001, 0.05), "gae_lambda": (0.8, 0.99)}
 
 
-def generation(**evo):
+def generation(ppo=PPO, **evo):
     """A heterogeneous population's first generation as jobs, and its Setting."""
     data = market(t=80, n=3, k=2)
     cfg = EvolutionConfig(**{"population": 4, "generations": 1, "iterations_per_generation": 3, "eval_interval": 1,
                              "search_space": SPACE, **evo})
-    run = Evolution(data, scales(data, ENV), ENV, PPO, cfg, (0, 59), (59, 79), 252.0)
+    run = Evolution(data, scales(data, ENV), ENV, ppo, cfg, (0, 59), (59, 79), 252.0)
     pop = run.pop
     jobs = [AgentJob(0, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i], pop.falls[i], None)
             for i in range(cfg.population)]
@@ -50,8 +50,9 @@ def assert_same_agent(alone, batched, atol=1e-6):
     assert [r.iteration for r in alone.records] == [r.iteration for r in batched.records]
 
 
-def test_a_multiplexed_generation_trains_every_agent_as_it_trains_alone():
-    jobs, setting = generation()
+@pytest.mark.parametrize("credit", ["joint", "per_stock"])
+def test_a_multiplexed_generation_trains_every_agent_as_it_trains_alone(credit):
+    jobs, setting = generation(dataclasses.replace(PPO, credit=credit))
     widths = {job.hparams["net_width"] for job in jobs}
     envs = {job.hparams["num_envs"] for job in jobs}
     assert len(widths) > 1 and len(envs) > 1  # padding and per-agent env counts are exercised

@@ -20,11 +20,11 @@ PPO = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=2, net_dims=(
 NITRO = NitroConfig(enabled=True, min_envs=2, max_envs=12, window=3, decay=0.9, lanczos_steps=4, subset=16)
 
 
-def first_generation(nitro=NitroConfig(), **evo):
+def first_generation(nitro=NitroConfig(), ppo=PPO, **evo):
     data = market(t=80, n=3, k=2)
     cfg = EvolutionConfig(**{"population": 3, "generations": 1, "iterations_per_generation": 4, "eval_interval": 2,
                              "search_space": {"lr": (1e-3, 1e-2), "num_envs": (2, 6)}, **evo})
-    run = Evolution(data, scales(data, ENV), ENV, PPO, cfg, (0, 59), (59, 79), 252.0, nitro)
+    run = Evolution(data, scales(data, ENV), ENV, ppo, cfg, (0, 59), (59, 79), 252.0, nitro)
     pop = run.pop
     jobs = [AgentJob(0, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i], pop.falls[i], None,
                      run.budget) for i in range(cfg.population)]
@@ -64,8 +64,9 @@ def test_evolution_respects_the_run_budget_in_both_engines():
         assert 0 < result.cost.env_steps <= 400
 
 
-def test_nitro_rescales_envs_within_bounds_the_same_in_both_engines():
-    jobs, setting = first_generation(NITRO)
+@pytest.mark.parametrize("credit", ["joint", "per_stock"])
+def test_nitro_rescales_envs_within_bounds_the_same_in_both_engines(credit):
+    jobs, setting = first_generation(NITRO, dataclasses.replace(PPO, credit=credit))
     alone, batched = run_serially(jobs, setting), run_multiplexed(jobs, setting)
     for a, b in zip(alone, batched):
         counts = [r.hparams["num_envs"] for r in a.records]

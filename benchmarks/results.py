@@ -14,8 +14,9 @@ same next-open fills and 0.2% costs:
   latent drift at t, which nothing else ever sees; the ceiling of what the signal allows;
 * **buy-and-hold**: equal weight.
 
-Also a learning curve: the champion's test Sharpe after each generation against env steps
-and wall time. Development uses seeds 100–109; the evidence is seeds 7–16, run once.
+Each row also has the arm's Sharpe on the training window, to tell an agent that did not
+find the signal in sample from one that found it and did not generalise. Also a learning
+curve: the champion's test Sharpe after each generation against env steps and wall time. Development uses seeds 100–109; the evidence is seeds 7–16, run once.
 
     .venv/bin/python benchmarks/results.py --seeds 100-109 --json docs/results/dev.json
     .venv/bin/python benchmarks/results.py --seeds 7-16 --markets learnable null arch-demo --json docs/results/evidence.json
@@ -32,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -69,6 +71,8 @@ class Row:
     """Validation fitness of the chosen weights (NaN where there is none)."""
     env_steps: int
     seconds: float
+    train_sharpe: float = math.nan
+    """Sharpe on the training window itself: an arm that loses there did not fit its own data."""
     curve: list[list[float]] = field(default_factory=list)
     """champion only: [generation, env steps, seconds, test Sharpe] after each generation."""
 
@@ -103,26 +107,31 @@ def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
         train, val, test = fs.window("train"), fs.window("validation"), fs.window("test")
         per_year = periods_per_year(params.data.freq)
 
-        def test_metrics(weights: dict, hparams: dict[str, float]) -> dict[str, float]:
+        def agent_metrics(weights: dict, hparams: dict[str, float], window: tuple[int, int] = test) -> dict[str, float]:
             actor = blank_actor(data, scales, params.ppo.with_hparams(hparams))
             actor.load_state_dict(weights)
-            return performance(run_policy(actor, data, scales, env, test), per_year)
+            return performance(run_policy(actor, data, scales, env, window), per_year)
 
-        def row(arm: str, metrics: dict[str, float], fitness: float = math.nan, steps: int = 0,
-                seconds: float = 0.0) -> Row:
-            return Row(market, seed, arm, metrics["sharpe"], metrics["cumulative_return"], fitness, steps, seconds)
+        def row(arm: str, metrics: dict[str, float], on_train: dict[str, float], fitness: float = math.nan,
+                steps: int = 0, seconds: float = 0.0) -> Row:
+            return Row(market, seed, arm, metrics["sharpe"], metrics["cumulative_return"], fitness, steps, seconds,
+                       on_train["sharpe"])
+
+        def rule(portfolio: Callable[[tuple[int, int]], np.ndarray], arm: str) -> Row:
+            return row(arm, performance(portfolio(test), per_year), performance(portfolio(train), per_year))
 
         started, curve = time.perf_counter(), []
 
         def on_generation(best: EvolutionResult) -> None:
-            sharpe = test_metrics(best.best_actor, best.best_hparams)["sharpe"]
+            sharpe = agent_metrics(best.best_actor, best.best_hparams)["sharpe"]
             curve.append([len(curve) + 1, best.env_steps, time.perf_counter() - started, sharpe])
             print(f"{market} {seed}: generation {len(curve)}, {best.env_steps:,} env steps, test Sharpe {sharpe:.2f}",
                   flush=True)
 
         evo = Evolution(data, scales, env, params.ppo, params.evolution, train, val, per_year).run(
             runner=run_multiplexed, on_generation=on_generation)
-        rows = [row("champion", test_metrics(evo.best_actor, evo.best_hparams), evo.best_fitness, evo.env_steps,
+        rows = [row("champion", agent_metrics(evo.best_actor, evo.best_hparams),
+                    agent_metrics(evo.best_actor, evo.best_hparams, train), evo.best_fitness, evo.env_steps,
                     time.perf_counter() - started)]
         rows[0].curve = curve
 
@@ -133,14 +142,16 @@ def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
         started = time.perf_counter()
         run = Evolution(data, scales, env, params.ppo, single, train, val, per_year)
         vanilla = run.run()
-        rows.append(row("vanilla", test_metrics(run.pop.states[0]["learners"][0]["actor"], params.ppo.hparams()),
-                        steps=vanilla.env_steps, seconds=time.perf_counter() - started))
+        weights, seconds = run.pop.states[0]["learners"][0]["actor"], time.perf_counter() - started
+        rows.append(row("vanilla", agent_metrics(weights, params.ppo.hparams()),
+                        agent_metrics(weights, params.ppo.hparams(), train), steps=vanilla.env_steps, seconds=seconds))
 
-        rows.append(row("momentum", performance(ranked_portfolio(data, env, test, momentum_scores(data)), per_year)))
+        momentum = momentum_scores(data)
+        rows.append(rule(lambda window: ranked_portfolio(data, env, window, momentum), "momentum"))
         if market == "learnable":
-            rows.append(row("oracle", performance(ranked_portfolio(data, env, test, oracle_scores(params, fs)),
-                                                  per_year)))
-        rows.append(row("buy-and-hold", performance(buy_and_hold(data, env, test), per_year)))
+            oracle = oracle_scores(params, fs)
+            rows.append(rule(lambda window: ranked_portfolio(data, env, window, oracle), "oracle"))
+        rows.append(rule(lambda window: buy_and_hold(data, env, window), "buy-and-hold"))
     for r in rows:
         print(json.dumps({k: v for k, v in asdict(r).items() if k != "curve"}), flush=True)
     return rows

@@ -54,16 +54,17 @@ def markets_of(rows: Rows) -> list[str]:
 
 
 def arm_table(rows: Rows) -> list[str]:
-    lines = ["| market | arm | test Sharpe | test cumulative return | validation fitness | env steps | seconds |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| market | arm | test Sharpe | test cumulative return | validation fitness | train Sharpe | env steps "
+             "| seconds |", "|---|---|---|---|---|---|---|---|"]
     for market in markets_of(rows):
         for arm in ARMS:
             sub = [r for r in rows if r["market"] == market and r["arm"] == arm]
             if not sub:
                 continue
             val = [r["validation"] for r in sub if not math.isnan(r["validation"])]
+            fit = [r["train_sharpe"] for r in sub if not math.isnan(r.get("train_sharpe", math.nan))]  # older runs: -
             lines.append(f"| {market} | {arm} | {mean_sd([r['sharpe'] for r in sub])} | "
-                         f"{mean_sd([r['cumulative_return'] for r in sub])} | {mean_sd(val)} | "
+                         f"{mean_sd([r['cumulative_return'] for r in sub])} | {mean_sd(val)} | {mean_sd(fit)} | "
                          f"{int(statistics.fmean(r['env_steps'] for r in sub)):,} | "
                          f"{statistics.fmean(r['seconds'] for r in sub):.0f} |")
     return lines

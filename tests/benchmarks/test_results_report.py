@@ -56,3 +56,13 @@ def test_a_mean_at_momentums_level_with_t_below_3_is_not_met():
     # champion − B&H: 0.1, 0.5, 0.9: mean 0.5 = momentum's, but t = 0.5 / (0.4 / √3) = 2.17
     got = targets(rows({"buy-and-hold": [0.0] * 3, "momentum": [0.5] * 3, "champion": [0.1, 0.5, 0.9]}))
     assert got[0][2] is False and "t = +2.17" in got[0][1]
+
+
+def test_the_arm_table_shows_the_training_window_sharpe_and_a_dash_for_older_runs():
+    old = rows({"champion": [1.0, 0.2], "buy-and-hold": [0.5, 0.5]})
+    new = [{**r, "train_sharpe": {"champion": [2.0, 1.0], "buy-and-hold": [0.7, 0.3]}[r["arm"]][r["seed"]]}
+           for r in old]
+    assert "| learnable | champion | 0.60 ± 0.57 | 0.06 ± 0.06 | - | 1.50 ± 0.71 | 100 | 1 |" in report(
+        [{"command": "cmd", "minutes": 1.0, "rows": new}])
+    assert "| learnable | champion | 0.60 ± 0.57 | 0.06 ± 0.06 | - | - | 100 | 1 |" in report(
+        [{"command": "cmd", "minutes": 1.0, "rows": old}])

@@ -16,7 +16,8 @@ same next-open fills and 0.2% costs:
 
 Each row also has the arm's Sharpe on the training window, to tell an agent that did not
 find the signal in sample from one that found it and did not generalise. Also a learning
-curve: the champion's test Sharpe after each generation against env steps and wall time. Development uses seeds 100–109; the evidence is seeds 7–16, run once.
+curve: the champion's test Sharpe after each generation against env steps and wall time.
+Development uses seeds 100–109; the evidence is seeds 7–16, run once.
 
     .venv/bin/python benchmarks/results.py --seeds 100-109 --json docs/results/dev.json
     .venv/bin/python benchmarks/results.py --seeds 7-16 --markets learnable null arch-demo --json docs/results/evidence.json

@@ -62,9 +62,9 @@ def arm_table(rows: Rows) -> list[str]:
             if not sub:
                 continue
             val = [r["validation"] for r in sub if not math.isnan(r["validation"])]
-            fit = [r["train_sharpe"] for r in sub if not math.isnan(r.get("train_sharpe", math.nan))]  # older runs: -
+            on_train = [r["train_sharpe"] for r in sub if not math.isnan(r.get("train_sharpe", math.nan))]  # older: -
             lines.append(f"| {market} | {arm} | {mean_sd([r['sharpe'] for r in sub])} | "
-                         f"{mean_sd([r['cumulative_return'] for r in sub])} | {mean_sd(val)} | {mean_sd(fit)} | "
+                         f"{mean_sd([r['cumulative_return'] for r in sub])} | {mean_sd(val)} | {mean_sd(on_train)} | "
                          f"{int(statistics.fmean(r['env_steps'] for r in sub)):,} | "
                          f"{statistics.fmean(r['seconds'] for r in sub):.0f} |")
     return lines

@@ -313,7 +313,7 @@ class MarketEnv:
         gate = self._gate()
         fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, gate, masks)
         credit = None if baseline is None else self._credit(
-            fill, execute_orders(self.cfg, baseline, self.cash, self.shares, close, price, gate, masks), close, price)
+            fill, execute_orders(self.cfg, baseline, self.cash, self.shares, close, price, gate, masks))
         self.cash, self.shares, self.t = fill.cash, fill.shares, t_next
         value = self.account_value()
         if self.cfg.reward != "value":
@@ -338,34 +338,31 @@ class MarketEnv:
         self._reset_where(truncated, episodes)
         return Step(self.observe(out), reward, truncated, final, credit)
 
-    def _credit(self, fill: Fill, base: Fill, close: torch.Tensor, price: torch.Tensor) -> torch.Tensor:
+    def _credit(self, fill: Fill, base: Fill) -> torch.Tensor:
         """``[E, n]`` per-stock credit of the step just filled (``self.t`` still the bar decided
         at): a difference reward (Wolpert & Tumer 2002; COMA's counterfactual, Foerster et al.
         2018). For each stock, what ``fill`` earned over the holding period its action decides
-        (the fill's open at t+1 to the next fill's open at t+2), less its trading cost, minus
+        (its fill price at t+1 to the next fill's open at t+2), less its trading cost, minus
         the same for ``base``, the baseline action filled from the same account. Holdings from
-        before the step earn the same in both and cancel; one stock's credit barely moves
-        when another stock's action does, which is the point: each score gets its own signal
-        instead of one portfolio reward shared by all n (docs/training.md).
+        before the step earn the same in both and cancel, so only the difference in shares
+        traded counts; one stock's credit barely moves when another stock's action does,
+        which is the point: each score gets its own signal instead of one portfolio reward
+        shared by all n (docs/training.md).
 
         Where t+2 is past the data, or the stock has no tradable bar there, the holding is
-        marked at t+1's close (where the env would close it out); a position closed out at
-        t+1 was filled at t's close, as :func:`trainers.orders.fill_next` does.
+        marked at t+1's close (where the env would close it out).
         """
         data, t1 = self.data, self.t + 1
         last = data.close.shape[0] - 1
         t2 = (t1 + 1).clamp(max=last)
         ahead = (t1 < last).unsqueeze(1)
-        mask = data.tradable
-        if mask is not None:
-            ahead = ahead & mask.index_select(0, t2)
-            price = torch.where(mask.index_select(0, t1), price, close)
+        if data.tradable is not None:
+            ahead = ahead & data.tradable.index_select(0, t2)
         mark = torch.where(ahead, data.open.index_select(0, t2), data.close.index_select(0, t1))
-
-        def earned(f: Fill) -> torch.Tensor:
-            return f.shares * (mark - price) - (f.sold + f.bought) * price * self.cfg.cost_pct
-
-        return ((earned(fill) - earned(base)) * self.cfg.reward_scale).to(torch.float32)
+        held = fill.shares - base.shares
+        traded = fill.sold + fill.bought - base.sold - base.bought
+        earned = held * (mark - fill.price) - traded * fill.price * self.cfg.cost_pct
+        return (earned * self.cfg.reward_scale).to(torch.float32)
 
     def resize(self, num_envs: int) -> None:
         """Grow or shrink the batch to ``num_envs`` (Nitro's actor scaling, nitro §5.3): the

@@ -32,6 +32,8 @@ class Fill:
     sold: torch.Tensor
     bought: torch.Tensor
     cost: torch.Tensor
+    price: torch.Tensor
+    """``[E, n]`` the price each stock filled at (the open, or the last real close on a close-out)."""
 
 
 WEIGHT_LOGITS = 5.0
@@ -134,7 +136,8 @@ def fill_orders(
     spend = (bought * price).sum(dim=1)
     cost = cost + spend * cost_pct
     cash = (cash - spend * (1.0 + cost_pct)).clamp(min=0.0)
-    return Fill(cash=cash, shares=shares - sold + bought, sold=sold, bought=bought, cost=cost)
+    return Fill(cash=cash, shares=shares - sold + bought, sold=sold, bought=bought, cost=cost,
+                price=price.expand_as(shares))
 
 
 def execute_orders(

@@ -10,7 +10,7 @@ from trainers.env import EnvConfig, MarketData, MarketEnv
 from trainers.ppo import PPOConfig, PPOLearner
 from trainers.state import StateScales, StockLayout
 
-from .test_env_ragged import ragged_market
+from .helpers import ragged_market
 
 CFG = EnvConfig(initial_cash=10_000.0, hmax=10, cost_pct=0.01, reward_scale=1.0, episode_len=8, min_episode_len=1)
 F64 = torch.float64

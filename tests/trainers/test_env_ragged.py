@@ -8,17 +8,10 @@ from trainers.env import EnvConfig, MarketData, MarketEnv
 from trainers.orders import orders
 from trainers.state import StateScales
 
+from .helpers import ragged_market
+
 CFG = EnvConfig(initial_cash=10_000.0, hmax=10, cost_pct=0.01, episode_len=8, min_episode_len=1)
 F64 = torch.float64
-
-
-def ragged_market() -> MarketData:
-    """Two stocks over 4 bars. A trades at bars 0-1 and then stops (delisted); B lists at bar 1."""
-    close = torch.tensor([[100.0, 50.0], [110.0, 50.0], [110.0, 60.0], [110.0, 70.0]], dtype=F64)
-    open_ = torch.tensor([[99.0, 50.0], [105.0, 52.0], [999.0, 58.0], [999.0, 66.0]], dtype=F64)
-    feats = torch.tensor([[[1.0], [7.0]], [[2.0], [3.0]], [[9.0], [4.0]], [[9.0], [5.0]]])
-    tradable = torch.tensor([[True, False], [True, True], [False, True], [False, True]])
-    return MarketData(open=open_, close=close, features=feats, tradable=tradable)
 
 
 def env_at_bar_0(cfg: EnvConfig = CFG) -> tuple[MarketData, MarketEnv]:

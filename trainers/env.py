@@ -65,6 +65,9 @@ class EnvConfig:
     """``shares``: a ∈ (-1, 1)^n trades ``trunc(a · hmax)`` shares per stock (finrl-podracer
     §3, eq. 3). ``weights``: a is a target allocation, ``softmax(WEIGHT_LOGITS · a, 0)`` over
     the stocks and cash, reached in whole shares at the next open (hmax does not apply)."""
+    rebalance_band: float = 0.0
+    """``action: weights``: an order smaller than this fraction of the account value is not
+    sent (a no-trade band, :func:`trainers.orders.target_orders`); 0 trades every difference."""
     reward: Literal["value", "log", "excess"] = "value"
     """``value``: Δ account value × reward_scale. ``log``: log(V_t+1 / V_t) × initial_cash ×
     reward_scale, the same size at the start but proportional to returns, not dollars.
@@ -77,6 +80,7 @@ class EnvConfig:
         require(self.hmax >= 1, "hmax must be >= 1")
         require(0 <= self.cost_pct < 0.5, "cost_pct must be in [0, 0.5)")
         require(self.reward_scale > 0, "reward_scale must be > 0")
+        require(0 <= self.rebalance_band < 1, "rebalance_band must be in [0, 1)")
         require(self.min_episode_len >= 1, "min_episode_len must be >= 1")
         require(self.episode_len >= self.min_episode_len, "episode_len must be >= min_episode_len")
         require(self.turbulence_threshold is None or self.turbulence_threshold > 0,

@@ -43,7 +43,7 @@ up to e^10 times another and cash can be all but emptied."""
 
 def target_orders(
     action: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor,
-    liquidate: torch.Tensor | None = None, tradable: torch.Tensor | None = None,
+    liquidate: torch.Tensor | None = None, tradable: torch.Tensor | None = None, band: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Shares each account sells and buys to move to the target weights of ``action``
     (``action: weights``): the account is valued at ``close`` (the bar it has just seen),
@@ -52,12 +52,21 @@ def target_orders(
     first; buys scaled down when the open costs more than the cash). The turbulence gate
     liquidates as in :func:`intended_orders`. Stocks that are not ``tradable`` ``[E, n]``
     leave the softmax: their weight is 0 and the others share the allocation.
+
+    ``band`` is a no-trade band: an order whose notional at ``close`` is below ``band`` times
+    the account's value is not sent, so a portfolio near its target is left to drift
+    instead of paying costs for small corrections (daily rebalancing to fixed weights sells
+    every winner, which is anti-momentum). The gate and close-outs ignore the band.
     """
     logits = action.to(torch.float64) * WEIGHT_LOGITS
     if tradable is not None:
         logits = torch.where(tradable, logits, -torch.inf)
     logits = torch.cat((logits, torch.zeros_like(cash).unsqueeze(1)), dim=1)
     sold, bought = rebalance_orders(torch.softmax(logits, dim=1)[:, :-1], cash, shares, close)
+    if band > 0:
+        value = (cash + (shares * close).sum(dim=1)).unsqueeze(1)
+        small = (sold + bought) * close < band * value
+        sold, bought = torch.where(small, 0.0, sold), torch.where(small, 0.0, bought)
     return _gated(sold, bought, shares, liquidate)
 
 
@@ -93,7 +102,7 @@ def orders(
     A stock that is not ``tradable`` (``[E, n]``, at the bar the action saw) is never bought
     and a position in it is sold."""
     if cfg.action == "weights":
-        sold, bought = target_orders(action, cash, shares, close, liquidate, tradable)
+        sold, bought = target_orders(action, cash, shares, close, liquidate, tradable, cfg.rebalance_band)
     else:
         sold, bought = intended_orders(action, shares, cfg.hmax, liquidate)
     return (sold, bought) if tradable is None else close_out(sold, bought, shares, ~tradable)

@@ -179,6 +179,25 @@ def test_target_weights_become_whole_share_orders_by_hand():
     assert sold.tolist() == [[27.0, 0.0]] and bought.tolist() == [[0.0, 1.0]]
 
 
+def test_the_no_trade_band_drops_small_orders_only_by_hand():
+    close = torch.tensor([[10.0, 20.0]], dtype=torch.float64)
+    cash, held = torch.zeros(1, dtype=torch.float64), torch.tensor([[50.0, 10.0]], dtype=torch.float64)
+    # value 700, targets 23 and 11 shares: sell 27 x 10 = 270 (38.6%), buy 1 x 20 = 20 (2.86%)
+    cfg = EnvConfig(action="weights", rebalance_band=0.03)
+    sold, bought = orders(cfg, torch.zeros(1, 2), cash, held, close)
+    assert sold.tolist() == [[27.0, 0.0]] and bought.tolist() == [[0.0, 0.0]]
+    sold, bought = orders(EnvConfig(action="weights", rebalance_band=0.02), torch.zeros(1, 2), cash, held, close)
+    assert sold.tolist() == [[27.0, 0.0]] and bought.tolist() == [[0.0, 1.0]]
+    sold, bought = orders(EnvConfig(action="weights", rebalance_band=0.5), torch.zeros(1, 2), cash, held, close)
+    assert sold.tolist() == [[0.0, 0.0]] and bought.tolist() == [[0.0, 0.0]]
+    # the turbulence gate and a stock that stops trading still sell the whole holding
+    sold, _ = target_orders(torch.zeros(1, 2), cash, held, close, torch.tensor([True]), band=0.5)
+    assert sold.tolist() == [[50.0, 10.0]]
+    sold, _ = orders(EnvConfig(action="weights", rebalance_band=0.5), torch.zeros(1, 2), cash, held, close,
+                     tradable=torch.tensor([[True, False]]))
+    assert sold.tolist() == [[0.0, 10.0]]
+
+
 def test_the_gate_liquidates_a_weights_account_too():
     shares = torch.tensor([[5.0, 3.0]], dtype=torch.float64)
     sold, bought = target_orders(torch.ones(1, 2), torch.tensor([100.0], dtype=torch.float64), shares,

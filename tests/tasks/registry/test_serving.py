@@ -159,3 +159,16 @@ def test_a_shared_scorer_with_target_weights_serves_the_env_orders(tmp_path):
     loaded, loaded_meta = bundle.load(tmp_path)
     assert loaded_meta.policy == "shared" and loaded.layout is not None
     assert decide(loaded, loaded_meta, frame(meta, 1.0))["order_qty"].tolist() == [36, 13]
+
+
+def test_the_no_trade_band_travels_with_the_bundle(tmp_path):
+    """The same account with env.rebalance_band 0.3: buying 13 BBB is 260 of 1100 (23.6%),
+    under the band, so it is not sent; buying 36 AAA is 360 (32.7%) and is."""
+    env = EnvConfig(initial_cash=1_000.0, hmax=10, cost_pct=0.01, action="weights", rebalance_band=0.3)
+    actor, meta = policy(SYMBOLS, ["rsi_30", "turbulence"], [0.0], env, mean=[[50.0, 0.0]] * 2,
+                         std=[[10.0, 1.0]] * 2, price_ref=(10.0, 20.0), kind="shared")
+    assert decide(actor, meta, frame(meta, 1.0))["order_qty"].tolist() == [36, 0]
+    bundle.save(tmp_path, actor.state_dict(), meta)
+    loaded, loaded_meta = bundle.load(tmp_path)
+    assert loaded_meta.env.rebalance_band == 0.3
+    assert decide(loaded, loaded_meta, frame(meta, 1.0))["order_qty"].tolist() == [36, 0]

@@ -1,0 +1,151 @@
+"""What the state and the weights action allow, with no RL at all (issue 14 diagnosis).
+
+A linear scorer is fitted by least squares on the **training** window: each stock's
+normalised indicators (the features the shared scorer sees) against its next
+``--horizon``-bar open-to-open log return, less the cross-sectional mean. No row whose
+target reaches past the training window is used. The fitted scores are then traded on
+the training and the test window by the same order and fill rules as the agents:
+
+* through the agents' weights action, every bar: ``a = tanh(tilt · z)`` with ``z`` the
+  cross-sectional z-score of the scores (tilt 0 is the neutral agent: equal weight with
+  ``1/(n+1)`` in cash, rebalanced every bar), with and without a no-trade band
+  (``env.rebalance_band``);
+* through the momentum rule (top third, equal weight, every 5 bars) instead of momentum.
+
+An agent that optimised perfectly, on these inputs and this action, would land near the
+best of these rows in sample; a row that loses to buy-and-hold even in sample says the
+action or the costs, not the optimiser, are in the way. Development seeds only.
+
+    .venv/bin/python benchmarks/ceiling.py --seeds 100-103
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.results import market_params, seeds_of  # noqa: E402
+from tasks.data import features, ingest, validate  # noqa: E402
+from trainers.env import EnvConfig, MarketData  # noqa: E402
+from trainers.evaluate import buy_and_hold, market_fill, momentum_scores, ranked_portfolio  # noqa: E402
+from trainers.metrics import performance, periods_per_year  # noqa: E402
+from trainers.orders import orders  # noqa: E402
+
+VARIANTS = [(0.0, 0.0), (0.0, 0.01), (0.1, 0.0), (0.1, 0.01), (0.3, 0.0), (0.3, 0.01)]
+"""(tilt, rebalance_band) of the weights-action rows."""
+
+
+def linear_fit(data: MarketData, window: tuple[int, int], horizon: int) -> np.ndarray:
+    """``[k]`` least-squares weights of the indicators on the forward ``horizon``-bar
+    cross-sectional log return, from bars of ``window`` whose target ends inside it."""
+    x, o = data.features.double().numpy(), np.log(data.open.numpy())
+    lo, hi = window  # bars lo..hi; the target of bar t runs from open t+1 to open t+1+horizon <= hi
+    last = hi - horizon
+    if last <= lo:
+        raise ValueError(f"ceiling: the training window {window} is shorter than the horizon {horizon}")
+    y = o[lo + 1 + horizon:last + 1 + horizon] - o[lo + 1:last + 1]
+    y = y - y.mean(axis=1, keepdims=True)
+    a = x[lo:last].reshape(-1, x.shape[2])
+    a = np.c_[a, np.ones(len(a))]
+    beta, *_ = np.linalg.lstsq(a, y.reshape(-1), rcond=None)
+    return beta[:-1]
+
+
+def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor,
+                     tilt: float) -> tuple[np.ndarray, float]:
+    """Account values over ``window`` and yearly turnover (traded notional / value) of the
+    weights action ``tanh(tilt · z)``, decided at each close and filled at the next open."""
+    lo, hi = window
+    cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
+    shares = torch.zeros((1, data.n_stocks), dtype=torch.float64)
+    values, traded = [cfg.initial_cash], 0.0
+    for t in range(lo, hi):
+        s = scores[t]
+        action = torch.tanh(tilt * (s - s.mean()) / s.std().clamp(min=1e-12)).unsqueeze(0)
+        live = None if data.tradable is None else data.tradable[t].unsqueeze(0)
+        sold, bought = orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live)
+        fill = market_fill(data, t, sold, bought, cash, shares, cfg.cost_pct)
+        traded += float(((fill.shares - shares).abs() * fill.price).sum()) / values[-1]
+        cash, shares = fill.cash, fill.shares
+        values.append(float(cash[0] + (shares[0] * data.close[t + 1]).sum()))
+    return np.array(values), traded * 252 / max(hi - lo, 1)
+
+
+def run_seed(job: tuple[int, int]) -> list[tuple[str, float, float, float]]:
+    """(row, train Sharpe, test Sharpe, train turnover per year) for one market seed."""
+    seed, horizon = job
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        params = market_params(Path(tmp), "learnable", seed, [])
+        for stage in (ingest.ingest, validate.validate, features.features):
+            stage(params)
+        fs = features.load(params.dirs.features)
+    data, train, test = fs.market(), fs.window("train"), fs.window("test")
+    per_year = periods_per_year(params.data.freq)
+    sharpe = lambda values: performance(values, per_year)["sharpe"]  # noqa: E731
+    scores = torch.tensor(data.features.double().numpy() @ linear_fit(data, train, horizon))
+    momentum = momentum_scores(data)
+    rows = [("buy-and-hold", *(sharpe(buy_and_hold(data, params.env, w)) for w in (train, test)), float("nan")),
+            ("momentum rule", *(sharpe(ranked_portfolio(data, params.env, w, momentum)) for w in (train, test)),
+             float("nan")),
+            ("linear fit, momentum rule", *(sharpe(ranked_portfolio(data, params.env, w, scores))
+                                            for w in (train, test)), float("nan"))]
+    for tilt, band in VARIANTS:
+        cfg = replace(params.env, action="weights", rebalance_band=band)
+        (v_train, turnover), (v_test, _) = (tilted_portfolio(data, cfg, w, scores, tilt) for w in (train, test))
+        rows.append((f"linear fit, weights action, tilt {tilt}, band {band:.0%}", sharpe(v_train), sharpe(v_test),
+                     turnover))
+    print(f"seed {seed} done", flush=True)
+    return rows
+
+
+def table(seeds: list[int], results: list[list[tuple[str, float, float, float]]]) -> str:
+    """Mean train and test Sharpe of each row, and its mean paired difference from buy-and-hold."""
+    lines = ["| row | train Sharpe | test Sharpe | train − B&H | test − B&H | turnover / year (train) |",
+             "|---|---|---|---|---|---|"]
+    base = [r[0] for r in results]
+    for i, (name, *_) in enumerate(results[0]):
+        tr, te, to = (np.array([r[i][j] for r in results]) for j in (1, 2, 3))
+        d_tr = tr - np.array([b[1] for b in base])
+        d_te = te - np.array([b[2] for b in base])
+        turnover = "-" if np.isnan(to).all() else f"{to.mean():.1f}"
+        lines.append(f"| {name} | {tr.mean():.2f} | {te.mean():.2f} | {d_tr.mean():+.2f} ± {d_tr.std(ddof=1):.2f} | "
+                     f"{d_te.mean():+.2f} ± {d_te.std(ddof=1):.2f} | {turnover} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-103"), help="development market seeds")
+    parser.add_argument("--horizon", type=int, default=5, help="bars of forward return the scorer is fitted on")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        results = pool.map(run_seed, [(s, args.horizon) for s in args.seeds])
+    text = table(args.seeds, results)
+    command = " ".join([".venv/bin/python benchmarks/ceiling.py", *sys.argv[1:]])
+    section = (f"\n## Ceiling: a least-squares scorer through the agents' action (benchmarks/ceiling.py, "
+               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n\n"
+               f"Learnable market, seeds {args.seeds[0]}–{args.seeds[-1]} (n = {len(args.seeds)}), horizon "
+               f"{args.horizon} bars, {(time.perf_counter() - started) / 60:.1f} min. Mean ± sd over seeds.\n\n"
+               f"    {command}\n\n{text}\n")
+    print(section)
+    with args.out.open("a") as f:
+        f.write(section)
+
+
+if __name__ == "__main__":
+    main()

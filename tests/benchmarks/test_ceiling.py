@@ -1,0 +1,47 @@
+"""The ceiling diagnosis (benchmarks/ceiling.py): the least-squares scorer reads only the
+training window, recovers a planted relation, and its portfolio trades by the env's rules."""
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.ceiling import linear_fit, tilted_portfolio
+from trainers.env import EnvConfig, MarketData
+
+
+def planted(t: int = 40, n: int = 5, seed: int = 0) -> MarketData:
+    """Opens whose next-bar log return is 0.01 × feature 0 (cross-sectionally zero-mean)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((t, n, 2))
+    x -= x.mean(axis=1, keepdims=True)
+    log_open = np.zeros((t, n))
+    for i in range(t - 2):
+        log_open[i + 2] = log_open[i + 1] + 0.01 * x[i, :, 0]
+    price = torch.tensor(np.exp(log_open) * 10.0)
+    return MarketData(open=price, close=price.clone(), features=torch.tensor(x, dtype=torch.float32))
+
+
+def test_the_fit_recovers_a_planted_relation():
+    beta = linear_fit(planted(), (0, 30), horizon=1)
+    assert beta == pytest.approx([0.01, 0.0], abs=1e-6)
+
+
+def test_the_fit_reads_no_open_after_the_window():
+    data = planted()
+    before = linear_fit(data, (0, 30), horizon=1)
+    data.open[31:] *= torch.linspace(0.5, 2.0, 5, dtype=torch.float64)
+    assert np.array_equal(linear_fit(data, (0, 30), horizon=1), before)
+    data.open[30] *= torch.linspace(0.5, 2.0, 5, dtype=torch.float64)  # the window's last open is read
+    assert not np.allclose(linear_fit(data, (0, 30), horizon=1), before)
+    with pytest.raises(ValueError, match="shorter than the horizon"):
+        linear_fit(data, (0, 3), horizon=3)
+
+
+def test_the_neutral_portfolio_by_hand():
+    price = torch.full((6, 2), 10.0, dtype=torch.float64)
+    data = MarketData(open=price, close=price.clone(), features=torch.zeros(6, 2, 1))
+    cfg = EnvConfig(initial_cash=1000.0, action="weights")
+    # a third each: floor(333.3 / 10) = 33 shares of both at 10, costs 0.2% of 660 = 1.32
+    values, turnover = tilted_portfolio(data, cfg, (0, 5), torch.zeros(6, 2, dtype=torch.float64), tilt=0.0)
+    assert values.tolist() == pytest.approx([1000.0] + [998.68] * 5)
+    assert turnover == pytest.approx(0.66 * 252 / 5)

@@ -19,9 +19,10 @@ find the signal in sample from one that found it and did not generalise. Also a 
 curve: the champion's test Sharpe after each generation against env steps and wall time.
 Development uses seeds 100–109; the evidence is seeds 7–16, run once.
 
-    .venv/bin/python benchmarks/results.py --seeds 100-109 --json docs/results/dev.json
+    .venv/bin/python benchmarks/results.py --seeds 100-103 --markets learnable --json docs/results/dev.json
+    .venv/bin/python benchmarks/results.py --seeds 104-107 --markets learnable --json docs/results/dev-b.json
     .venv/bin/python benchmarks/results.py --seeds 7-16 --markets learnable null arch-demo --json docs/results/evidence.json
-    .venv/bin/python benchmarks/results.py --merge docs/results/evidence.json --dev docs/results/dev.json
+    .venv/bin/python benchmarks/results.py --merge docs/results/evidence.json --dev docs/results/dev.json docs/results/dev-b.json
 """
 
 from __future__ import annotations
@@ -176,12 +177,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="seeds trained side by side")
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--merge", type=Path, nargs="+", help="report the rows of earlier --json runs")
-    parser.add_argument("--dev", type=Path, help="with --merge: the development run, tabled beside the evidence")
+    parser.add_argument("--dev", type=Path, nargs="+",
+                        help="with --merge: the development runs, pooled and tabled beside the evidence")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     args = parser.parse_args()
     if args.merge:
         write_report([json.loads(p.read_text()) for p in args.merge],
-                     json.loads(args.dev.read_text()) if args.dev else None, args.out)
+                     [json.loads(p.read_text()) for p in args.dev] if args.dev else None, args.out)
         return
     started = time.perf_counter()
     jobs = [(m, s, args.overrides) for m in args.markets for s in args.seeds]

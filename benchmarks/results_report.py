@@ -169,11 +169,11 @@ def plot_curve(rows: Rows, path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
-def write_report(results: list[dict[str, Any]], dev: dict[str, Any] | None, out: Path | None) -> None:
-    """Print the evidence (and the development run's tables); with ``out``, write them below
-    its marker with the two plots beside it."""
+def write_report(results: list[dict[str, Any]], dev: list[dict[str, Any]] | None, out: Path | None) -> None:
+    """Print the evidence (and the development runs' tables, pooled); with ``out``, write them
+    below its marker with the two plots beside it."""
     text = report(results)
-    dev_text = report([dev]) if dev else ""
+    dev_text = report(dev) if dev else ""
     print(text + ("\n\nDevelopment seeds:\n\n" + dev_text if dev else ""))
     if out is None:
         return

@@ -110,7 +110,7 @@ def run_seed(job: tuple[int, int]) -> list[tuple[str, float, float, float]]:
     return rows
 
 
-def table(seeds: list[int], results: list[list[tuple[str, float, float, float]]]) -> str:
+def table(results: list[list[tuple[str, float, float, float]]]) -> str:
     """Mean train and test Sharpe of each row, and its mean paired difference from buy-and-hold."""
     lines = ["| row | train Sharpe | test Sharpe | train − B&H | test − B&H | turnover / year (train) |",
              "|---|---|---|---|---|---|"]
@@ -135,7 +135,7 @@ def main() -> None:
     started = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         results = pool.map(run_seed, [(s, args.horizon) for s in args.seeds])
-    text = table(args.seeds, results)
+    text = table(results)
     command = " ".join([".venv/bin/python benchmarks/ceiling.py", *sys.argv[1:]])
     section = (f"\n## Ceiling: a least-squares scorer through the agents' action (benchmarks/ceiling.py, "
                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n\n"

@@ -6,7 +6,8 @@ normalised indicators (the features the shared scorer sees) against its next
 target reaches past the training window is used. The fitted scores are then traded on
 the training and the test window by the same order and fill rules as the agents:
 
-* through the agents' weights action, every bar: ``a = tanh(tilt · z)`` with ``z`` the
+* through the agents' weights action, every bar (and, as a probe of an action that holds,
+  every 5 bars): ``a = tanh(tilt · z)`` with ``z`` the
   cross-sectional z-score of the scores (tilt 0 is the neutral agent: equal weight with
   ``1/(n+1)`` in cash, rebalanced every bar), with and without a no-trade band
   (``env.rebalance_band``);
@@ -42,8 +43,10 @@ from trainers.evaluate import buy_and_hold, market_fill, momentum_scores, ranked
 from trainers.metrics import performance, periods_per_year  # noqa: E402
 from trainers.orders import orders  # noqa: E402
 
-VARIANTS = [(0.0, 0.0), (0.0, 0.01), (0.1, 0.0), (0.1, 0.01), (0.3, 0.0), (0.3, 0.01)]
-"""(tilt, rebalance_band) of the weights-action rows."""
+VARIANTS = [(0.0, 0.0, 1), (0.0, 0.01, 1), (0.1, 0.0, 1), (0.1, 0.01, 1), (0.3, 0.0, 1), (0.3, 0.01, 1),
+            (0.3, 0.01, 5), (1.0, 0.0, 5)]
+"""(tilt, rebalance_band, bars between decisions) of the weights-action rows. Deciding every
+5 bars is not an agent option today: it measures what an action that holds would allow."""
 
 
 def linear_fit(data: MarketData, window: tuple[int, int], horizon: int) -> np.ndarray:
@@ -63,18 +66,21 @@ def linear_fit(data: MarketData, window: tuple[int, int], horizon: int) -> np.nd
 
 
 def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor,
-                     tilt: float) -> tuple[np.ndarray, float]:
+                     tilt: float, every: int = 1) -> tuple[np.ndarray, float]:
     """Account values over ``window`` and yearly turnover (traded notional / value) of the
-    weights action ``tanh(tilt · z)``, decided at each close and filled at the next open."""
+    weights action ``tanh(tilt · z)``, decided at every ``every``-th close (holding in
+    between) and filled at the next open."""
     lo, hi = window
     cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
     shares = torch.zeros((1, data.n_stocks), dtype=torch.float64)
     values, traded = [cfg.initial_cash], 0.0
+    none = torch.zeros_like(shares)
     for t in range(lo, hi):
         s = scores[t]
         action = torch.tanh(tilt * (s - s.mean()) / s.std().clamp(min=1e-12)).unsqueeze(0)
         live = None if data.tradable is None else data.tradable[t].unsqueeze(0)
-        sold, bought = orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live)
+        sold, bought = orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live) \
+            if (t - lo) % every == 0 else (none, none)
         fill = market_fill(data, t, sold, bought, cash, shares, cfg.cost_pct)
         traded += float(((fill.shares - shares).abs() * fill.price).sum()) / values[-1]
         cash, shares = fill.cash, fill.shares
@@ -101,11 +107,12 @@ def run_seed(job: tuple[int, int]) -> list[tuple[str, float, float, float]]:
              float("nan")),
             ("linear fit, momentum rule", *(sharpe(ranked_portfolio(data, params.env, w, scores))
                                             for w in (train, test)), float("nan"))]
-    for tilt, band in VARIANTS:
+    for tilt, band, every in VARIANTS:
         cfg = replace(params.env, action="weights", rebalance_band=band)
-        (v_train, turnover), (v_test, _) = (tilted_portfolio(data, cfg, w, scores, tilt) for w in (train, test))
-        rows.append((f"linear fit, weights action, tilt {tilt}, band {band:.0%}", sharpe(v_train), sharpe(v_test),
-                     turnover))
+        (v_train, turnover), (v_test, _) = (tilted_portfolio(data, cfg, w, scores, tilt, every) for w in (train, test))
+        when = "every bar" if every == 1 else f"every {every} bars"
+        rows.append((f"linear fit, weights action, tilt {tilt}, band {band:.0%}, {when}", sharpe(v_train),
+                     sharpe(v_test), turnover))
     print(f"seed {seed} done", flush=True)
     return rows
 

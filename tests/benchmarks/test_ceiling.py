@@ -45,3 +45,17 @@ def test_the_neutral_portfolio_by_hand():
     values, turnover = tilted_portfolio(data, cfg, (0, 5), torch.zeros(6, 2, dtype=torch.float64), tilt=0.0)
     assert values.tolist() == pytest.approx([1000.0] + [998.68] * 5)
     assert turnover == pytest.approx(0.66 * 252 / 5)
+
+
+def test_deciding_every_few_bars_holds_in_between_by_hand():
+    # stock 0 doubles at bar 2's open and close; a scorer that always prefers stock 1
+    price = torch.tensor([[10.0, 10.0], [10.0, 10.0], [20.0, 10.0], [20.0, 10.0], [20.0, 10.0]], dtype=torch.float64)
+    data = MarketData(open=price, close=price.clone(), features=torch.zeros(5, 2, 1))
+    cfg = EnvConfig(initial_cash=1000.0, cost_pct=0.0, action="weights")
+    scores = torch.tensor([[0.0, 1.0]] * 5, dtype=torch.float64)
+    held, _ = tilted_portfolio(data, cfg, (0, 4), scores, tilt=0.0, every=4)
+    # a third each at bar 1: 33 + 33 shares, 340 cash; held through the jump: 340 + 660 + 330
+    assert held.tolist() == pytest.approx([1000.0, 1000.0, 1330.0, 1330.0, 1330.0])
+    _, daily_turnover = tilted_portfolio(data, cfg, (0, 4), scores, tilt=0.0, every=1)
+    _, held_turnover = tilted_portfolio(data, cfg, (0, 4), scores, tilt=0.0, every=4)
+    assert daily_turnover > held_turnover == pytest.approx(0.66 * 252 / 4)

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results import market_params, seeds_of  # noqa: E402
 from tasks.data import features, ingest, validate  # noqa: E402
 from trainers.env import EnvConfig, MarketData  # noqa: E402
-from trainers.evaluate import buy_and_hold, market_fill, momentum_scores, ranked_portfolio  # noqa: E402
+from trainers.evaluate import buy_and_hold, momentum_scores, ranked_portfolio, scheduled_portfolio  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402
 from trainers.orders import orders  # noqa: E402
 
@@ -66,26 +66,19 @@ def linear_fit(data: MarketData, window: tuple[int, int], horizon: int) -> np.nd
 
 
 def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor,
-                     tilt: float, every: int = 1) -> tuple[np.ndarray, float]:
+                     tilt: float, every: int = 1, per_year: float = 252.0) -> tuple[np.ndarray, float]:
     """Account values over ``window`` and yearly turnover (traded notional / value) of the
-    weights action ``tanh(tilt · z)``, decided at every ``every``-th close (holding in
-    between) and filled at the next open."""
-    lo, hi = window
-    cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
-    shares = torch.zeros((1, data.n_stocks), dtype=torch.float64)
-    values, traded = [cfg.initial_cash], 0.0
-    none = torch.zeros_like(shares)
-    for t in range(lo, hi):
+    weights action ``tanh(tilt · z)``, sent through the env's :func:`trainers.orders.orders`
+    at every ``every``-th close (:func:`trainers.evaluate.scheduled_portfolio`)."""
+
+    def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s = scores[t]
         action = torch.tanh(tilt * (s - s.mean()) / s.std().clamp(min=1e-12)).unsqueeze(0)
         live = None if data.tradable is None else data.tradable[t].unsqueeze(0)
-        sold, bought = orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live) \
-            if (t - lo) % every == 0 else (none, none)
-        fill = market_fill(data, t, sold, bought, cash, shares, cfg.cost_pct)
-        traded += float(((fill.shares - shares).abs() * fill.price).sum()) / values[-1]
-        cash, shares = fill.cash, fill.shares
-        values.append(float(cash[0] + (shares[0] * data.close[t + 1]).sum()))
-    return np.array(values), traded * 252 / max(hi - lo, 1)
+        return orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live)
+
+    values, traded = scheduled_portfolio(data, cfg, window, decide, every)
+    return values, traded * per_year / max(window[1] - window[0], 1)
 
 
 def run_seed(job: tuple[int, int]) -> list[tuple[str, float, float, float]]:
@@ -109,7 +102,8 @@ def run_seed(job: tuple[int, int]) -> list[tuple[str, float, float, float]]:
                                             for w in (train, test)), float("nan"))]
     for tilt, band, every in VARIANTS:
         cfg = replace(params.env, action="weights", rebalance_band=band)
-        (v_train, turnover), (v_test, _) = (tilted_portfolio(data, cfg, w, scores, tilt, every) for w in (train, test))
+        (v_train, turnover), (v_test, _) = (tilted_portfolio(data, cfg, w, scores, tilt, every, per_year)
+                                              for w in (train, test))
         when = "every bar" if every == 1 else f"every {every} bars"
         rows.append((f"linear fit, weights action, tilt {tilt}, band {band:.0%}, {when}", sharpe(v_train),
                      sharpe(v_test), turnover))

@@ -62,21 +62,20 @@ def target_orders(
     if tradable is not None:
         logits = torch.where(tradable, logits, -torch.inf)
     logits = torch.cat((logits, torch.zeros_like(cash).unsqueeze(1)), dim=1)
-    sold, bought = rebalance_orders(torch.softmax(logits, dim=1)[:, :-1], cash, shares, close)
-    if band > 0:
-        value = (cash + (shares * close).sum(dim=1)).unsqueeze(1)
-        small = (sold + bought) * close < band * value
-        sold, bought = torch.where(small, 0.0, sold), torch.where(small, 0.0, bought)
+    sold, bought = rebalance_orders(torch.softmax(logits, dim=1)[:, :-1], cash, shares, close, band)
     return _gated(sold, bought, shares, liquidate)
 
 
 def rebalance_orders(
-    weights: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor
+    weights: torch.Tensor, cash: torch.Tensor, shares: torch.Tensor, close: torch.Tensor, band: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sold, bought) whole shares that move each account to ``weights`` ``[E, n]`` (the rest
-    in cash), the account valued at ``close``: targets are ``floor(w_i · value / close_i)``."""
-    value = cash + (shares * close).sum(dim=1)
-    target = torch.floor(weights * value.unsqueeze(1) / close)
+    in cash), the account valued at ``close``: targets are ``floor(w_i · value / close_i)``.
+    A stock whose order is worth less than ``band`` × the value is left where it is."""
+    value = (cash + (shares * close).sum(dim=1)).unsqueeze(1)
+    target = torch.floor(weights * value / close)
+    if band > 0:
+        target = torch.where((target - shares).abs() * close < band * value, shares, target)
     return (shares - target).clamp(min=0.0), (target - shares).clamp(min=0.0)
 
 

@@ -44,9 +44,9 @@ from trainers.metrics import performance, periods_per_year  # noqa: E402
 from trainers.orders import orders  # noqa: E402
 
 VARIANTS = [(0.0, 0.0, 1), (0.0, 0.01, 1), (0.1, 0.0, 1), (0.1, 0.01, 1), (0.3, 0.0, 1), (0.3, 0.01, 1),
-            (0.3, 0.01, 5), (1.0, 0.0, 5)]
-"""(tilt, rebalance_band, bars between decisions) of the weights-action rows. Deciding every
-5 bars is not an agent option today: it measures what an action that holds would allow."""
+            (0.3, 0.01, 5), (1.0, 0.0, 5), (1.0, 0.01, 5), (1.0, 0.01, 10), (1.0, 0.01, 20)]
+"""(tilt, rebalance_band, bars between decisions) of the weights-action rows; the bars
+between decisions are the agents' ``env.decide_every``."""
 
 
 def linear_fit(data: MarketData, window: tuple[int, int], horizon: int) -> np.ndarray:

@@ -68,6 +68,11 @@ class EnvConfig:
     rebalance_band: float = 0.0
     """``action: weights``: an order smaller than this fraction of the account value is not
     sent (a no-trade band, :func:`trainers.orders.target_orders`); 0 trades every difference."""
+    decide_every: int = 1
+    """Bars each decision is held. The agent decides at every ``decide_every``-th close and
+    its orders fill at the next open; in between nothing is traded but the turbulence gate's
+    liquidation and the close-out of a stock that stops trading. One env step is one decision:
+    its reward is the account's change over those bars (docs/training.md). 1: every bar."""
     reward: Literal["value", "log", "excess"] = "value"
     """``value``: Δ account value × reward_scale. ``log``: log(V_t+1 / V_t) × initial_cash ×
     reward_scale, the same size at the start but proportional to returns, not dollars.
@@ -81,6 +86,7 @@ class EnvConfig:
         require(0 <= self.cost_pct < 0.5, "cost_pct must be in [0, 0.5)")
         require(self.reward_scale > 0, "reward_scale must be > 0")
         require(0 <= self.rebalance_band < 1, "rebalance_band must be in [0, 1)")
+        require(self.decide_every >= 1, "decide_every must be >= 1")
         require(self.min_episode_len >= 1, "min_episode_len must be >= 1")
         require(self.episode_len >= self.min_episode_len, "episode_len must be >= min_episode_len")
         require(self.turbulence_threshold is None or self.turbulence_threshold > 0,
@@ -165,6 +171,8 @@ class Step(NamedTuple):
     final: FinalStates
     credit: torch.Tensor | None = None
     """``[E, n]`` float32 per-stock credit when the step was given a ``baseline`` action."""
+    path: torch.Tensor | None = None
+    """``[k, E]`` account values at each close the step passed (a window's single pass only)."""
 
     def last_states(self) -> torch.Tensor:
         """``[E, state_dim]``: each env's last state of the bar just stepped to, i.e. the
@@ -303,34 +311,38 @@ class MarketEnv:
 
     def step(self, action: torch.Tensor, out: torch.Tensor | None = None,
              baseline: torch.Tensor | None = None) -> Step:
-        """Advance every sub-environment by one bar; ``out`` (``[E, state_dim]``) receives the
-        next states, e.g. the rollout buffer's next slot. With a ``baseline`` action (the
-        policy's mean) the step also returns the per-stock credit of :meth:`_credit`.
+        """Advance every sub-environment by one decision: ``decide_every`` bars, fewer where its
+        episode ends sooner. ``action`` trades at the first bar's close; the others trade only
+        the gate and close-outs. ``out`` (``[E, state_dim]``) receives the next states, e.g.
+        the rollout buffer's next slot. With a ``baseline`` action (the policy's mean) the step
+        also returns the per-stock credit of :meth:`_credit`.
 
         Truncated sub-environments start a new episode inside the step, and the last states
         of the finished ones come back in ``final`` so the learner can bootstrap their value.
         """
-        t_next = self.t + 1
-        close, price = self.data.close.index_select(0, self.t), self.data.open.index_select(0, t_next)
-        mask = self.data.tradable
-        masks = None if mask is None else (mask.index_select(0, self.t), mask.index_select(0, t_next))
-        gate = self._gate()
-        fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, gate, masks)
-        credit = None if baseline is None else self._credit(
-            fill, execute_orders(self.cfg, baseline, self.cash, self.shares, close, price, gate, masks))
-        self.cash, self.shares, self.t = fill.cash, fill.shares, t_next
-        value = self.account_value()
+        stop = torch.clamp(self.t + self.cfg.decide_every, max=self.t_end)
+        credit, market = self._bar(action, baseline, stop)
+        path = [self.account_value()] if not self.random_start else []
+        for _ in range(1, self.cfg.decide_every):
+            active = self.t < stop
+            if self.host_sync_free and not bool(active.any()):
+                break
+            market = market + self._bar(None, None, stop, active)[1]
+            if not self.random_start and bool(active.any()):
+                path.append(self.account_value())
+        value = path[-1] if path else self.account_value()
         if self.cfg.reward != "value":
             growth = torch.log(value.clamp(min=1e-9) / self.value.clamp(min=1e-9))
             if self.cfg.reward == "excess":
-                growth = growth - self.data.market_growth().index_select(0, self.t - 1)
+                growth = growth - market
             reward = (growth * (self.cfg.initial_cash * self.cfg.reward_scale)).to(torch.float32)
         else:
             reward = ((value - self.value) * self.cfg.reward_scale).to(torch.float32)
         self.value = value
         truncated = self.t >= self.t_end
         if not self.random_start:  # one pass over the window: nothing resets
-            return Step(self.observe(out), reward, truncated, FinalStates(self._all[:0], self.rows[:0]), credit)
+            return Step(self.observe(out), reward, truncated, FinalStates(self._all[:0], self.rows[:0]), credit,
+                        torch.stack(path))
         episodes = self._episodes()
         if self.host_sync_free:  # list only the truncated envs; skip the reset when none did
             index = truncated.nonzero().squeeze(1)
@@ -342,21 +354,47 @@ class MarketEnv:
         self._reset_where(truncated, episodes)
         return Step(self.observe(out), reward, truncated, final, credit)
 
-    def _credit(self, fill: Fill, base: Fill) -> torch.Tensor:
+    def _bar(self, action: torch.Tensor | None, baseline: torch.Tensor | None, stop: torch.Tensor,
+             active: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Trade one bar: ``action``'s orders at close t (``None``: a held bar) fill at t+1's
+        open, in the envs ``active`` (``None``: all). Returns the per-stock credit (with a
+        ``baseline``) and the equal-weight market's log growth over the bar (0 where inactive)."""
+        t = self.t
+        t_next = t + 1 if active is None else torch.where(active, t + 1, t)
+        close, price = self.data.close.index_select(0, t), self.data.open.index_select(0, t_next)
+        mask = self.data.tradable
+        masks = None if mask is None else (mask.index_select(0, t), mask.index_select(0, t_next))
+        gate = self._gate()
+        fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, gate, masks)
+        credit = None if baseline is None else self._credit(
+            fill, execute_orders(self.cfg, baseline, self.cash, self.shares, close, price, gate, masks), stop)
+        market = torch.zeros_like(self.value)
+        if self.cfg.reward == "excess":
+            market = self.data.market_growth().index_select(0, t.clamp(max=self.data.close.shape[0] - 2))
+        if active is None:
+            self.cash, self.shares = fill.cash, fill.shares
+        else:
+            self.cash = torch.where(active, fill.cash, self.cash)
+            self.shares = torch.where(active.unsqueeze(1), fill.shares, self.shares)
+            market = torch.where(active, market, 0.0)
+        self.t = t_next
+        return credit, market
+
+    def _credit(self, fill: Fill, base: Fill, stop: torch.Tensor) -> torch.Tensor:
         """``[E, n]`` per-stock credit of the step just filled (``self.t`` still the bar decided
         at): a difference reward (Wolpert & Tumer 2002; COMA's counterfactual, Foerster et al.
         2018). For each stock, what ``fill`` earned over the holding period its action decides
-        (its fill price at t+1 to the next fill's open at t+2), less its trading cost, minus
+        (its fill price at t+1 to the next decision's fill, the open after ``stop``), less its trading cost, minus
         the same for ``base``, the baseline action filled from the same account. Holdings from
         before the step earn the same in both and cancel, so only the difference in shares
         traded counts; one stock's credit barely moves when another stock's action does,
         which is the point: each score gets its own signal instead of one portfolio reward
         shared by all n (docs/training.md).
 
-        Where t+2 is past the data, or the stock has no tradable bar there, the holding is
-        marked at t+1's close (where the env would close it out).
+        Where that open is past the data, or the stock has no tradable bar there, the holding is
+        marked at the close of ``stop`` (where the env would close it out).
         """
-        data, t1 = self.data, self.t + 1
+        data, t1 = self.data, stop
         last = data.close.shape[0] - 1
         t2 = (t1 + 1).clamp(max=last)
         ahead = (t1 < last).unsqueeze(1)

@@ -28,18 +28,20 @@ def run_policies(
     ``policy``'s batch: the multiplexed evaluator scores N agents in one pass this way.
 
     Each account starts with ``initial_cash`` at the close of ``window[0]``; T is
-    ``window[1] − window[0]``.
+    ``window[1] − window[0]``. The policy decides at every ``cfg.decide_every``-th close.
     """
     env = MarketEnv(data, scales, cfg, num_envs=accounts, window=window, random_start=False)
     state = env.reset()
-    values = [env.account_value()]
-    for _ in range(window[1] - window[0]):
+    values = [env.account_value().unsqueeze(0)]
+    for _ in range(-(-(window[1] - window[0]) // cfg.decide_every)):  # one step per decision
         with profiler.operation("inference"):
             action = policy(state)
         with profiler.operation("simulation"):
-            state = env.step(action).state
-            values.append(env.value)
-    return torch.stack(values).cpu().numpy().astype(np.float64)
+            step = env.step(action)
+            state = step.state
+            assert step.path is not None
+            values.append(step.path)
+    return torch.cat(values).cpu().numpy().astype(np.float64)
 
 
 def run_policy(

@@ -104,6 +104,21 @@ def orders(
         sold, bought = target_orders(action, cash, shares, close, liquidate, tradable, cfg.rebalance_band)
     else:
         sold, bought = intended_orders(action, shares, cfg.hmax, liquidate)
+    return _untradable_sold(sold, bought, shares, tradable)
+
+
+def held_orders(
+    shares: torch.Tensor, liquidate: torch.Tensor | None = None, tradable: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The orders of a bar between two decisions (``env.decide_every`` > 1): none, except
+    what :func:`orders` does whatever the action, the turbulence gate's liquidation and the
+    sale of a stock that is not ``tradable``. The env and serving both call it."""
+    none = torch.zeros_like(shares)
+    return _untradable_sold(*_gated(none, none, shares, liquidate), shares, tradable)
+
+
+def _untradable_sold(sold: torch.Tensor, bought: torch.Tensor, shares: torch.Tensor,
+                     tradable: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     return (sold, bought) if tradable is None else close_out(sold, bought, shares, ~tradable)
 
 
@@ -150,7 +165,7 @@ def fill_orders(
 
 def execute_orders(
     cfg: EnvConfig,
-    action: torch.Tensor,
+    action: torch.Tensor | None,
     cash: torch.Tensor,
     shares: torch.Tensor,
     close: torch.Tensor,
@@ -159,13 +174,17 @@ def execute_orders(
     tradable: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Fill:
     """Turn actions in [-1, 1]^n, taken at ``close``, into integer trades filled at ``price``
-    (eq. 3–4): the orders of :func:`orders`, filled by :func:`fill_orders`.
+    (eq. 3–4): the orders of :func:`orders`, filled by :func:`fill_orders`. A ``None``
+    action is a bar between decisions: :func:`held_orders`.
 
     ``tradable`` is the (bar seen, bar filled) masks ``[E, n]``: see :func:`orders` for the
     first; where the second is false the stock is not bought and a position in it is sold at
     ``close``, its last real close, instead of the open it does not have."""
     now, then = (None, None) if tradable is None else tradable
-    sold, bought = orders(cfg, action, cash, shares, close, liquidate, now)
+    if action is None:
+        sold, bought = held_orders(shares, liquidate, now)
+    else:
+        sold, bought = orders(cfg, action, cash, shares, close, liquidate, now)
     return fill_next(sold, bought, cash, shares, close, price, cfg.cost_pct, then)
 
 

@@ -66,10 +66,12 @@ class CycleResult:
     halted: str | None = None
     swapped_from: str | None = None
     resumed: bool = False
+    decided: bool = True
+    """False on a bar between two decisions (``env.decide_every``): only the gate and close-outs traded."""
 
     def body(self) -> dict[str, Any]:
         return {"model_uri": self.model_uri, "orders": self.orders, "blocked": self.blocked, "flagged": self.flagged,
-                "cash": self.cash, "equity": self.equity, "halted": self.halted}
+                "cash": self.cash, "equity": self.equity, "halted": self.halted, "decided": self.decided}
 
 
 class Champion:
@@ -146,8 +148,13 @@ class TradingLoop:
         if "planned" in done:  # a killed cycle: send what it planned, nothing new
             orders = [PlannedOrder(**o) for o in done["planned"]["body"]["planned"]]
             result.blocked, result.resumed = done["planned"]["body"]["blocked"], True
+            result.decided = done["planned"]["body"].get("decided", True)
         else:
-            orders, checked = self._decide(model, meta, fs, t, day, version)
+            result.decided = self._due(fs, t, version, meta.env.decide_every)
+            if not result.decided:
+                log.info("bar %s: version %s holds its last decision (env.decide_every %d); only the gate and "
+                         "close-outs trade", day, version, meta.env.decide_every)
+            orders, checked = self._decide(model, meta, fs, t, day, version, result.decided)
             if self.enforce_risk:
                 orders = [o for o in orders if o.client_order_id not in {b["client_order_id"] for b in checked}]
                 result.blocked = checked
@@ -155,7 +162,8 @@ class TradingLoop:
                 result.flagged += checked
             self._replace_other_versions(day, version)
             self.journal.put({"bar": day, "model_version": version, "state": "planned",
-                              "body": {"planned": [o.as_dict() for o in orders], "blocked": result.blocked}})
+                              "body": {"planned": [o.as_dict() for o in orders], "blocked": result.blocked,
+                                       "decided": result.decided}})
         submitted = [self._submit(o) for o in orders]
         if after_submit is not None:
             after_submit()
@@ -185,9 +193,22 @@ class TradingLoop:
         self.client.cancel_orders()
         return reason
 
+    def _due(self, fs: features.FeatureSet, t: int, version: str, every: int) -> bool:
+        """Whether bar ``t`` is a decision bar of ``version`` under ``env.decide_every``: the
+        first bar it trades, then every ``every``-th bar after the last one it decided on (the
+        journal's record), which is the env's schedule, so a replay of the backtest window
+        decides on the bars the backtest did."""
+        if every == 1:
+            return True
+        index = {str(ts)[:10]: i for i, ts in enumerate(fs.timestamps[:t])}
+        decided = [index[r["bar"]] for r in self.journal.cycles() if r["model_version"] == version
+                   and r["bar"] in index and r["state"] != "halted" and r["body"].get("decided", True)]
+        return not decided or t - max(decided) >= every
+
     def _decide(self, model: Any, meta: Any, fs: features.FeatureSet, t: int, day: str,
-                version: str) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
-        """The champion's orders for bar ``t`` (sells first), and those a risk check objects to.
+                version: str, decide: bool = True) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
+        """The champion's orders for bar ``t`` (sells first), and those a risk check objects to;
+        on a held bar (``decide`` false), only the gate's and close-outs' orders.
 
         The feature set's tradable row goes with the state (issue 15): the champion never buys
         a symbol that is not tradable at bar t and sells a position in one that stopped
@@ -195,7 +216,7 @@ class TradingLoop:
         account = self.client.get_account()
         held = {p.symbol: int(float(p.qty)) for p in self.client.get_all_positions()}
         shares = np.array([held.get(s, 0) for s in meta.symbols], dtype=np.float64)
-        frame = policy_input(meta, fs.prices[t], fs.features[t], shares, float(account.cash), fs.tradable[t])
+        frame = policy_input(meta, fs.prices[t], fs.features[t], shares, float(account.cash), fs.tradable[t], decide)
         decision = model.predict(frame)
         wanted = [(str(s), int(q)) for s, q in zip(decision["symbol"], decision["order_qty"]) if int(q) != 0]
         orders = [PlannedOrder(s, "sell" if q < 0 else "buy", abs(q), client_order_id(version, day, s))

@@ -6,7 +6,7 @@ never below zero, ``cost_pct`` on every traded notional, reward = change of acco
 from close to close, optional turbulence gate (block buys, sell everything), and a ragged
 universe: a stock not tradable at t is never bought and is sold if held (and has no weight
 in a target allocation); one not tradable at t+1 is not bought and is sold at its last real
-close.
+close. An action may be held for several bars (``decide``).
 """
 
 from __future__ import annotations
@@ -59,15 +59,30 @@ class ReferenceAccount:
         """(Only a held stock is sold at it, and a stock is held only after a tradable bar.)"""
         return next((self.closes[s][i] for s in range(t, -1, -1) if self.can(s, i)), math.nan)
 
-    def step(self, action: list[float]) -> RefStep:
-        n = len(action)
+    def decide(self, action: list[float], every: int, end: int) -> RefStep:
+        """One decision (``env.decide_every``): ``action`` trades at bar t, then the account
+        holds, trading nothing but the gate and close-outs, until bar t + every or ``end``;
+        the reward is the sum of the bars' rewards."""
+        stop = min(self.t + every, end)
+        step = self.step(action)
+        while self.t < stop:
+            held = self.step(None, len(action))
+            step = RefStep(held.cash, held.shares, step.reward + held.reward, step.cost + held.cost,
+                           step.near_boundary)
+        return step
+
+    def step(self, action: list[float] | None, n_stocks: int = 0) -> RefStep:
+        """One bar; a ``None`` action (a held bar) orders nothing."""
+        n = n_stocks if action is None else len(action)
         t = self.t
         before = self.value(t)
         price = [self.opens[t + 1][i] if self.can(t + 1, i) else self.last_real_close(t, i) for i in range(n)]
         gated = self.threshold is not None and self.turbulence is not None \
             and self.turbulence[self.t] >= self.threshold
         near = False
-        if self.action_kind == "weights":  # target weights: softmax(5a, 0) over stocks and cash
+        if action is None:
+            orders = [0] * n
+        elif self.action_kind == "weights":  # target weights: softmax(5a, 0) over stocks and cash
             exps = [math.exp(5.0 * a) if self.can(t, i) else 0.0 for i, a in enumerate(action)] + [1.0]
             targets = [e / sum(exps) * before / c for e, c in zip(exps, self.closes[t])]
             near = any(abs(x - round(x)) < 1e-9 for x in targets)

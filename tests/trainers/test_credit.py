@@ -99,3 +99,13 @@ def test_a_shared_scorer_learns_the_sign_from_its_per_stock_credit_where_one_por
     per_stock, joint = sign_gap("per_stock"), sign_gap("joint")
     assert per_stock > 1.5, per_stock  # measured 2.41: a stock about to rise scores far above one about to fall
     assert joint < 0.5, joint  # measured 0.105: 16 actions share one advantage, in the same budget
+
+
+def test_a_held_decision_is_credited_to_the_open_of_the_next_decision():
+    env = two_stocks()
+    env.cfg = dataclasses.replace(CFG, decide_every=2)
+    # decided at bar 0, filled at bar 1's open (105, 52), held through bar 2: marked at bar 3's open (125, 66)
+    a = 5 * (125 - 105) - 5 * 105 * 0.01 - (2 * (125 - 105) - 2 * 105 * 0.01)
+    b = 3 * (66 - 52) - 3 * 52 * 0.01
+    assert credit(env, [0.5, 0.3], [0.2, 0.0]) == exactly([a, b])
+    assert env.t.item() == 2 and env.shares.tolist() == [[5.0, 3.0]]

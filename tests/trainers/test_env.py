@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 
@@ -5,7 +7,7 @@ from trainers.env import EnvConfig, MarketData, MarketEnv
 from trainers.orders import execute_orders, orders, target_orders
 from trainers.state import build_state, state_dim
 
-from .helpers import market, scales
+from .helpers import market, ragged_market, scales
 
 CFG = EnvConfig(initial_cash=10_000.0, hmax=10, cost_pct=0.002, episode_len=8, min_episode_len=3)
 
@@ -211,3 +213,38 @@ def test_orders_follow_the_configured_action():
     assert orders(EnvConfig(hmax=10), act, cash, flat, close)[1].tolist() == [[5.0, 5.0]]
     assert orders(EnvConfig(hmax=10, action="weights"), act, cash, flat, close)[1].tolist() == \
         target_orders(act, cash, flat, close)[1].tolist()
+
+
+def test_a_decision_is_held_for_decide_every_bars_by_hand():
+    data = market()
+    cfg = dataclasses.replace(CFG, decide_every=3)
+    env = MarketEnv(data, scales(data, cfg), cfg, num_envs=1, window=(5, 12), random_start=False)
+    env.reset()
+    step = env.step(torch.tensor([[1.0, 0.0, 0.0]]))  # 10 A at bar 6's open, held through bars 7 and 8
+    cash = 10_000 - 10 * data.open[6, 0].item() * 1.002
+    marks = [cash + 10 * data.close[t, 0].item() for t in (6, 7, 8)]
+    assert env.t.item() == 8 and env.shares.tolist() == [[10.0, 0.0, 0.0]]
+    assert step.path is not None and step.path[:, 0].tolist() == pytest.approx(marks, rel=1e-12)
+    assert step.reward.item() == pytest.approx((marks[-1] - 10_000) * cfg.reward_scale, rel=1e-6)
+    env.step(torch.tensor([[1.0, 0.0, 0.0]]))  # the next decision buys 10 more at bar 9's open
+    assert env.t.item() == 11 and env.shares.tolist() == [[20.0, 0.0, 0.0]]
+    last = env.step(torch.tensor([[1.0, 0.0, 0.0]]))  # one bar left in the window
+    assert env.t.item() == 12 and last.truncated.item() and last.path is not None and len(last.path) == 1
+
+
+def test_a_held_bar_still_gates_and_closes_out():
+    data = market()
+    data.turbulence = torch.zeros(40, dtype=torch.float64)
+    data.turbulence[7] = 50.0  # seen at bar 7, a held bar: everything is sold at bar 8's open
+    cfg = dataclasses.replace(CFG, decide_every=4, turbulence_threshold=30.0)
+    env = MarketEnv(data, scales(data, cfg), cfg, num_envs=1, window=(5, 39), random_start=False)
+    env.reset()
+    env.step(torch.tensor([[1.0, 1.0, 0.0]]))
+    assert env.t.item() == 9 and env.shares.tolist() == [[0.0, 0.0, 0.0]]
+    ragged = ragged_market()  # A stops trading after bar 1: a held bar 1 closes it out at its close
+    cfg = dataclasses.replace(CFG, decide_every=3, initial_cash=1_000.0)
+    env = MarketEnv(ragged, scales(ragged, cfg), cfg, num_envs=1, window=(0, 3), random_start=False)
+    env.reset()
+    env.step(torch.tensor([[0.5, 0.0]]))  # 5 A at bar 1's open (105), sold at bar 1's close (110)
+    assert env.shares.tolist() == [[0.0, 0.0]]
+    assert env.cash.item() == pytest.approx(1_000 - 5 * 105 * 1.002 + 5 * 110 * 0.998)

@@ -4,6 +4,8 @@ One 3-bar, 2-stock market. The window (0, 2) starts at bar 0's close, so every o
 at a later bar's open and every value is marked at a later bar's close (DESIGN §2).
 """
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -46,6 +48,20 @@ def test_a_policy_fills_at_the_next_open_and_is_marked_at_the_close():
     cash1 = 1_000.0 - 100.0 * 1.01
     cash2 = cash1 - 115.0 * 1.01
     np.testing.assert_allclose(values, [1_000.0, cash1 + 10 * 11.0, cash2 + 20 * 12.0], rtol=0, atol=1e-9)
+
+
+def test_a_held_policy_is_asked_once_and_marked_at_every_close():
+    # env.decide_every 2: buy 10 of stock 0 at bar 1's open and hold; bar 2 is marked, not traded.
+    calls = []
+
+    def policy(state: torch.Tensor) -> torch.Tensor:
+        calls.append(state)
+        return torch.tensor([[1.0, -1.0]])
+
+    values = run_policy(policy, tiny_market(), SCALES, dataclasses.replace(CFG, decide_every=2), (0, 2))
+    cash = 1_000.0 - 100.0 * 1.01
+    np.testing.assert_allclose(values, [1_000.0, cash + 10 * 11.0, cash + 10 * 12.0], rtol=0, atol=1e-9)
+    assert len(calls) == 1
 
 
 def test_run_policies_scores_one_account_per_row_of_the_batch():

@@ -41,16 +41,8 @@ def test_a_replay_of_the_test_window_equals_the_backtest_to_the_cent(built_copy,
 def test_parity_holds_when_the_cash_runs_short_and_the_policy_sells(built_copy, tmp_path):
     """A saturated policy (output layer ×50) on a 20,000 account: it buys and sells hmax shares
     by the sign of its features, and the cash binds, so the open's pro rata scaling is exercised."""
-    params = tiny_params(tmp_path, "registry.gate_margin=-1000", "env.initial_cash=20000")
-    weights = torch.load(params.dirs.models / bundle.WEIGHTS, weights_only=True)
-    last = max(k for k in weights if k.endswith(".weight") and k.startswith("net."))
-    weights[last] = weights[last] * 50.0
-    torch.save(weights, params.dirs.models / bundle.WEIGHTS)
-    meta = json.loads((params.dirs.models / bundle.META).read_text())
-    meta["env"]["initial_cash"] = 20_000.0
-    (params.dirs.models / bundle.META).write_text(json.dumps(meta))
-    backtest(params)
-    register(params)
+    params = saturated(tiny_params(tmp_path, "registry.gate_margin=-1000", "env.initial_cash=20000"),
+                       initial_cash=20_000.0)
     result = replay(params, "test")
     assert result.equal_to_the_cent, verdict(result)
     with sqlite3.connect(params.dirs.broker / REPLAY_DB) as db:
@@ -60,3 +52,32 @@ def test_parity_holds_when_the_cash_runs_short_and_the_policy_sells(built_copy, 
         cash = db.execute("SELECT cash FROM account").fetchone()[0]
     assert sells > 0 and scaled > 0  # both rules were exercised
     assert replayed == pytest.approx(cash, abs=0.005)  # the cash lines replay the account to the cent
+
+
+def test_a_policy_that_holds_its_decisions_replays_on_the_same_schedule(built_copy, tmp_path):
+    """``env.decide_every: 3``: the loop decides on the window's first bar and every third bar
+    after it, as the backtest's env did, and on the bars between sends no order."""
+    params = saturated(tiny_params(tmp_path, "registry.gate_margin=-1000"), decide_every=3)
+    result = replay(params, "test")
+    assert result.equal_to_the_cent, verdict(result)
+    with sqlite3.connect(params.dirs.broker / REPLAY_DB) as db:
+        cycles = db.execute("SELECT bar, body FROM cycles ORDER BY bar").fetchall()
+        ordered = {cid.split("-")[2] for (cid,) in db.execute("SELECT client_order_id FROM orders")}  # pdr-v1-YYYYMMDD-SYM
+    decided = [json.loads(body)["decided"] for _, body in cycles]
+    assert len(cycles) == result.bars and decided == [i % 3 == 0 for i in range(result.bars)]
+    assert ordered and ordered <= {bar.replace("-", "") for (bar, _), d in zip(cycles, decided) if d}
+
+
+def saturated(params, **env):
+    """Scale the trained policy's output layer ×50, so it buys and sells hmax shares by the
+    sign of its features, set ``env`` in its bundle, and backtest and register it again."""
+    weights = torch.load(params.dirs.models / bundle.WEIGHTS, weights_only=True)
+    last = max(k for k in weights if k.endswith(".weight") and k.startswith("net."))
+    weights[last] = weights[last] * 50.0
+    torch.save(weights, params.dirs.models / bundle.WEIGHTS)
+    meta = json.loads((params.dirs.models / bundle.META).read_text())
+    meta["env"].update(env)
+    (params.dirs.models / bundle.META).write_text(json.dumps(meta))
+    backtest(params)
+    register(params)
+    return params

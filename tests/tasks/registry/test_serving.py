@@ -36,10 +36,10 @@ def frame(meta: bundle.PolicyMeta, turbulence: float, shares=(0.0, 5.0), cash: f
 def test_policy_input_has_one_row_per_symbol_with_the_account():
     _, meta = make()
     got = frame(meta, 1.0)
-    assert list(got.columns) == ["symbol", "close", "shares", "cash", "tradable", "rsi_30", "turbulence"]
+    assert list(got.columns) == ["symbol", "close", "shares", "cash", "tradable", "decide", "rsi_30", "turbulence"]
     assert got.to_dict("list") == {"symbol": SYMBOLS, "close": [10.0, 20.0], "shares": [0.0, 5.0],
-                                   "cash": [1_000.0, 1_000.0], "tradable": [True, True], "rsi_30": [55.0, 45.0],
-                                   "turbulence": [1.0, 1.0]}
+                                   "cash": [1_000.0, 1_000.0], "tradable": [True, True], "decide": [True, True],
+                                   "rsi_30": [55.0, 45.0], "turbulence": [1.0, 1.0]}
 
 
 def test_an_untradable_symbol_is_masked_never_bought_and_sold_if_held():
@@ -54,6 +54,20 @@ def test_an_untradable_symbol_is_masked_never_bought_and_sold_if_held():
     assert decide(actor, meta, rows)["order_qty"].tolist() == [0, 9]
     with pytest.raises(DataError, match=r"^policy input: rsi_30 is NaN/inf for tradable symbol AAA$"):
         decide(actor, meta, policy_input(meta, CLOSE, raw[::-1].copy(), np.zeros(2), 1_000.0))
+
+
+def test_a_held_bar_trades_only_the_gate_and_close_outs():
+    """``decide`` false (env.decide_every > 1, between decisions): the actions (buy 9 AAA, sell
+    5 BBB on a calm bar) are not asked for; the gate still sells, and so does an untradable BBB."""
+    actor, meta = make()
+    raw = np.array([[55.0, 1.0], [45.0, 1.0]])
+    held = policy_input(meta, CLOSE, raw, np.array([0.0, 5.0]), 1_000.0, decide=False)
+    out = decide(actor, meta, held)
+    assert out["order_qty"].tolist() == [0, 0] and out["action"].tolist() == [0.0, 0.0]
+    assert decide(actor, meta, policy_input(meta, CLOSE, raw + [0.0, 9.0], np.array([3.0, 5.0]), 1_000.0,
+                                            decide=False))["order_qty"].tolist() == [-3, -5]
+    assert decide(actor, meta, policy_input(meta, CLOSE, raw, np.array([3.0, 5.0]), 1_000.0,
+                                            tradable=np.array([True, False]), decide=False))["order_qty"].tolist() == [0, -5]
 
 
 def test_serving_with_a_mask_builds_the_env_state():

@@ -129,27 +129,32 @@ def tiny_project(root: Path) -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(tree, default_flow_style=None))
 
 
+RUNNABLE = [a for a in readme_commands() if tuple(a) not in SERVE]
+ELSEWHERE = [a for a in RUNNABLE if any(o.startswith("data.source=") for o in overrides(a))]
+"""Commands that switch data.source: each runs in a fresh project of its own, as a new user
+tries it (the project's paper account, data/broker/broker.db, belongs to one market)."""
+
+
 @pytest.mark.slow
-def test_every_readme_command_runs_as_written_at_tiny_size(tmp_path, prefect_server):
+@pytest.mark.parametrize("args", ELSEWHERE, ids=[" ".join(a) for a in ELSEWHERE])
+def test_a_readme_command_on_another_source_runs_in_a_fresh_project(tmp_path, prefect_server, args):
     from tests.flows.test_cli_commands import say
 
-    commands = [a for a in readme_commands() if tuple(a) not in SERVE]
-    # A command that switches data.source runs in a fresh project of its own, as a new user
-    # tries it: the project's paper account (data/broker/broker.db) belongs to one market.
-    elsewhere = [a for a in commands if any(o.startswith("data.source=") for o in overrides(a))]
-    for i, args in enumerate(elsewhere):
-        (tmp_path / f"fresh{i}").mkdir()
-        tiny_project(tmp_path / f"fresh{i}")
-        prepare(args, tmp_path / f"fresh{i}")
-        say(tmp_path / f"fresh{i}", *args)
-    # The rest in one project in README order, except that the pipeline runs follow the first
-    # stage-by-stage pass, so that `promote 3` finds a version 3.
-    project = tmp_path / "project"
-    project.mkdir()
-    tiny_project(project)
-    rest = [a for a in commands if a not in elsewhere and a[0] != "run"]
+    tiny_project(tmp_path)
+    prepare(args, tmp_path)
+    say(tmp_path, *args)
+
+
+@pytest.mark.slow
+def test_the_other_readme_commands_run_in_order_in_one_project(tmp_path, prefect_server):
+    """In README order, except that the pipeline runs follow the first stage-by-stage pass,
+    so that `promote 3` finds a version 3."""
+    from tests.flows.test_cli_commands import say
+
+    tiny_project(tmp_path)
+    rest = [a for a in RUNNABLE if a not in ELSEWHERE and a[0] != "run"]
     first_pass = rest.index(["deliver"]) + 1
-    for args in [*rest[:first_pass], *[a for a in commands if a not in elsewhere and a[0] == "run"],
+    for args in [*rest[:first_pass], *[a for a in RUNNABLE if a not in ELSEWHERE and a[0] == "run"],
                  *rest[first_pass:]]:
-        prepare(args, project)
-        say(project, *args)
+        prepare(args, tmp_path)
+        say(tmp_path, *args)

@@ -33,7 +33,6 @@ from trainers.nitro import CostLedger
 from trainers.population import AgentJob, Setting, boost, evaluation_due, fresh, record, stopped
 from trainers.ppo import PPOLearner, Rollout, clipped, gae_advantages
 
-
 WIDTH_SPREAD = 1.5
 """Agents whose first hidden layers differ by more than this factor update in separate batched matmuls."""
 

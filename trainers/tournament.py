@@ -26,8 +26,15 @@ import torch
 from trainers import profiler
 from trainers._checks import require
 from trainers.env import EnvConfig, MarketData
-from trainers.evolution import (EvolutionConfig, EvolutionResult, ProgressFn, atomic_save, job_budget, make_setting,
-                                resume_from)
+from trainers.evolution import (
+    EvolutionConfig,
+    EvolutionResult,
+    ProgressFn,
+    atomic_save,
+    job_budget,
+    make_setting,
+    resume_from,
+)
 from trainers.nitro import CostLedger, NitroConfig
 from trainers.population import AgentJob, AgentRecord, JobPool, Setting, Snapshot, run_job
 from trainers.ppo import PPOConfig

@@ -11,8 +11,15 @@ from trainers.env import EnvConfig
 from trainers.evolution import EvolutionConfig
 from trainers.population import AgentJob, Setting, run_job
 from trainers.ppo import PPOConfig
-from trainers.tournament import (Entry, SimulatedPool, Tournament, TournamentConfig, tournament, tournament_select,
-                                 update_board)
+from trainers.tournament import (
+    Entry,
+    SimulatedPool,
+    Tournament,
+    TournamentConfig,
+    tournament,
+    tournament_select,
+    update_board,
+)
 
 from .helpers import market, scales
 

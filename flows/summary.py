@@ -36,6 +36,8 @@ def orders_table(result: CycleResult) -> Table:
     caption = f"cash {result.cash:,.2f}  equity {result.equity:,.2f}"
     if result.halted:
         caption += f"  HALTED: {result.halted}"
+    elif not result.decided:
+        caption += "  held: no decision on this bar (env.decide_every)"
     table = Table(title=title, caption=caption)
     for column in ("side", "symbol", "qty", "filled", "price", "status"):
         table.add_column(column, justify="right" if column in ("qty", "filled", "price") else "left")

@@ -6,8 +6,8 @@ normalised indicators (the features the shared scorer sees) against its next
 target reaches past the training window is used. The fitted scores are then traded on
 the training and the test window by the same order and fill rules as the agents:
 
-* through the agents' weights action, every bar (and, as a probe of an action that holds,
-  every 5 bars): ``a = tanh(tilt · z)`` with ``z`` the
+* through the agents' weights action, every bar or every k bars (the agents'
+  ``env.decide_every``): ``a = tanh(tilt · z)`` with ``z`` the
   cross-sectional z-score of the scores (tilt 0 is the neutral agent: equal weight with
   ``1/(n+1)`` in cash, rebalanced every bar), with and without a no-trade band
   (``env.rebalance_band``);

@@ -111,6 +111,7 @@ class MarketData:
     tradable: torch.Tensor | None = None
     _rows: dict[StateScales, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
     _growth: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    _level: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_stocks(self) -> int:
@@ -137,6 +138,15 @@ class MarketData:
                 mean = torch.where(both, ratio, 0.0).sum(dim=1) / both.sum(dim=1).clamp(min=1)
                 self._growth = torch.log(torch.where(both.any(dim=1), mean, 1.0))
         return self._growth
+
+    def market_growth_between(self, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+        """Log growth of the equal-weight market from close ``start`` to close ``end`` (``[E]``
+        bars each): the sum of :meth:`market_growth` over a decision's bars, from a cumulative
+        sum computed once."""
+        if self._level is None:
+            growth = self.market_growth()
+            self._level = torch.cat((torch.zeros_like(growth[:1]), torch.cumsum(growth, dim=0)))
+        return self._level.index_select(0, end) - self._level.index_select(0, start)
 
     def state_rows(self, scales: StateScales) -> torch.Tensor:
         """Every bar's state row ``[T, state_dim]`` float32 with the account columns zeroed,
@@ -320,21 +330,22 @@ class MarketEnv:
         Truncated sub-environments start a new episode inside the step, and the last states
         of the finished ones come back in ``final`` so the learner can bootstrap their value.
         """
-        stop = torch.clamp(self.t + self.cfg.decide_every, max=self.t_end)
-        credit, market = self._bar(action, baseline, stop)
-        path = [self.account_value()] if not self.random_start else []
+        start, stop = self.t, torch.clamp(self.t + self.cfg.decide_every, max=self.t_end)
+        credit = self._bar(action, baseline, stop)
+        path = [] if self.random_start else [self.account_value()]
         for _ in range(1, self.cfg.decide_every):
             active = self.t < stop
-            if self.host_sync_free and not bool(active.any()):
+            # a window's single pass (every env at the same bar) or the CPU: stop when all are done
+            if (self.host_sync_free or not self.random_start) and not bool(active.any()):
                 break
-            market = market + self._bar(None, None, stop, active)[1]
-            if not self.random_start and bool(active.any()):
+            self._bar(None, None, stop, active)
+            if not self.random_start:
                 path.append(self.account_value())
         value = path[-1] if path else self.account_value()
         if self.cfg.reward != "value":
             growth = torch.log(value.clamp(min=1e-9) / self.value.clamp(min=1e-9))
             if self.cfg.reward == "excess":
-                growth = growth - market
+                growth = growth - self.data.market_growth_between(start, self.t)
             reward = (growth * (self.cfg.initial_cash * self.cfg.reward_scale)).to(torch.float32)
         else:
             reward = ((value - self.value) * self.cfg.reward_scale).to(torch.float32)
@@ -355,10 +366,10 @@ class MarketEnv:
         return Step(self.observe(out), reward, truncated, final, credit)
 
     def _bar(self, action: torch.Tensor | None, baseline: torch.Tensor | None, stop: torch.Tensor,
-             active: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+             active: torch.Tensor | None = None) -> torch.Tensor | None:
         """Trade one bar: ``action``'s orders at close t (``None``: a held bar) fill at t+1's
         open, in the envs ``active`` (``None``: all). Returns the per-stock credit (with a
-        ``baseline``) and the equal-weight market's log growth over the bar (0 where inactive)."""
+        ``baseline``)."""
         t = self.t
         t_next = t + 1 if active is None else torch.where(active, t + 1, t)
         close, price = self.data.close.index_select(0, t), self.data.open.index_select(0, t_next)
@@ -368,17 +379,13 @@ class MarketEnv:
         fill = execute_orders(self.cfg, action, self.cash, self.shares, close, price, gate, masks)
         credit = None if baseline is None else self._credit(
             fill, execute_orders(self.cfg, baseline, self.cash, self.shares, close, price, gate, masks), stop)
-        market = torch.zeros_like(self.value)
-        if self.cfg.reward == "excess":
-            market = self.data.market_growth().index_select(0, t.clamp(max=self.data.close.shape[0] - 2))
         if active is None:
             self.cash, self.shares = fill.cash, fill.shares
         else:
             self.cash = torch.where(active, fill.cash, self.cash)
             self.shares = torch.where(active.unsqueeze(1), fill.shares, self.shares)
-            market = torch.where(active, market, 0.0)
         self.t = t_next
-        return credit, market
+        return credit
 
     def _credit(self, fill: Fill, base: Fill, stop: torch.Tensor) -> torch.Tensor:
         """``[E, n]`` per-stock credit of the step just filled (``self.t`` still the bar decided

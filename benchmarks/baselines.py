@@ -256,6 +256,7 @@ def train_sb3(
     """
     import torch.nn as nn
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     venv = DummyVecEnv([env_fn])
@@ -267,6 +268,7 @@ def train_sb3(
         policy_kwargs={"net_arch": {"pi": list(net_dims), "vf": list(net_dims)}, "activation_fn": nn.ReLU,
                        "log_std_init": -0.5},
     )
+    model.set_logger(Logger(None, []))  # SB3's default logger leaves an empty SB3-<time> folder in /tmp
     callback = _eval_callback(eval_fn, eval_every_s)
     begun = time.perf_counter()
     model.learn(total_timesteps=total_timesteps, callback=callback, progress_bar=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -114,7 +115,10 @@ def test_validation_sharpe_uses_daily_account_values() -> None:
 
 @needs_finrl
 @pytest.mark.parametrize("normalize_obs", [False, True])
-def test_train_sb3_records_eval_curve_and_excludes_eval_time(normalize_obs: bool) -> None:
+def test_train_sb3_records_eval_curve_and_excludes_eval_time(
+        normalize_obs: bool, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
     f, _, _ = frame()
     val, _, _ = frame(days=20)
     pause, calls = 0.05, []
@@ -135,3 +139,4 @@ def test_train_sb3_records_eval_curve_and_excludes_eval_time(normalize_obs: bool
     assert result.total_s - result.train_s >= pause * len(calls)
     assert result.samples_per_s == pytest.approx(512 / result.train_s)
     assert (result.model.get_vec_normalize_env() is not None) == normalize_obs
+    assert not list(tmp_path.glob("SB3-*"))  # no SB3-<time> log folder left in the temp dir

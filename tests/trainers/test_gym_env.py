@@ -89,10 +89,12 @@ def test_vector_env_steps_are_deterministic_under_a_seed():
 
 def test_stable_baselines3_ppo_trains_on_the_single_env():
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
 
     env = single()
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu",
                 policy_kwargs={"net_arch": [16]})
+    model.set_logger(Logger(None, []))  # no SB3-<time> folder in /tmp
     before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(total_timesteps=128)
     assert model.num_timesteps == 128

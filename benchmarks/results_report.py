@@ -19,6 +19,9 @@ PAIRS = (("champion", "buy-and-hold"), ("vanilla", "buy-and-hold"), ("momentum",
 MARKER = "<!-- results.py writes below this line -->"
 
 Rows = list[dict[str, Any]]
+# Student's t, two-sided 5% (the 0.975 quantile) for 1..30 degrees of freedom; 1.96 beyond
+T_975 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13,
+         2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04)
 
 
 def diffs(rows: Rows, market: str, a: str, b: str, metric: str = "sharpe") -> list[float]:
@@ -35,6 +38,11 @@ def t_stat(values: list[float]) -> float:
     if sd > 0:
         return mean / (sd / math.sqrt(len(values)))
     return math.copysign(math.inf, mean) if mean else math.nan  # the same difference on every seed
+
+
+def critical_t(seeds: int) -> float:
+    """|t| above which a paired mean over ``seeds`` differs from 0 at 5%, two-sided."""
+    return T_975[seeds - 2] if seeds - 1 <= len(T_975) else 1.96
 
 
 def mean_sd(values: list[float]) -> str:
@@ -123,7 +131,8 @@ def report(results: list[dict[str, Any]]) -> str:
     lines = [f"Command: `{' && '.join(res['command'] for res in results)}` (seeds {seeds[0]}–{seeds[-1]}, "
              f"{sum(res['minutes'] for res in results):.0f} min on this machine).", "", *arm_table(rows), "",
              "Paired per seed, mean ± std of the difference and its t statistic "
-             f"({len(seeds) - 1} degrees of freedom; |t| > 2.26 is significant at 5% for 10 seeds):", "",
+             f"({len(seeds) - 1} degrees of freedom; |t| > {critical_t(len(seeds)):.2f} is significant at 5%, "
+             "two-sided):", "",
              *pair_table(rows), "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {value} | {'met' if ok else 'not met'} |" for name, value, ok in targets(rows)]
     return "\n".join([*lines, "", *gate_rate(rows)])

@@ -42,6 +42,8 @@ def t_stat(values: list[float]) -> float:
 
 def critical_t(seeds: int) -> float:
     """|t| above which a paired mean over ``seeds`` differs from 0 at 5%, two-sided."""
+    if seeds < 2:
+        return math.nan
     return T_975[seeds - 2] if seeds - 1 <= len(T_975) else 1.96
 
 

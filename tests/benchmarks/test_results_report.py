@@ -71,6 +71,7 @@ def test_the_arm_table_shows_the_training_window_sharpe_and_a_dash_for_older_run
 def test_the_report_states_the_critical_t_of_its_own_seed_count():
     # Student's t 0.975 quantiles: 9 degrees of freedom 2.262, 7 of them 2.365, 1 of them 12.706
     assert (critical_t(10), critical_t(8), critical_t(2), critical_t(100)) == (2.26, 2.36, 12.71, 1.96)
+    assert math.isnan(critical_t(1))  # one seed has no spread
     eight = report([{"command": "cmd", "minutes": 1.0,
                      "rows": rows({"champion": [1.0] * 8, "buy-and-hold": [0.5] * 8})}])
     assert "(7 degrees of freedom; |t| > 2.36 is significant at 5%, two-sided)" in eight

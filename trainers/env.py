@@ -110,7 +110,6 @@ class MarketData:
     turbulence: torch.Tensor | None = None
     tradable: torch.Tensor | None = None
     _rows: dict[StateScales, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
-    _growth: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _level: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -127,17 +126,14 @@ class MarketData:
 
     def market_growth(self) -> torch.Tensor:
         """``[T − 1]`` log growth of the equal-weight market from close t to close t+1
-        (``reward: excess``'s benchmark), computed once; in a ragged universe, over the
-        stocks tradable at both closes (0 where there are none)."""
-        if self._growth is None:
-            ratio = self.close[1:] / self.close[:-1]
-            if self.tradable is None:
-                self._growth = torch.log(ratio.mean(dim=1))
-            else:
-                both = self.tradable[1:] & self.tradable[:-1]
-                mean = torch.where(both, ratio, 0.0).sum(dim=1) / both.sum(dim=1).clamp(min=1)
-                self._growth = torch.log(torch.where(both.any(dim=1), mean, 1.0))
-        return self._growth
+        (``reward: excess``'s benchmark); in a ragged universe, over the stocks tradable at
+        both closes (0 where there are none)."""
+        ratio = self.close[1:] / self.close[:-1]
+        if self.tradable is None:
+            return torch.log(ratio.mean(dim=1))
+        both = self.tradable[1:] & self.tradable[:-1]
+        mean = torch.where(both, ratio, 0.0).sum(dim=1) / both.sum(dim=1).clamp(min=1)
+        return torch.log(torch.where(both.any(dim=1), mean, 1.0))
 
     def market_growth_between(self, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
         """Log growth of the equal-weight market from close ``start`` to close ``end`` (``[E]``

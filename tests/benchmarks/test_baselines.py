@@ -6,6 +6,7 @@ import importlib.util
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -116,7 +117,7 @@ def test_validation_sharpe_uses_daily_account_values() -> None:
 @needs_finrl
 @pytest.mark.parametrize("normalize_obs", [False, True])
 def test_train_sb3_records_eval_curve_and_excludes_eval_time(
-        normalize_obs: bool, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+        normalize_obs: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv("SB3_LOGDIR", raising=False)
     f, _, _ = frame()

@@ -51,10 +51,13 @@ from tasks.data import features, ingest, validate  # noqa: E402
 from tasks.data.synthetic import latent_drift  # noqa: E402
 from tasks.model.train import state_scales  # noqa: E402
 from trainers.agent import blank_actor  # noqa: E402
-from trainers.evaluate import buy_and_hold, momentum_scores, ranked_portfolio, run_policy  # noqa: E402
+from trainers.env import MarketData  # noqa: E402
+from trainers.evaluate import Policy, buy_and_hold, momentum_scores, ranked_portfolio, run_policy  # noqa: E402
 from trainers.evolution import Evolution, EvolutionConfig, EvolutionResult  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402
 from trainers.multiplex import run_multiplexed  # noqa: E402
+from trainers.ppo import Actor  # noqa: E402
+from trainers.state import StateScales  # noqa: E402
 
 MARKETS = ("learnable", "null", "arch-demo")
 ARCH_DEMO = ["data.source=arch-demo", "data.start=1999-01-01", "data.end=2018-12-31",
@@ -96,23 +99,51 @@ def oracle_scores(params: Params, fs: features.FeatureSet) -> torch.Tensor:
     return torch.tensor(aligned)
 
 
+@dataclass(frozen=True)
+class Market:
+    """One seed's market after ingest, validation and features, with its windows."""
+
+    params: Params
+    fs: features.FeatureSet
+    data: MarketData
+    scales: StateScales
+    train: tuple[int, int]
+    val: tuple[int, int]
+    test: tuple[int, int]
+    per_year: float
+
+    def metrics(self, policy: Policy, window: tuple[int, int]) -> dict[str, float]:
+        """``policy``'s performance on ``window``, traded by the env's rules (next-open fills, costs)."""
+        return performance(run_policy(policy, self.data, self.scales, self.params.env, window), self.per_year)
+
+    def actor(self, weights: dict[str, torch.Tensor], hparams: dict[str, float]) -> Actor:
+        """The deterministic actor of ``hparams``' shape with ``weights``."""
+        actor = blank_actor(self.data, self.scales, self.params.ppo.with_hparams(hparams))
+        actor.load_state_dict(weights)
+        return actor
+
+
+def build_market(root: Path, market: str, seed: int, overrides: list[str]) -> Market:
+    """Run stages 1–3 for ``market`` at ``seed`` into ``root``."""
+    params = market_params(root, market, seed, overrides)
+    for stage in (ingest.ingest, validate.validate, features.features):
+        stage(params)
+    fs = features.load(params.dirs.features)
+    return Market(params, fs, fs.market(), state_scales(params, fs), fs.window("train"), fs.window("validation"),
+                  fs.window("test"), periods_per_year(params.data.freq))
+
+
 def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
     """Build one market, train the champion and the vanilla agent, score every arm on test."""
     market, seed, overrides = job
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        params = market_params(Path(tmp), market, seed, overrides)
-        for stage in (ingest.ingest, validate.validate, features.features):
-            stage(params)
-        fs = features.load(params.dirs.features)
-        data, scales, env = fs.market(), state_scales(params, fs), params.env
-        train, val, test = fs.window("train"), fs.window("validation"), fs.window("test")
-        per_year = periods_per_year(params.data.freq)
+        m = build_market(Path(tmp), market, seed, overrides)
+        params, fs, data, scales, env = m.params, m.fs, m.data, m.scales, m.params.env
+        train, val, test, per_year = m.train, m.val, m.test, m.per_year
 
         def agent_metrics(weights: dict, hparams: dict[str, float], window: tuple[int, int] = test) -> dict[str, float]:
-            actor = blank_actor(data, scales, params.ppo.with_hparams(hparams))
-            actor.load_state_dict(weights)
-            return performance(run_policy(actor, data, scales, env, window), per_year)
+            return m.metrics(m.actor(weights, hparams), window)
 
         def row(arm: str, metrics: dict[str, float], on_train: dict[str, float], fitness: float = math.nan,
                 steps: int = 0, seconds: float = 0.0) -> Row:
@@ -190,7 +221,8 @@ def main() -> None:
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         rows = [r for part in pool.imap(run_seed, jobs) for r in part]
     command = " ".join([".venv/bin/python benchmarks/results.py", *sys.argv[1:]])
-    result = {"command": command, "minutes": (time.perf_counter() - started) / 60, "rows": [asdict(r) for r in rows]}
+    result = {"command": command, "minutes": (time.perf_counter() - started) / 60, "rows": [asdict(r) for r in rows],
+              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))

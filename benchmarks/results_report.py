@@ -118,13 +118,17 @@ def targets(rows: Rows) -> list[tuple[str, str, bool]]:
     return out
 
 
-def gate_rate(rows: Rows) -> list[str]:
-    """How often the pipeline's gate (test Sharpe > buy-and-hold's, margin 0) would promote."""
-    lines = []
+GATE_MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5)
+
+
+def gate_rate(rows: Rows, margins: tuple[float, ...] = GATE_MARGINS) -> list[str]:
+    """How often the pipeline's gate (champion test Sharpe > buy-and-hold's + ``registry.gate_margin``)
+    would promote, per market and margin: a margin should stop null champions, not learnable ones."""
+    lines = ["| market | " + " | ".join(f"margin {m:g}" for m in margins) + " |", "|---" * (len(margins) + 1) + "|"]
     for market in markets_of(rows):
         d = diffs(rows, market, "champion", "buy-and-hold")
-        lines.append(f"- {market}: the gate promotes the champion on {sum(x > 0 for x in d)} of {len(d)} seeds.")
-    return lines
+        lines.append(f"| {market} | " + " | ".join(f"{sum(x > m for x in d)} of {len(d)}" for m in margins) + " |")
+    return ["Seeds on which the gate would promote the champion (test Sharpe − buy-and-hold's > margin):", "", *lines]
 
 
 def report(results: list[dict[str, Any]]) -> str:
@@ -193,9 +197,11 @@ def write_report(results: list[dict[str, Any]], dev: list[dict[str, Any]] | None
     images.mkdir(parents=True, exist_ok=True)
     plot_seeds(rows, images / "results.png")
     plot_curve(rows, images / "results-curve.png")
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    finished = [res["finished"] for res in results if "finished" in res]
+    stamp = (f"measured {max(finished)}" if len(finished) == len(results)
+             else f"tables written {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
     head = out.read_text().split(MARKER)[0] if out.exists() else "# Results\n\n"
-    body = [f"## Evidence, measured {stamp}", "", text, "", "![test Sharpe per seed](img/results.png)", "",
+    body = [f"## Evidence, {stamp}", "", text, "", "![test Sharpe per seed](img/results.png)", "",
             "![learning curve](img/results-curve.png)"]
     if dev:
         body += ["", "## Development seeds (designs were chosen on these)", "", dev_text]

@@ -3,7 +3,7 @@ differences, t statistics, the issue-14 targets and the gate's promotion count."
 
 import math
 
-from benchmarks.results_report import critical_t, diffs, report, t_stat, targets
+from benchmarks.results_report import critical_t, diffs, gate_rate, report, t_stat, targets, write_report
 
 
 def rows(sharpes: dict[str, list[float]], market: str = "learnable") -> list[dict]:
@@ -49,7 +49,15 @@ def test_report_lists_the_arms_and_counts_promotions():
     text = report([{"command": "cmd", "minutes": 1.0,
                     "rows": rows({"champion": [1.0, 0.2], "buy-and-hold": [0.5, 0.5], "momentum": [0.6, 0.6]})}])
     assert "| learnable | champion |" in text and "| learnable | momentum |" in text
-    assert "the gate promotes the champion on 1 of 2 seeds" in text
+    assert "| learnable | 1 of 2 | 1 of 2 | 1 of 2 | 1 of 2 | 0 of 2 |" in text  # +0.5 and −0.3: +0.5 is not above 0.5
+
+
+def test_the_gate_table_counts_promotions_strictly_above_each_margin():
+    # champion − B&H per seed (exact in binary): +0.0625, +0.25, +0.5, +1.0 (learnable); −0.25, +0.125 (null)
+    table = gate_rate(rows({"champion": [0.5625, 0.75, 1.0, 1.5], "buy-and-hold": [0.5] * 4})
+                      + rows({"champion": [0.25, 0.625], "buy-and-hold": [0.5, 0.5]}, market="null"), (0.0, 0.25, 0.5))
+    assert "| learnable | 4 of 4 | 2 of 4 | 1 of 4 |" in table  # +0.25 is not above a margin of 0.25
+    assert "| null | 1 of 2 | 0 of 2 | 0 of 2 |" in table
 
 
 def test_a_mean_at_momentums_level_with_t_below_3_is_not_met():
@@ -75,3 +83,14 @@ def test_the_report_states_the_critical_t_of_its_own_seed_count():
     eight = report([{"command": "cmd", "minutes": 1.0,
                      "rows": rows({"champion": [1.0] * 8, "buy-and-hold": [0.5] * 8})}])
     assert "(7 degrees of freedom; |t| > 2.36 is significant at 5%, two-sided)" in eight
+
+
+def test_the_evidence_heading_gives_the_runs_own_time_and_never_passes_a_merge_off_as_it(tmp_path):
+    out = tmp_path / "results.md"
+    out.write_text("# Results\n\nkept\n")
+    run = {"command": "cmd", "minutes": 1.0, "rows": rows({"champion": [1.0, 0.2], "buy-and-hold": [0.5, 0.5]})}
+    write_report([{**run, "finished": "2026-11-24 03:07 UTC"}], None, out)
+    assert "## Evidence, measured 2026-11-24 03:07 UTC" in out.read_text() and "kept" in out.read_text()
+    write_report([run], None, out)  # a run recorded before runs kept their time
+    text = out.read_text()
+    assert "## Evidence, tables written " in text and "Evidence, measured" not in text and text.count("kept") == 1

@@ -64,6 +64,8 @@ class Ensemble(nn.Module):
 
 @dataclass(frozen=True)
 class Snap:
+    """One evaluated snapshot: when, whose, its validation fitness, and the actor then."""
+
     generation: int
     agent: int
     fitness: float

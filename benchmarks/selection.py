@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import build_market, seeds_of  # noqa: E402
-from benchmarks.results_report import t_stat  # noqa: E402
+from benchmarks.results_report import paired  # noqa: E402
 from trainers.evaluate import buy_and_hold, momentum_scores, ranked_portfolio  # noqa: E402
 from trainers.evolution import Evolution  # noqa: E402
 from trainers.metrics import performance  # noqa: E402
@@ -125,16 +125,15 @@ def table(rows: list[dict]) -> list[str]:
     seeds = sorted({r["seed"] for r in rows})
     names = list(dict.fromkeys(r["rule"] for r in rows if r["rule"] != "buy-and-hold"))
 
-    def paired(a: str, b: str, key: str = "test") -> str:
-        d = [by[(a, s)][key] - by[(b, s)][key] for s in seeds]
-        return f"{statistics.fmean(d):+.2f} ± {statistics.stdev(d):.2f} (t {t_stat(d):+.2f})" if len(d) > 1 else "-"
+    def diff(a: str, b: str, key: str = "test") -> str:
+        return paired([by[(a, s)][key] - by[(b, s)][key] for s in seeds])
 
     out = [f"{len(seeds)} seeds ({seeds[0]}–{seeds[-1]}), test Sharpe, paired by seed", "",
            "| rule | members | validation − B&H | test − B&H | test − best | train − B&H |", "|---|---|---|---|---|---|"]
     for n in names:
         members = statistics.fmean(by[(n, s)]["members"] for s in seeds)
-        out.append(f"| {n} | {members:.0f} | {paired(n, 'buy-and-hold', 'validation')} | {paired(n, 'buy-and-hold')} "
-                   f"| {paired(n, 'best') if n != 'best' else '-'} | {paired(n, 'buy-and-hold', 'train')} |")
+        out.append(f"| {n} | {members:.0f} | {diff(n, 'buy-and-hold', 'validation')} | {diff(n, 'buy-and-hold')} "
+                   f"| {diff(n, 'best') if n != 'best' else '-'} | {diff(n, 'buy-and-hold', 'train')} |")
     return out
 
 

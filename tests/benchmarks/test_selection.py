@@ -58,4 +58,4 @@ def test_the_table_pairs_each_rule_with_best_by_seed():
     lines = table(rows)
     top2 = next(line for line in lines if line.startswith("| top-2 "))
     # test − B&H: 1.0 and 1.0; test − best: 0.5 and 0.0 (mean 0.25, sd 0.35, t 1.00)
-    assert "| +1.00 ± 0.00 (t +inf) | +0.25 ± 0.35 (t +1.00) |" in top2
+    assert "| 1.00 ± 0.00 (t = +inf) | 0.25 ± 0.35 (t = +1.00) |" in top2

@@ -13,11 +13,20 @@ the training and the test window by the same order and fill rules as the agents:
   (``env.rebalance_band``);
 * through the momentum rule (top third, equal weight, every 5 bars) instead of momentum.
 
+Beside the fit, four rankings that need no fitting go through the momentum rule and the
+held weights action (tilt 1, band 1%, every 5 bars): momentum itself; ``ewm_40``, an
+exponentially weighted mean return (``tasks/data/momentum.py``); the **filter**, the
+best linear estimate of the drift from each stock's own past returns, knowing every
+generator parameter and factor move (``tasks.data.synthetic.filtered_drift``); and the
+oracle's true drift. The filter is the ceiling of what prices can tell about the drift;
+the oracle, of what the drift is worth.
+
 An agent that optimised perfectly, on these inputs and this action, would land near the
 best of these rows in sample; a row that loses to buy-and-hold even in sample says the
 action or the costs, not the optimiser, are in the way. Development seeds only.
 
-    .venv/bin/python benchmarks/ceiling.py --seeds 100-103
+    .venv/bin/python benchmarks/ceiling.py --seeds 100-109
+    .venv/bin/python benchmarks/ceiling.py --seeds 100-109 -s "features.indicators=[ret_5,ewm_40_xs]"
 """
 
 from __future__ import annotations
@@ -36,8 +45,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results import market_params, seeds_of  # noqa: E402
+from benchmarks.results import market_params, oracle_scores, seeds_of  # noqa: E402
 from tasks.data import features, ingest, validate  # noqa: E402
+from tasks.data.momentum import ewm_return  # noqa: E402
+from tasks.data.synthetic import filtered_drift  # noqa: E402
 from trainers.env import EnvConfig, MarketData  # noqa: E402
 from trainers.evaluate import buy_and_hold, momentum_scores, ranked_portfolio, scheduled_portfolio  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402
@@ -72,8 +83,11 @@ def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], 
     at every ``every``-th close (:func:`trainers.evaluate.scheduled_portfolio`)."""
 
     def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        s = scores[t]
-        action = torch.tanh(tilt * (s - s.mean()) / s.std().clamp(min=1e-12)).unsqueeze(0)
+        s, finite = scores[t], torch.isfinite(scores[t])
+        z = torch.zeros_like(s)  # a stock with no score yet (momentum's first bars) is neutral
+        if finite.sum() > 1:
+            z[finite] = (s[finite] - s[finite].mean()) / s[finite].std().clamp(min=1e-12)
+        action = torch.tanh(tilt * z).unsqueeze(0)
         live = None if data.tradable is None else data.tradable[t].unsqueeze(0)
         return orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live)
 
@@ -81,12 +95,12 @@ def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], 
     return values, traded * per_year / max(window[1] - window[0], 1)
 
 
-def run_seed(job: tuple[int, int]) -> list[tuple[str, float, float, float]]:
+def run_seed(job: tuple[int, int, list[str]]) -> list[tuple[str, float, float, float]]:
     """(row, train Sharpe, test Sharpe, train turnover per year) for one market seed."""
-    seed, horizon = job
+    seed, horizon, overrides = job
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        params = market_params(Path(tmp), "learnable", seed, [])
+        params = market_params(Path(tmp), "learnable", seed, overrides)
         for stage in (ingest.ingest, validate.validate, features.features):
             stage(params)
         fs = features.load(params.dirs.features)
@@ -107,6 +121,17 @@ def run_seed(job: tuple[int, int]) -> list[tuple[str, float, float, float]]:
         when = "every bar" if every == 1 else f"every {every} bars"
         rows.append((f"linear fit, weights action, tilt {tilt}, band {band:.0%}, {when}", sharpe(v_train),
                      sharpe(v_test), turnover))
+    held = replace(params.env, action="weights", rebalance_band=0.01)
+    ewm = torch.tensor(ewm_return(data.close.numpy(), 40))
+    for name, ranking in (("momentum", momentum), ("ewm_40", ewm), ("filter", oracle_scores(params, fs, filtered_drift)),
+                          ("oracle", oracle_scores(params, fs))):
+        if name != "momentum":  # the momentum rule's own row is above
+            rows.append((f"{name}, momentum rule", *(sharpe(ranked_portfolio(data, params.env, w, ranking))
+                                                     for w in (train, test)), float("nan")))
+        (v_train, turnover), (v_test, _) = (tilted_portfolio(data, held, w, ranking, 1.0, 5, per_year)
+                                              for w in (train, test))
+        rows.append((f"{name}, weights action, tilt 1.0, band 1%, every 5 bars", sharpe(v_train), sharpe(v_test),
+                     turnover))
     print(f"seed {seed} done", flush=True)
     return rows
 
@@ -128,14 +153,16 @@ def table(results: list[list[tuple[str, float, float, float]]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-103"), help="development market seeds")
+    parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-109"), help="development market seeds")
     parser.add_argument("--horizon", type=int, default=5, help="bars of forward return the scorer is fitted on")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--set", "-s", dest="overrides", action="append", default=[],
+                        help="params.yaml override (KEY=VALUE), e.g. -s features.indicators=[ret_20,ewm_40_xs]")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     started = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        results = pool.map(run_seed, [(s, args.horizon) for s in args.seeds])
+        results = pool.map(run_seed, [(s, args.horizon, args.overrides) for s in args.seeds])
     text = table(results)
     command = " ".join([".venv/bin/python benchmarks/ceiling.py", *sys.argv[1:]])
     section = (f"\n## Ceiling: a least-squares scorer through the agents' action (benchmarks/ceiling.py, "

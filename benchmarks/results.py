@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,10 +89,11 @@ def market_params(root: Path, market: str, seed: int, overrides: list[str]) -> P
                                               f"evolution.seed={seed}", *extra, *overrides])
 
 
-def oracle_scores(params: Params, fs: features.FeatureSet) -> torch.Tensor:
-    """``[T, n]`` the synthetic generator's expected drift at each bar of the feature set."""
+def oracle_scores(params: Params, fs: features.FeatureSet, source: Callable[..., Any] = latent_drift) -> torch.Tensor:
+    """``[T, n]`` the synthetic generator's expected drift at each bar of the feature set
+    (``source=filtered_drift``: the best estimate of it from past returns)."""
     d = params.data
-    drift = latent_drift(d.symbols, d.start, d.end, d.signal, d.seed)
+    drift = source(d.symbols, d.start, d.end, d.signal, d.seed)
     drift.index = drift.index.tz_localize(None)
     aligned = drift.reindex(fs.timestamps)[fs.symbols].to_numpy()
     if not np.isfinite(aligned).all():

@@ -1,5 +1,5 @@
-"""Scale-free per-stock features: multi-horizon log returns, their cross-sectional z-scores
-and realised volatility (issue 14).
+"""Scale-free per-stock features: multi-horizon log returns, an exponentially weighted mean
+return, their cross-sectional z-scores and realised volatility (issue 14).
 
 FinRL's indicators (macd, the SMAs, the Bollinger bands) are in price units, so even after
 z-scoring they tell a policy the price level, which identifies the stock; these do not.
@@ -14,9 +14,12 @@ import re
 
 import numpy as np
 
-NAMES = ("ret_5", "ret_20", "ret_60", "ret_20_xs", "ret_60_xs", "vol_20")
+NAMES = ("ret_5", "ret_20", "ret_60", "ret_20_xs", "ret_60_xs", "vol_20", "ewm_20", "ewm_40", "ewm_20_xs",
+         "ewm_40_xs")
 """The names ``features.indicators`` accepts from this module."""
-_PATTERN = re.compile(r"^(ret|vol)_(\d+)(_xs)?$")
+_PATTERN = re.compile(r"^(ret|vol|ewm)_(\d+)(_xs)?$")
+EWM_SPAN = 3
+"""``ewm_H`` averages the last ``EWM_SPAN × H`` one-bar returns (``ewm_40``: 120, within the warm-up)."""
 
 
 def log_returns(close: np.ndarray, horizon: int) -> np.ndarray:
@@ -42,6 +45,23 @@ def realised_vol(close: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
+def ewm_return(close: np.ndarray, halflife: int) -> np.ndarray:
+    """``[T, n]`` mean one-bar log return over the last ``3 × halflife`` bars, weighted
+    ``2^(−k/halflife)`` at lag k; NaN until there are that many returns.
+
+    A trend estimate with less noise than one horizon's return: the recent bars count most
+    and none drops out at once, as a 20-bar return's oldest bar does. A fixed window, so a
+    value never depends on where the history starts.
+    """
+    ret, span = log_returns(close, 1), EWM_SPAN * halflife
+    weights = 2.0 ** (-np.arange(span) / halflife)
+    weights /= weights.sum()
+    out = np.full(close.shape, np.nan)
+    if len(close) > span:
+        out[span:] = sum(w * ret[span - k:len(ret) - k] for k, w in enumerate(weights))
+    return out
+
+
 def ragged_z(values: np.ndarray) -> np.ndarray:
     """:func:`cross_sectional_z` over the finite values of each bar (NaN stays NaN); a bar
     with every value finite gives exactly :func:`cross_sectional_z`'s numbers."""
@@ -63,7 +83,7 @@ def feature(close: np.ndarray, name: str, real: np.ndarray | None = None) -> np.
     if match is None or name not in NAMES:
         raise ValueError(f"unknown scale-free feature {name!r}")
     kind, horizon, xs = match.group(1), int(match.group(2)), match.group(3)
-    base = realised_vol if kind == "vol" else log_returns
+    base = {"ret": log_returns, "vol": realised_vol, "ewm": ewm_return}[kind]
     if real is None or real.all():
         out = base(close, horizon)
         return cross_sectional_z(out) if xs else out

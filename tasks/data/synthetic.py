@@ -21,7 +21,18 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from tasks.data.synthetic_daily import DailyMarket, daily_market, minute_count, nyse_schedule
+from tasks.data.synthetic_daily import (
+    DRIFT_SCALE,
+    JUMP_MEAN,
+    JUMP_P,
+    JUMP_SD,
+    MARKET_MU,
+    DailyMarket,
+    daily_market,
+    kalman_filter,
+    minute_count,
+    nyse_schedule,
+)
 from tasks.data.synthetic_intraday import minute_chunks
 from tasks.errors import ConfigError
 
@@ -52,6 +63,24 @@ def latent_drift(symbols: int, start: date, end: date, signal: float, seed: int)
     evaluation only and never reaches ingest, features or training."""
     market = daily_market(symbols, start, end, signal, seed)
     return pd.DataFrame(market.drift, index=market.sessions, columns=market.names)
+
+
+def filtered_drift(symbols: int, start: date, end: date, signal: float, seed: int) -> pd.DataFrame:
+    """:func:`latent_drift` as well as each stock's own past returns can tell it: a Kalman
+    filter that knows every parameter of the generator and every day's market and sector
+    move, but not the drift (:func:`tasks.data.synthetic_daily.kalman_filter`).
+
+    The benchmark ranks stocks by it as a ceiling between momentum and the oracle: no
+    agent that sees only prices can rank better, in expectation, with a linear estimate.
+    Evaluation only, like the oracle."""
+    m = daily_market(symbols, start, end, signal, seed)
+    factors = m.beta * m.factor_returns[:, :1] + m.sector_load * m.factor_returns[:, 1 + m.sector]
+    log_ret = np.vstack([np.full((1, symbols), np.nan), np.diff(np.log(m.close), axis=0)])
+    y = log_ret - MARKET_MU - factors - JUMP_P * JUMP_MEAN
+    jump_var = JUMP_P * (JUMP_SD**2 + JUMP_MEAN**2) - (JUMP_P * JUMP_MEAN) ** 2
+    a = signal * DRIFT_SCALE * m.idio_vol
+    estimate = a * kalman_filter(y, a, m.idio_sd**2 + jump_var)
+    return pd.DataFrame(estimate, index=m.sessions, columns=m.names)
 
 
 def _check_freq(freq: str) -> None:

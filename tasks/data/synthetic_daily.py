@@ -28,6 +28,11 @@ from tasks.errors import ConfigError
 
 SECTORS = 3
 DRIFT_PERSISTENCE = 0.97
+DRIFT_SCALE = 0.1
+"""A unit of latent drift moves the expected daily log return by ``signal × 0.1 × σ_idio``."""
+MARKET_MU = 0.07 / 252
+JUMP_P, JUMP_MEAN, JUMP_SD = 0.004, -0.01, 0.06
+"""Daily jump probability per stock, and the jump's mean and sd (log return)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class DailyMarket:
     sector_sd: np.ndarray  # [steps, SECTORS]
     idio_sd: np.ndarray  # [steps, n]
     drift: np.ndarray  # [steps, n] expected daily log return from the latent drift (evaluation only)
+    factor_returns: np.ndarray  # [steps, 1 + SECTORS] the market's and the sectors' daily shocks
+    idio_vol: np.ndarray  # [n] each stock's long-run idiosyncratic daily sd
 
     @property
     def sessions(self) -> pd.DatetimeIndex:
@@ -122,6 +129,27 @@ def _latent_drift(rng: np.random.Generator, steps: int, n: int) -> np.ndarray:
     return drift
 
 
+def kalman_filter(y: np.ndarray, a: np.ndarray, noise_var: np.ndarray, phi: float = DRIFT_PERSISTENCE) -> np.ndarray:
+    """``[steps, n]`` posterior mean of each stock's unit-variance AR(1) latent ``x`` given
+    ``y[:t+1]``, for ``y_t = a · x_t + e_t`` with ``var(e_t) = noise_var[t]`` (a Kalman
+    filter, one scalar state per stock; a NaN row of ``y`` is a step with no observation).
+
+    The best linear estimate of the drift from a stock's own past returns: the benchmark's
+    ceiling on what any price-based ranking can know (``tasks.data.synthetic.filtered_drift``).
+    """
+    steps, n = y.shape
+    mean, var = np.zeros(n), np.ones(n)  # the stationary prior
+    out = np.empty((steps, n))
+    for t in range(steps):
+        if t:
+            mean, var = phi * mean, phi**2 * var + (1.0 - phi**2)
+        if np.isfinite(y[t]).all():
+            gain = var * a / (a**2 * var + noise_var[t])
+            mean, var = mean + gain * (y[t] - a * mean), (1.0 - gain * a) * var
+        out[t] = mean
+    return out
+
+
 def daily_market(symbols: int, start: date, end: date, signal: float, seed: int) -> DailyMarket:
     """Simulate the daily market (DESIGN §5): factors, GARCH, fat tails, jumps, drift, gaps.
 
@@ -141,18 +169,11 @@ def daily_market(symbols: int, start: date, end: date, signal: float, seed: int)
     market, market_sd = _garch_shocks(rng, steps, 1, np.array([0.010]))
     sectors, sector_sd = _garch_shocks(rng, steps, SECTORS, np.full(SECTORS, 0.006))
     idio, idio_sd = _garch_shocks(rng, steps, n, idio_vol)
-    jumps = (rng.random((steps, n)) < 0.004) * rng.normal(-0.01, 0.06, (steps, n))
+    jumps = (rng.random((steps, n)) < JUMP_P) * rng.normal(JUMP_MEAN, JUMP_SD, (steps, n))
     drift = _latent_drift(rng, steps, n)
 
-    log_ret = (
-        0.07 / 252
-        + beta * market
-        + sector_load * sectors[:, sector]
-        + idio
-        + jumps
-        + signal * 0.1 * idio_vol * drift
-    )
-    expected_drift = signal * 0.1 * idio_vol * drift
+    expected_drift = signal * DRIFT_SCALE * idio_vol * drift
+    log_ret = MARKET_MU + beta * market + sector_load * sectors[:, sector] + idio + jumps + expected_drift
     # Split each day's move into an overnight gap and an intraday move.
     overnight = 0.3 * log_ret + 0.2 * idio_vol * rng.standard_normal((steps, n))
     close = rng.lognormal(np.log(60.0), 0.7, n) * np.exp(np.cumsum(log_ret, axis=0))
@@ -168,4 +189,5 @@ def daily_market(symbols: int, start: date, end: date, signal: float, seed: int)
         names=symbol_names(n), schedule=schedule, open=open_, high=high, low=low, close=close,
         volume=volume.astype(np.float64), jumps=jumps, beta=beta, sector=sector, sector_load=sector_load,
         market_sd=market_sd[:, 0], sector_sd=sector_sd, idio_sd=idio_sd, drift=expected_drift,
+        factor_returns=np.hstack([market, sectors]), idio_vol=idio_vol,
     )

@@ -59,3 +59,17 @@ def test_deciding_every_few_bars_holds_in_between_by_hand():
     _, daily_turnover = tilted_portfolio(data, cfg, (0, 4), scores, tilt=0.0, every=1)
     _, held_turnover = tilted_portfolio(data, cfg, (0, 4), scores, tilt=0.0, every=4)
     assert daily_turnover > held_turnover == pytest.approx(0.66 * 252 / 4)
+
+
+
+def test_a_stock_with_no_score_yet_is_held_neutral_and_the_others_still_tilt():
+    # momentum's first bars are -inf: that stock's z is 0, the others' z is over themselves
+    price = torch.tensor([[10.0, 10.0, 10.0], [10.0, 10.0, 10.0], [10.0, 10.0, 20.0]], dtype=torch.float64)
+    data = MarketData(open=price, close=price.clone(), features=torch.zeros(3, 3, 1))
+    cfg = EnvConfig(initial_cash=1000.0, cost_pct=0.0, action="weights")
+    scores = torch.tensor([[-torch.inf, 1.0, 3.0]] * 3, dtype=torch.float64)
+    values, _ = tilted_portfolio(data, cfg, (0, 2), scores, tilt=100.0)
+    # z = (0, -0.71, +0.71), logits 5 tanh(100 z) = (0, -5, +5), cash 0: stock 2 weighs
+    # e^5 / (2 + e^-5 + e^5) = 0.98666, floor(986.66 / 10) = 98 shares; stocks 0 and 1 none.
+    # (z over all four with -inf as 0 would give logits (-5, -5, +5) and 99 shares: 1990)
+    assert values.tolist() == pytest.approx([1000.0, 1000.0, 20.0 + 98 * 20.0])

@@ -26,14 +26,23 @@ def test_realised_vol_is_the_std_of_the_last_one_bar_returns():
     assert np.isnan(got[:2]).all()
 
 
+def test_the_exponentially_weighted_return_by_hand():
+    # halflife 1: the last 3 one-bar returns weighted 1, 1/2, 1/4 (sum 1.75)
+    close = np.exp(np.array([[0.0], [0.1], [0.3], [0.6], [0.6]]))
+    got = momentum.ewm_return(close, 1)[:, 0]
+    assert np.isnan(got[:3]).all()
+    np.testing.assert_allclose(got[3:], [(0.3 + 0.2 / 2 + 0.1 / 4) / 1.75, (0.0 + 0.3 / 2 + 0.2 / 4) / 1.75])
+
+
 @pytest.mark.parametrize("name", momentum.NAMES)
 def test_no_feature_reads_a_later_close_and_none_depends_on_the_price_level(name):
     rng = np.random.default_rng(0)
-    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.02, (80, 4)), axis=0))
+    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.02, (160, 4)), axis=0))
     base = momentum.feature(close, name)
+    assert np.isfinite(base[150:]).all()  # every feature has a value before the change below
     future = close.copy()
-    future[70:] *= 3.0
-    np.testing.assert_array_equal(momentum.feature(future, name)[:70], base[:70])
+    future[150:] *= 3.0
+    np.testing.assert_array_equal(momentum.feature(future, name)[:150], base[:150])
     np.testing.assert_allclose(momentum.feature(close * [1.0, 100.0, 0.01, 7.0], name), base, rtol=1e-9, atol=1e-12)
 
 

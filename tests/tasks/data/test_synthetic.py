@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from tasks.data.bars import COLUMNS, to_contract
-from tasks.data.synthetic import iter_synthetic_bars, latent_drift, synthetic_bars
+from tasks.data.synthetic import filtered_drift, iter_synthetic_bars, latent_drift, synthetic_bars
+from tasks.data.synthetic_daily import kalman_filter
 from tasks.errors import ConfigError
 
 
@@ -205,3 +206,31 @@ def test_the_oracles_drift_is_the_generators_and_never_reaches_the_bars():
     assert drift.abs().to_numpy().max() > 0 and (latent_drift(*args, signal=0.0, seed=3).to_numpy() == 0).all()
     np.testing.assert_allclose(latent_drift(*args, signal=2.0, seed=3), 2 * drift)
     assert set(synthetic_bars(*args, signal=1.0, seed=3).columns) == set(COLUMNS)
+
+
+def test_the_kalman_filter_by_hand():
+    # phi 0.5, a 1, noise 1; no observation at t=0 (prior 0, var 1)
+    # t=1: prior var 0.25 + 0.75 = 1, gain 1/2: mean 0 + 0.5 * 2 = 1, var 0.5
+    # t=2: prior mean 0.5, var 0.125 + 0.75 = 0.875, gain 0.875/1.875: mean 0.5 - 0.5 * 0.875/1.875
+    got = kalman_filter(np.array([[np.nan], [2.0], [0.0]]), np.array([1.0]), np.ones((3, 1)), phi=0.5)
+    np.testing.assert_allclose(got[:, 0], [0.0, 1.0, 0.5 - 0.5 * 0.875 / 1.875])
+
+
+def test_the_filtered_drift_ranks_closer_to_the_truth_than_momentum_and_is_zero_on_the_null_market():
+    """The filter knows every parameter but the drift: its estimate correlates with the
+    oracle's drift across stocks more than a 20-bar return does, and more than it would
+    without the factor moves (a sign or factor slip fails this); with no drift it estimates none."""
+    args = (30, date(2017, 1, 1), date(2019, 12, 31))
+    truth, est = latent_drift(*args, signal=1.0, seed=3), filtered_drift(*args, signal=1.0, seed=3)
+    assert est.index.equals(truth.index) and list(est.columns) == list(truth.columns)
+    close = synthetic_bars(*args, signal=1.0, seed=3).pivot(index="ts", columns="symbol", values="close").to_numpy()
+    momentum = np.log(close[20:] / close[:-20])
+
+    def corr(x: np.ndarray, y: np.ndarray) -> float:
+        x, y = x - x.mean(axis=1, keepdims=True), y - y.mean(axis=1, keepdims=True)  # across stocks
+        return float((x * y).sum() / np.sqrt((x * x).sum() * (y * y).sum()))
+
+    d, f = truth.to_numpy()[20:], est.to_numpy()[20:]
+    # measured: filter 0.437, momentum 0.304; the filter without the factor moves 0.409
+    assert corr(f, d) > 0.42 and corr(momentum, d) == pytest.approx(0.304, abs=0.001)
+    assert (filtered_drift(*args, signal=0.0, seed=3).to_numpy() == 0).all()

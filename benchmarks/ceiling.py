@@ -122,9 +122,9 @@ def run_seed(job: tuple[int, int, list[str]]) -> list[tuple[str, float, float, f
         rows.append((f"linear fit, weights action, tilt {tilt}, band {band:.0%}, {when}", sharpe(v_train),
                      sharpe(v_test), turnover))
     held = replace(params.env, action="weights", rebalance_band=0.01)
-    ewm = torch.tensor(ewm_return(data.close.numpy(), 40))
-    for name, ranking in (("momentum", momentum), ("ewm_40", ewm), ("filter", oracle_scores(params, fs, filtered_drift)),
-                          ("oracle", oracle_scores(params, fs))):
+    rankings = {"momentum": momentum, "ewm_40": torch.tensor(ewm_return(data.close.numpy(), 40)),
+                "filter": oracle_scores(params, fs, filtered_drift), "oracle": oracle_scores(params, fs)}
+    for name, ranking in rankings.items():
         if name != "momentum":  # the momentum rule's own row is above
             rows.append((f"{name}, momentum rule", *(sharpe(ranked_portfolio(data, params.env, w, ranking))
                                                      for w in (train, test)), float("nan")))

@@ -131,11 +131,19 @@ def gate_rate(rows: Rows, margins: tuple[float, ...] = GATE_MARGINS) -> list[str
     return ["Seeds on which the gate would promote the champion (test Sharpe − buy-and-hold's > margin):", "", *lines]
 
 
+def minutes_of(results: list[dict[str, Any]]) -> str:
+    """The runs' total wall time; unknown when a run was recovered from its log."""
+    total = sum(res["minutes"] for res in results)
+    return f"{total:.0f} min" if math.isfinite(total) else "wall time not recorded for every run"
+
+
 def report(results: list[dict[str, Any]]) -> str:
     rows = [r for res in results for r in res["rows"]]
     seeds = sorted({r["seed"] for r in rows})
     lines = [f"Command: `{' && '.join(res['command'] for res in results)}` (seeds {seeds[0]}–{seeds[-1]}, "
-             f"{sum(res['minutes'] for res in results):.0f} min on this machine).", "", *arm_table(rows), "",
+             f"{minutes_of(results)} on this machine).",
+             *[f"Recovered: `{res['command']}`: {res['recovered']}." for res in results if "recovered" in res],
+             "", *arm_table(rows), "",
              "Paired per seed, mean ± std of the difference and its t statistic "
              f"({len(seeds) - 1} degrees of freedom; |t| > {critical_t(len(seeds)):.2f} is significant at 5%, "
              "two-sided):", "",
@@ -168,11 +176,13 @@ def plot_curve(rows: Rows, path: Path) -> None:
     champs = [r for r in rows if r["market"] == "learnable" and r["arm"] == "champion" and r["curve"]]
     if not champs:
         return
-    figure = Figure(figsize=(10, 4), layout="constrained")
     gens = min(len(r["curve"]) for r in champs)
     curve = np.array([r["curve"][:gens] for r in champs])  # [seeds, gens, 4]
-    for k, (column, label) in enumerate(((1, "env steps"), (2, "wall time (s), one core"))):
-        axes = figure.add_subplot(1, 2, k + 1)
+    # A run recovered from its log has no wall time: plot what was measured only.
+    panels = [(1, "env steps")] + ([(2, "wall time (s), one core")] if np.isfinite(curve[:, :, 2]).all() else [])
+    figure = Figure(figsize=(5 * len(panels), 4), layout="constrained")
+    for k, (column, label) in enumerate(panels):
+        axes = figure.add_subplot(1, len(panels), k + 1)
         x, y = curve[:, :, column].mean(0), curve[:, :, 3]
         axes.errorbar(x, y.mean(0), yerr=y.std(0, ddof=1) / math.sqrt(len(champs)) if len(champs) > 1 else None,
                       marker="o", capsize=3, label="champion (mean ± s.e. over seeds)")

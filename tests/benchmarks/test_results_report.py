@@ -2,8 +2,9 @@
 differences, t statistics, the issue-14 targets and the gate's promotion count."""
 
 import math
+from pathlib import Path
 
-from benchmarks.results_report import critical_t, diffs, gate_rate, report, t_stat, targets, write_report
+from benchmarks.results_report import critical_t, diffs, gate_rate, plot_curve, report, t_stat, targets, write_report
 
 
 def rows(sharpes: dict[str, list[float]], market: str = "learnable") -> list[dict]:
@@ -94,3 +95,22 @@ def test_the_evidence_heading_gives_the_runs_own_time_and_never_passes_a_merge_o
     write_report([run], None, out)  # a run recorded before runs kept their time
     text = out.read_text()
     assert "## Evidence, tables written " in text and "Evidence, measured" not in text and text.count("kept") == 1
+
+
+def test_a_run_recovered_from_its_log_says_its_wall_time_is_unknown_and_plots_env_steps_only(tmp_path):
+    def champions(seconds: float) -> list[dict]:
+        return [{**r, "curve": [[1, 100.0 * g, seconds * g, r["sharpe"] + g] for g in (1, 2)]}
+                for r in rows({"champion": [1.0, 0.2], "momentum": [0.5, 0.4], "buy-and-hold": [0.5, 0.5]})]
+
+    def width(png: Path) -> int:  # the PNG header's IHDR width, in pixels
+        return int.from_bytes(png.read_bytes()[16:20], "big")
+
+    path = tmp_path / "curve.png"
+    plot_curve(champions(10.0), path)
+    assert width(path) == 1000  # env steps and wall time, 5 inches each at 100 dpi
+    plot_curve(champions(math.nan), path)
+    assert width(path) == 500
+    recovered = report([{"command": "cmd", "minutes": math.nan, "rows": champions(math.nan), "recovered": "from its log"}])
+    assert "wall time not recorded for every run" in recovered and "nan" not in recovered.split("\n")[0]
+    assert "Recovered: `cmd`: from its log." in recovered
+    assert "(seeds 0–1, 1 min on this machine)" in report([{"command": "cmd", "minutes": 1.0, "rows": champions(1.0)}])

@@ -215,8 +215,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     args = parser.parse_args()
     if args.merge:
-        write_report([json.loads(p.read_text()) for p in args.merge],
-                     [json.loads(p.read_text()) for p in args.dev] if args.dev else None, args.out)
+        try:
+            write_report([json.loads(p.read_text()) for p in args.merge],
+                         [json.loads(p.read_text()) for p in args.dev] if args.dev else None, args.out)
+        except ValueError as err:
+            sys.exit(f"results.py --merge: {err}")
         return
     started = time.perf_counter()
     jobs = [(m, s, args.overrides) for m in args.markets for s in args.seeds]

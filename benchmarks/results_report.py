@@ -137,8 +137,22 @@ def minutes_of(results: list[dict[str, Any]]) -> str:
     return f"{total:.0f} min" if math.isfinite(total) else "wall time not recorded for every run"
 
 
+def rows_of(results: list[dict[str, Any]]) -> Rows:
+    """Every run's rows; one market, seed and arm in two runs (a stopped run and its rerun
+    overlapping) would be counted twice by the means and silently dropped by the pairing,
+    so it is an error naming both runs."""
+    seen: dict[tuple[str, int, str], str] = {}
+    for res in results:
+        for r in res["rows"]:
+            key = (r["market"], r["seed"], r["arm"])
+            if key in seen:
+                raise ValueError(f"{key[0]} seed {key[1]} {key[2]} is in two runs: `{seen[key]}` and `{res['command']}`")
+            seen[key] = res["command"]
+    return [r for res in results for r in res["rows"]]
+
+
 def report(results: list[dict[str, Any]]) -> str:
-    rows = [r for res in results for r in res["rows"]]
+    rows = rows_of(results)
     seeds = sorted({r["seed"] for r in rows})
     lines = [f"Command: `{' && '.join(res['command'] for res in results)}` (seeds {seeds[0]}–{seeds[-1]}, "
              f"{minutes_of(results)} on this machine).",
@@ -202,7 +216,7 @@ def write_report(results: list[dict[str, Any]], dev: list[dict[str, Any]] | None
     print(text + ("\n\nDevelopment seeds:\n\n" + dev_text if dev else ""))
     if out is None:
         return
-    rows = [r for res in results for r in res["rows"]]
+    rows = rows_of(results)
     images = out.parent / "img"
     images.mkdir(parents=True, exist_ok=True)
     plot_seeds(rows, images / "results.png")

@@ -114,3 +114,17 @@ def test_a_run_recovered_from_its_log_says_its_wall_time_is_unknown_and_plots_en
     assert "wall time not recorded for every run" in recovered and "nan" not in recovered.split("\n")[0]
     assert "Recovered: `cmd`: from its log." in recovered
     assert "(seeds 0–1, 1 min on this machine)" in report([{"command": "cmd", "minutes": 1.0, "rows": champions(1.0)}])
+
+
+def test_a_merge_of_two_runs_holding_the_same_seed_is_an_error_naming_both():
+    first = {"command": "first", "minutes": 1.0, "rows": rows({"champion": [1.0, 0.2], "buy-and-hold": [0.5, 0.5]})}
+    rerun = {"command": "rerun", "minutes": 1.0,
+             "rows": [{**r, "seed": r["seed"] + 1} for r in rows({"champion": [0.2], "buy-and-hold": [0.5]})]}
+    try:
+        report([first, rerun])
+    except ValueError as err:
+        assert str(err) == "learnable seed 1 champion is in two runs: `first` and `rerun`"
+    else:
+        raise AssertionError("the overlapping seed was merged")
+    rest = {**rerun, "rows": [{**r, "seed": 2} for r in rerun["rows"]]}
+    assert "(seeds 0–2, 2 min on this machine)" in report([first, rest])

@@ -46,7 +46,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_report import write_report  # noqa: E402
+from benchmarks.results_report import OverlapError, write_report  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
 from tasks.data import features, ingest, validate  # noqa: E402
 from tasks.data.synthetic import latent_drift  # noqa: E402
@@ -218,7 +218,7 @@ def main() -> None:
         try:
             write_report([json.loads(p.read_text()) for p in args.merge],
                          [json.loads(p.read_text()) for p in args.dev] if args.dev else None, args.out)
-        except ValueError as err:
+        except OverlapError as err:  # a bad file or a bug keeps its traceback
             sys.exit(f"results.py --merge: {err}")
         return
     started = time.perf_counter()

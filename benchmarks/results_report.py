@@ -137,6 +137,10 @@ def minutes_of(results: list[dict[str, Any]]) -> str:
     return f"{total:.0f} min" if math.isfinite(total) else "wall time not recorded for every run"
 
 
+class OverlapError(ValueError):
+    """Two merged runs hold the same market, seed and arm."""
+
+
 def rows_of(results: list[dict[str, Any]]) -> Rows:
     """Every run's rows; one market, seed and arm in two runs (a stopped run and its rerun
     overlapping) would be counted twice by the means and silently dropped by the pairing,
@@ -146,7 +150,8 @@ def rows_of(results: list[dict[str, Any]]) -> Rows:
         for r in res["rows"]:
             key = (r["market"], r["seed"], r["arm"])
             if key in seen:
-                raise ValueError(f"{key[0]} seed {key[1]} {key[2]} is in two runs: `{seen[key]}` and `{res['command']}`")
+                market, seed, arm = key
+                raise OverlapError(f"{market} seed {seed} {arm} is in two runs: `{seen[key]}` and `{res['command']}`")
             seen[key] = res["command"]
     return [r for res in results for r in res["rows"]]
 

@@ -4,7 +4,17 @@ differences, t statistics, the issue-14 targets and the gate's promotion count."
 import math
 from pathlib import Path
 
-from benchmarks.results_report import critical_t, diffs, gate_rate, plot_curve, report, t_stat, targets, write_report
+from benchmarks.results_report import (
+    OverlapError,
+    critical_t,
+    diffs,
+    gate_rate,
+    plot_curve,
+    report,
+    t_stat,
+    targets,
+    write_report,
+)
 
 
 def rows(sharpes: dict[str, list[float]], market: str = "learnable") -> list[dict]:
@@ -122,7 +132,7 @@ def test_a_merge_of_two_runs_holding_the_same_seed_is_an_error_naming_both():
              "rows": [{**r, "seed": r["seed"] + 1} for r in rows({"champion": [0.2], "buy-and-hold": [0.5]})]}
     try:
         report([first, rerun])
-    except ValueError as err:
+    except OverlapError as err:
         assert str(err) == "learnable seed 1 champion is in two runs: `first` and `rerun`"
     else:
         raise AssertionError("the overlapping seed was merged")

@@ -1,4 +1,4 @@
-"""Benchmark of the local paper broker (tasks/delivery): orders/s through alpaca-py, one
+"""Benchmark of the local paper broker (tasks/delivery/broker): orders/s through alpaca-py, one
 trading-loop cycle, and the start time of ``podracer broker``.
 
 1. **orders/s**: 16 threads in this process, each with its own alpaca-py ``TradingClient``,
@@ -17,7 +17,8 @@ trading-loop cycle, and the start time of ``podracer broker``.
 Where the cycle's time goes is split by the calls it makes; where the start time goes, by
 ``python -X importtime`` (printed only when the 5 s target is missed).
 
-Prints the tables and appends them to docs/benchmarks.md (not with ``--quick``).
+Prints the tables and records them in docs/benchmarks.md, the section's latest reading and a row
+of its history (not with ``--quick``).
 
     .venv/bin/python benchmarks/broker.py --shared        # about 6 minutes on 2 shared cores
     .venv/bin/python benchmarks/broker.py --quick         # about 1.5 minutes; not appended
@@ -48,7 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.broker_cycle import OUTPUT_SCALE, build_pipeline, measure_cycles, quantiles  # noqa: E402
-from flows.cli import load_env_defaults  # noqa: E402
+from benchmarks.record import Reading, record  # noqa: E402
+from tasks.settings import load_env_defaults  # noqa: E402
 from tests.standins.postgres import free_port  # noqa: E402
 
 load_env_defaults()
@@ -80,8 +82,8 @@ def write_market(path: Path, symbols: int = SYMBOLS) -> None:
 def open_account(folder: Path, phase: str, name: str) -> Any:
     """A fresh simulated account on ``folder``'s bars, two bars before the end, the market
     ``open`` (a market order fills at once) or closed (it waits for the next open)."""
-    from tasks.delivery.broker import PaperBroker
-    from tasks.delivery.feed import load_feed
+    from tasks.delivery.broker.feed import load_feed
+    from tasks.delivery.broker.paper import PaperBroker
 
     bars, db = folder / "bars.parquet", folder / f"{name}.db"
     for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
@@ -95,8 +97,8 @@ def open_account(folder: Path, phase: str, name: str) -> Any:
 
 def serve(folder: Path, phase: str) -> None:
     """``--serve``: a fresh account on ``folder``'s bars, served until SIGTERM; prints its URL."""
+    from tasks.delivery.broker.service import BrokerServer
     from tasks.delivery.keys import load_keys
-    from tasks.delivery.service import BrokerServer
 
     broker = open_account(folder, phase, f"served-{phase}")
     keys = load_keys(folder / "unused-keys.json")  # the environment's (APCA_API_KEY_ID / _SECRET_KEY)
@@ -215,7 +217,7 @@ def start_times(folder: Path, bars: Path, repeats: int) -> list[dict[str, float]
     shutil.copy(bars, data / "validated" / "bars.parquet")
     (folder / "params.yaml").write_text(f"data_dir: {data}\n")
     keys = load_keys(data / "broker" / "keys.json", create=True, env={})  # the file the broker reads
-    headers = {"APCA-API-KEY-ID": keys.key_id, "APCA-API-SECRET-KEY": keys.secret}
+    headers = keys.headers()
     cli = Path(sys.executable).parent / "podracer"
     env = {k: v for k, v in os.environ.items() if not k.startswith("APCA_")}
     out = []
@@ -248,7 +250,7 @@ def start_times(folder: Path, bars: Path, repeats: int) -> list[dict[str, float]
     return out
 
 
-def import_profile(modules: str = "flows.cli, tasks.delivery.service") -> dict[str, Any]:
+def import_profile(modules: str = "flows.cli, tasks.delivery.broker.service") -> dict[str, Any]:
     """``python -X importtime -c 'import MODULES'``: the total, and the heaviest third-party
     packages the project imports (cumulative seconds at their first import, their own
     dependencies included) with the project module that imports each."""
@@ -319,7 +321,7 @@ def cycle_table(cycle: dict[str, Any]) -> str:
 def imports_line(imports: dict[str, Any]) -> str:
     heavy = ", ".join(f"{name} {sec:.1f} s" + (f" (via `{via}`)" if via else "") for sec, name, via in imports["heavy"])
     return (f"A fresh interpreter spends {imports['total']:.1f} s importing `flows.cli` and "
-            f"`tasks.delivery.service` (`-X importtime`; heaviest first imports, cumulative: {heavy}).")
+            f"`tasks.delivery.broker.service` (`-X importtime`; heaviest first imports, cumulative: {heavy}).")
 
 
 def reading(orders: dict[str, dict[str, float]], cycle: dict[str, Any], starts: list[dict[str, float]],
@@ -384,25 +386,33 @@ def main() -> None:
     note = "\n\n" + reading(orders, cycle, starts, imports)
     print("\n" + text + extra + note)
     if args.quick:
-        print("\n(--quick: not appended to docs)")
+        print("\n(--quick: not recorded in docs)")
         return
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(([f"OMP_NUM_THREADS={threads}"] if threads != "unset" else [])
                        + [".venv/bin/python", "benchmarks/broker.py", *sys.argv[1:]])
     shared = ", shared with another job while this ran (timings provisional)" if args.shared else ""
-    with args.out.open("a") as f:
-        f.write(f"\n## Paper broker: orders/s through alpaca-py, trading-loop cycle, start time ({stamp})\n\n"
-                f"Command: `{command}`  \n"
-                f"Machine: {os.cpu_count()} CPUs{shared}, {platform.machine()}, Python {platform.python_version()}, "
-                f"OMP_NUM_THREADS={threads}. Target: {TARGET}.  \n"
-                f"Orders: {CLIENTS} threads with a `TradingClient` each, market orders of 1 share, the broker in a "
-                f"process of its own (uvicorn, one event loop, a fresh simulated account per run), "
-                f"{args.warmup} warm-up orders, then {args.orders:,}. Cycle: `TradingLoop.cycle` of a tiny "
-                f"{SYMBOLS}-symbol champion (its output layer scaled x{OUTPUT_SCALE:g} so that it trades) in an "
-                f"MLflow run, risk checks shadowed, as `podracer trade --replay` runs it, the broker in a thread "
-                f"of the same process; the clock's advance to the open (where the orders fill) is timed apart "
-                f"from the loop's own time, the advance to the close outside the cycle. Start: `podracer broker "
-                f"-p params.yaml --port N` on the same bars, a fresh ledger each time.\n\n{text}{extra}{note}\n")
+    met = [r["rate"] >= TARGETS["orders"] for r in orders.values()] + [
+        cycle["loop"][1] <= TARGETS["cycle_ms"], statistics.median(s["total"] for s in starts) < TARGETS["start_s"]]
+    record(Reading(
+        "broker", "Paper broker: orders/s through alpaca-py, trading-loop cycle, start time",
+        f"Latest: {stamp}. Command: `{command}`  \n"
+        f"Machine: {os.cpu_count()} CPUs{shared}, {platform.machine()}, Python {platform.python_version()}, "
+        f"OMP_NUM_THREADS={threads}. Target: {TARGET}.  \n"
+        f"Orders: {CLIENTS} threads with a `TradingClient` each, market orders of 1 share, the broker in a "
+        f"process of its own (uvicorn, one event loop, a fresh simulated account per run), "
+        f"{args.warmup} warm-up orders, then {args.orders:,}. Cycle: `TradingLoop.cycle` of a tiny "
+        f"{SYMBOLS}-symbol champion (its output layer scaled x{OUTPUT_SCALE:g} so that it trades) in an "
+        f"MLflow run, risk checks shadowed, as `podracer trade --replay` runs it, the broker in a thread "
+        f"of the same process; the clock's advance to the open (where the orders fill) is timed apart "
+        f"from the loop's own time, the advance to the close outside the cycle. Start: `podracer broker "
+        f"-p params.yaml --port N` on the same bars, a fresh ledger each time.\n\n{text}{extra}{note}",
+        ("date", "command", "orders/s, market open / closed", "cycle p50 / p99 (the loop's own time)",
+         "`podracer broker` start, median", "targets met"),
+        (stamp, f"`{command}`", f"{orders['open']['rate']:,.0f} / {orders['closed']['rate']:,.0f}",
+         f"{cycle['loop'][0]:.0f} / {cycle['loop'][1]:.0f} ms",
+         f"{statistics.median(s['total'] for s in starts):.2f} s",
+         f"{sum(met)} of {len(met)}")), args.out)
 
 
 if __name__ == "__main__":

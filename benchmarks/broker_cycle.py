@@ -2,7 +2,7 @@
 the calls it makes.
 
 A tiny 30-symbol pipeline (ingest to register, the smallest training that makes a model) in a
-temp folder, its policy the champion, a simulated-clock broker in a ``BrokerServer`` thread of
+temp folder, its policy the champion, a simulated-clock broker started in a thread of
 this process standing 120 bars before the end; ``TradingLoop.cycle(t)`` inside an MLflow run
 (as ``podracer trade --replay`` drives it) over consecutive bars. The clock's advance to the
 open (``after_submit``: the batch fills) is timed apart from the loop's own time, the advance
@@ -93,11 +93,12 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
     from alpaca.trading.client import TradingClient
 
     from tasks.data import features
-    from tasks.delivery.journal import HttpJournal
-    from tasks.delivery.loop import TradingLoop
-    from tasks.delivery.replay import advance
-    from tasks.delivery.service import BrokerServer, local_keys, open_broker
-    from tasks.delivery.session import _mlflow_run, log_cycle
+    from tasks.delivery.client.journal import Journal
+    from tasks.delivery.client.local import local_broker
+    from tasks.delivery.client.loop import TradingLoop
+    from tasks.delivery.client.replay import advance
+    from tasks.delivery.client.session import log_cycle, mlflow_run
+    from tasks.delivery.keys import local_keys
 
     stamps = features.load(params.dirs.features).timestamps
     first = len(stamps) - max(120, cycles + 2)
@@ -105,27 +106,27 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
     split = Split()
     load = features.load
     features.load = split.wrap("features.load (the feature set from disk)", load)  # the loop looks it up there
-    broker = open_broker(params, params.dirs.broker / "bench.db", "simulated", pd.Timestamp(stamps[first]).date())
     loop_ms, open_ms, close_ms = [], [], []
     parts: list[dict[str, float]] = []
     calls: list[dict[str, int]] = []
-    with BrokerServer(broker, keys) as server, _mlflow_run(params, "benchmark broker", server.url):
-        client = TradingClient(keys.key_id, keys.secret, url_override=server.url)
+    with local_broker(params, ledger=params.dirs.broker / "bench.db", clock="simulated",
+                      day=pd.Timestamp(stamps[first]).date()) as url, mlflow_run(params, "benchmark broker", url):
+        client = TradingClient(keys.key_id, keys.secret, url_override=url)
         for name in ("get_clock", "get_account", "get_all_positions", "get_orders", "submit_order",
                      "get_order_by_id"):
             setattr(client, name, split.wrap(f"alpaca-py {name}", getattr(client, name)))
-        journal = HttpJournal(server.url, keys)
-        journal.cycles = split.wrap("journal GET (HTTP)", journal.cycles)  # type: ignore[method-assign]
-        journal.put = split.wrap("journal PUT (HTTP)", journal.put)  # type: ignore[method-assign]
-        loop = TradingLoop(params, client, journal, "local", split.wrap("MLflow metrics (log_cycle)", log_cycle),
+        journal = Journal.of(client, params.dirs.broker / "bench-journal.db")
+        journal.cycles = split.wrap("journal read (SQLite)", journal.cycles)  # type: ignore[method-assign]
+        journal.put = split.wrap("journal write (SQLite)", journal.put)  # type: ignore[method-assign]
+        loop = TradingLoop(params, client, journal, split.wrap("MLflow metrics (log_cycle)", log_cycle),
                            enforce_risk=False)
         loop.champion.current = split.wrap("resolve champion (MLflow registry)",  # type: ignore[method-assign]
                                            loop.champion.current)
-        opened = lambda: advance(server.url, keys, "open")  # noqa: E731
+        opened = lambda: advance(url, keys, "open")  # noqa: E731
         began = time.perf_counter()
         loop.cycle(first, after_submit=split.wrap("advance to the open (fills)", opened))
         cold = time.perf_counter() - began
-        advance(server.url, keys, "close")
+        advance(url, keys, "close")
         model = loop.champion.model
         model.predict = split.wrap("policy (pyfunc predict)", model.predict)
         orders = 0
@@ -143,7 +144,7 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
             calls.append(count)
             orders += len(result.orders)
             began = time.perf_counter()
-            advance(server.url, keys, "close")
+            advance(url, keys, "close")
             close_ms.append((time.perf_counter() - began) * 1e3)
     features.load = load
     mean = {k: statistics.fmean(p.get(k, 0.0) for p in parts) * 1e3 for k in {k for p in parts for k in p}}

@@ -1,4 +1,4 @@
-"""What the state and the weights action allow, with no RL at all (issue 14 diagnosis).
+"""What the state and the weights action allow, with no RL at all (docs/results-archive.md, the ceiling).
 
 A linear scorer is fitted by least squares on the **training** window: each stock's
 normalised indicators (the features the shared scorer sees) against its next
@@ -45,12 +45,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.record import Reading, now, record  # noqa: E402
 from benchmarks.results import market_params, oracle_scores, seeds_of  # noqa: E402
+from benchmarks.rules import momentum_scores, ranked_portfolio, scheduled_portfolio  # noqa: E402
 from tasks.data import features, ingest, validate  # noqa: E402
 from tasks.data.momentum import ewm_return  # noqa: E402
 from tasks.data.synthetic import filtered_drift  # noqa: E402
-from trainers.env import EnvConfig, MarketData  # noqa: E402
-from trainers.evaluate import buy_and_hold, momentum_scores, ranked_portfolio, scheduled_portfolio  # noqa: E402
+from trainers.config import EnvConfig  # noqa: E402
+from trainers.env import MarketData  # noqa: E402
+from trainers.evaluate import buy_and_hold  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402
 from trainers.orders import orders  # noqa: E402
 
@@ -80,7 +83,7 @@ def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], 
                      tilt: float, every: int = 1, per_year: float = 252.0) -> tuple[np.ndarray, float]:
     """Account values over ``window`` and yearly turnover (traded notional / value) of the
     weights action ``tanh(tilt · z)``, sent through the env's :func:`trainers.orders.orders`
-    at every ``every``-th close (:func:`trainers.evaluate.scheduled_portfolio`)."""
+    at every ``every``-th close (:func:`benchmarks.rules.scheduled_portfolio`)."""
 
     def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s, finite = scores[t], torch.isfinite(scores[t])
@@ -136,19 +139,39 @@ def run_seed(job: tuple[int, int, list[str]]) -> list[tuple[str, float, float, f
     return rows
 
 
+def gains(results: list[list[tuple[str, float, float, float]]]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Each row's name and its per-seed train and test Sharpe less buy-and-hold's (row 0)."""
+    base = np.array([[r[0][1], r[0][2]] for r in results])
+    return [(name, *(np.array([r[i][j] for r in results]) - base[:, j - 1] for j in (1, 2)))
+            for i, (name, *_) in enumerate(results[0])]
+
+
 def table(results: list[list[tuple[str, float, float, float]]]) -> str:
     """Mean train and test Sharpe of each row, and its mean paired difference from buy-and-hold."""
     lines = ["| row | train Sharpe | test Sharpe | train − B&H | test − B&H | turnover / year (train) |",
              "|---|---|---|---|---|---|"]
-    base = [r[0] for r in results]
-    for i, (name, *_) in enumerate(results[0]):
+    for i, (name, d_tr, d_te) in enumerate(gains(results)):
         tr, te, to = (np.array([r[i][j] for r in results]) for j in (1, 2, 3))
-        d_tr = tr - np.array([b[1] for b in base])
-        d_te = te - np.array([b[2] for b in base])
         turnover = "-" if np.isnan(to).all() else f"{to.mean():.1f}"
         lines.append(f"| {name} | {tr.mean():.2f} | {te.mean():.2f} | {d_tr.mean():+.2f} ± {d_tr.std(ddof=1):.2f} | "
                      f"{d_te.mean():+.2f} ± {d_te.std(ddof=1):.2f} | {turnover} |")
     return "\n".join(lines)
+
+
+HELD = "linear fit, weights action, tilt 1.0, band 1%, every 5 bars"
+"""The row tracked in the history: the fit through the agents' shipped action."""
+
+
+def history_row(results: list[list[tuple[str, float, float, float]]]) -> tuple[str, str]:
+    """Test − buy-and-hold of :data:`HELD`, and of the best row but the oracle's."""
+    rows = [(name, d_te) for name, _, d_te in gains(results) if not name.startswith("oracle")]
+
+    def shown(d: np.ndarray) -> str:
+        return f"{d.mean():+.2f} ± {d.std(ddof=1):.2f}"
+
+    held = next((shown(d) for name, d in rows if name == HELD), "-")
+    name, d = max(rows, key=lambda row: row[1].mean())
+    return held, f"{name}: {shown(d)}"
 
 
 def main() -> None:
@@ -165,14 +188,15 @@ def main() -> None:
         results = pool.map(run_seed, [(s, args.horizon, args.overrides) for s in args.seeds])
     text = table(results)
     command = " ".join([".venv/bin/python benchmarks/ceiling.py", *sys.argv[1:]])
-    section = (f"\n## Ceiling: a least-squares scorer through the agents' action (benchmarks/ceiling.py, "
-               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n\n"
-               f"Learnable market, seeds {args.seeds[0]}–{args.seeds[-1]} (n = {len(args.seeds)}), horizon "
-               f"{args.horizon} bars, {(time.perf_counter() - started) / 60:.1f} min. Mean ± sd over seeds.\n\n"
-               f"    {command}\n\n{text}\n")
-    print(section)
-    with args.out.open("a") as f:
-        f.write(section)
+    stamp = now()
+    print(text)
+    record(Reading(
+        "ceiling", "Ceiling: a least-squares scorer through the agents' action",
+        f"Latest: {stamp}. Learnable market, seeds {args.seeds[0]}–{args.seeds[-1]} (n = {len(args.seeds)}), "
+        f"horizon {args.horizon} bars, {(time.perf_counter() - started) / 60:.1f} min. Mean ± sd over seeds.\n\n"
+        f"    {command}\n\n{text}",
+        ("date", "command", "seeds", f"{HELD}: test − B&H", "best row but the oracle: test − B&H"),
+        (stamp, f"`{command}`", f"{args.seeds[0]}–{args.seeds[-1]}", *history_row(results))), args.out)
 
 
 if __name__ == "__main__":

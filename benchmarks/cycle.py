@@ -6,7 +6,8 @@ config (``--tiny``: the test suite's sizes) on free loopback ports: ``podracer r
 REST API: event → ct-cycle run, its task runs, the cycle (target ≤ 15 min); if it promoted, event → first
 order at the paper broker; the ``champion`` alias moved through MLflow's REST API (``--repeats``) → first
 order, or → the delivery in delivered.json when it places none (target ≤ 30 s); ``podracer down`` leaves
-no process. Appends the table to docs/benchmarks.md (``--tiny``: only with ``--record``).
+no process. Records the table in docs/benchmarks.md, the section's latest reading and a row of its history
+(``--tiny``: only with ``--record``).
 
     .venv/bin/python benchmarks/cycle.py            # the default config, on a quiet machine
     .venv/bin/python benchmarks/cycle.py --tiny     # a few minutes: checks the script
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ import requests
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import Reading, now, record  # noqa: E402
+
 TINY = [  # tests/conftest.py TINY, and what makes a quick CT cycle
     "data.symbols=4", "data.start=2020-01-01", "data.end=2021-12-31", "data.signal=1.0",
     "features.train_end=2021-03-31", "features.val_end=2021-08-31", "env.episode_len=32", "env.min_episode_len=8",
@@ -276,11 +281,19 @@ def measure(loop: Loop, rows: list[Row], repeats: int, wait: float, recorded: li
         traded.add(target)
 
 
+def history_cells(rows: list[Row]) -> tuple[str, str, str]:
+    """The CT cycle's time, each alias round's result, and how many targets were met."""
+    cycle = next((r[1] for r in rows if r[0].startswith("CT cycle, flow run")), "-")
+    rounds = "; ".join(r[1] for r in rows if r[0].startswith("alias → ")) or "-"
+    judged = [r[3] for r in rows if r[3]]
+    return cycle, rounds, f"{judged.count('yes')} of {len(judged)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="the test suite's tiny sizes (checks the script)")
     parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=None,
-                        help="append to docs/benchmarks.md (default: yes, but not with --tiny)")
+                        help="record in docs/benchmarks.md (default: yes, but not with --tiny)")
     parser.add_argument("--repeats", type=int, default=3, help="alias moves, alternating versions")
     parser.add_argument("--wait", type=float, default=300.0, help="seconds to wait for one delivery")
     parser.add_argument("--workdir", type=Path, help="the scratch project folder (kept; default: a temp folder)")
@@ -294,7 +307,7 @@ def main() -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(tree, sort_keys=False))
     loop, rows, recorded, failure = Loop(root, tree), [], [], None
     cores, load = len(os.sched_getaffinity(0)), os.getloadavg()[0]
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
+    stamp = now()
     print(f"scratch project {root}; {cores} CPUs, load average {load:.2f}", flush=True)
     try:
         measure(loop, rows, args.repeats, args.wait, recorded)
@@ -314,21 +327,23 @@ def main() -> None:
         print(f"\nFAILED: {failure}", file=sys.stderr)
         raise SystemExit(1)
     if not (args.record if args.record is not None else not args.tiny):
-        print("\n(not appended to docs/benchmarks.md)")
+        print("\n(not recorded in docs/benchmarks.md)")
         return
     command = " ".join([".venv/bin/python", "benchmarks/cycle.py", *sys.argv[1:]])
     d, e, ct = tree["data"], tree["evolution"], tree["ct"]
-    with args.out.open("a") as fh:
-        fh.write(f"\n## Continuous-training loop (benchmarks/cycle.py)\n\n"
-                 f"Date: {stamp} UTC. Command: `{command}`  \n"
-                 f"Machine: `nproc` = {cores}, load average {load:.2f} at the start and {os.getloadavg()[0]:.2f} at "
-                 f"the end; absolute times are noisy on a shared machine.  \nConfig: "
-                 f"{'tiny sizes' if args.tiny else 'params.yaml'} ({d['symbols']} symbols, {d['start']}..{d['end']}, "
-                 f"population {e['population']}, ct.generations {ct['generations']}, ct.eval_bars {ct['eval_bars']}), "
-                 f"a scratch project on free loopback ports. Targets: CT cycle ≤ 15 min, alias change → orders "
-                 f"≤ 30 s. Orders are seen by polling `GET /v2/orders` every 0.2 s; each alias move waits until "
-                 f"no delivery run is pending.\n\n{text}\n\nA version is promoted only if it passes the gate, so "
-                 f"the data event → order latency exists only for cycles that promoted.\n")
+    config = (f"{'tiny sizes' if args.tiny else 'params.yaml'} ({d['symbols']} symbols, {d['start']}..{d['end']}, "
+              f"population {e['population']}, ct.generations {ct['generations']}, ct.eval_bars {ct['eval_bars']})")
+    record(Reading(
+        "cycle", "Continuous-training loop: data event → CT cycle → champion → orders",
+        f"Latest: {stamp}. Command: `{command}`  \n"
+        f"Machine: `nproc` = {cores}, load average {load:.2f} at the start and {os.getloadavg()[0]:.2f} at "
+        f"the end; absolute times are noisy on a shared machine.  \nConfig: {config}, a scratch project on free "
+        f"loopback ports. Targets: CT cycle ≤ 15 min, alias change → orders ≤ 30 s. Orders are seen by polling "
+        f"`GET /v2/orders` every 0.2 s; each alias move waits until no delivery run is pending.\n\n{text}\n\n"
+        f"A version is promoted only if it passes the gate, so the data event → order latency exists only for "
+        f"cycles that promoted.",
+        ("date", "command", "config", "CT cycle", "alias → orders, per round", "targets met"),
+        (stamp, f"`{command}`", config, *history_cells(rows))), args.out)
 
 
 if __name__ == "__main__":

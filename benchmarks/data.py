@@ -1,8 +1,9 @@
-"""Benchmark of the data layer: ingest + validate + features (issue 3 §7).
+"""Benchmark of the data layer: ingest + validate + features (docs/data.md).
 
 Each scenario runs in a fresh subprocess (so its peak RSS is its own) on the embedded
 synthetic market, and reports wall time per stage, rows/s and peak memory. The table is
-printed and appended to docs/benchmarks.md with the command that reproduces it.
+printed and becomes the latest reading of the data section of docs/benchmarks.md, with
+the command that reproduces it and one row of its history.
 
     .venv/bin/python benchmarks/data.py            # both scenarios
     .venv/bin/python benchmarks/data.py --only daily
@@ -19,10 +20,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import Reading, now, record  # noqa: E402
+
 SCENARIOS = {
     "daily": ["data.symbols=30", "data.freq=1d", "data.start=2016-01-01", "data.end=2023-12-31"],
     "minute": ["data.symbols=100", "data.freq=1min", "data.start=2023-01-01", "data.end=2023-12-31",
@@ -34,7 +38,6 @@ TARGET = "minute: <= 120 s end to end and <= 4 GiB peak on 2 cores"
 
 def run_scenario(name: str, workdir: Path) -> dict[str, float]:
     """Run the three stages in this process and measure them (called in a subprocess)."""
-    sys.path.insert(0, str(ROOT))
     os.chdir(workdir)
     from tasks.config import load_params
     from tasks.data.features import features
@@ -86,14 +89,14 @@ def main() -> None:
     text = table(results)
     print(text)
     command = "make install && .venv/bin/python benchmarks/data.py" + (f" --only {args.only}" if args.only else "")
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    docs = ROOT / "docs" / "benchmarks.md"
-    if not docs.exists():
-        docs.write_text("# Benchmarks\n\nResults appended by the scripts in `benchmarks/`.\n")
-    with docs.open("a") as fh:
-        fh.write(f"\n## Data layer: ingest + validate + features ({stamp})\n\n"
-                 f"Command: `{command}`  \nMachine: {os.cpu_count()} CPUs, {platform.machine()}, "
-                 f"Python {platform.python_version()}. Target: {TARGET}.\n\n{text}\n")
+    stamp = now()
+    summary = {name: f"{r['total_s']:.1f} s, {r['peak_rss_gib']:.2f} GiB" for name, r in results.items()}
+    record(Reading(
+        "data", "Data layer: ingest + validate + features",
+        f"Latest: {stamp}. Command: `{command}`  \nMachine: {os.cpu_count()} CPUs, {platform.machine()}, "
+        f"Python {platform.python_version()}. Target: {TARGET}.\n\n{text}",
+        ("date", "command", "daily: total, peak RSS", "minute: total, peak RSS"),
+        (stamp, f"`{command}`", summary.get("daily", "-"), summary.get("minute", "-"))))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Nitro ablation (issue 5 §7): boosted against static env counts at an equal env-step budget.
+"""Nitro ablation (docs/evolution.md, Nitro boosting): boosted against static env counts at an equal env-step budget.
 
 One PPO agent per run on the default embedded market (our own stages 1–3), PPO defaults
 (Table 3). ``static`` keeps ``ppo.num_envs`` envs every round; ``boosted`` lets Nitro pick
@@ -6,8 +6,9 @@ each round's count in [``nitro.min_envs``, ``nitro.max_envs``] from the Hessian'
 convexity ratio (nitro-serverless-boosting.txt §5). Both stop when the hard budget
 (``evolution.budget_env_steps``) cannot pay for another round. Each seed runs both arms;
 the evaluator keeps each run's best validation snapshot, which is then scored on the
-test window. Prints a table, appends it to docs/benchmarks.md and draws
-docs/img/benchmark_nitro.png (env count per round, validation Sharpe against env steps).
+test window. Prints a table, records it in docs/benchmarks.md (the section's latest reading
+and a row of its history) and draws docs/img/benchmark_nitro.png (env count per round,
+validation Sharpe against env steps).
 
     make install && .venv/bin/python benchmarks/nitro.py              # 5 seeds, about 15 minutes
     .venv/bin/python benchmarks/nitro.py --seeds 2 --budget 40000     # quicker
@@ -23,7 +24,6 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -32,11 +32,12 @@ from matplotlib.figure import Figure
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.train import build_features  # noqa: E402
+from benchmarks.record import Reading, now, record  # noqa: E402
+from benchmarks.train import blank_actor, build_features  # noqa: E402
 from tasks.model.train import state_scales  # noqa: E402
-from trainers.agent import blank_actor  # noqa: E402
+from trainers.config import EvolutionConfig  # noqa: E402
 from trainers.evaluate import run_policy  # noqa: E402
-from trainers.evolution import Evolution, EvolutionConfig  # noqa: E402
+from trainers.evolution import Evolution  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402
 
 
@@ -119,17 +120,22 @@ def main() -> None:
     print(text)
     image = ROOT / "docs" / "img" / "benchmark_nitro.png"
     plot(rows, image)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = now()
     threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
     command = threads + " ".join([".venv/bin/python benchmarks/nitro.py", *sys.argv[1:]])
-    with args.out.open("a") as f:
-        f.write(f"\n## Nitro ablation: boosted vs static env counts at equal budget ({stamp})\n\n"
-                f"Command: `{command}` ({(time.perf_counter() - started) / 60:.0f} min)  \n"
-                f"Machine: {torch.get_num_threads()} CPU threads, torch {torch.__version__}. One agent per run, PPO "
-                f"defaults, budget {args.budget:,} env steps; static = {params.ppo.num_envs} envs a round, boosted = "
-                f"Nitro in [{params.nitro.min_envs}, {params.nitro.max_envs}] (window {params.nitro.window}, decay "
-                f"{params.nitro.decay}). Best validation snapshot scored on the test window. Plot: "
-                f"`docs/img/benchmark_nitro.png`.\n\n{text}\n")
+    arm = {a: [r for r in rows if r["arm"] == a] for a in ("static", "boosted")}
+    cpu = " vs ".join(f"{statistics.fmean(r['cpu_seconds'] for r in arm[a]):.0f}" for a in ("boosted", "static"))
+    record(Reading(
+        "nitro", "Nitro ablation: boosted vs static env counts at equal budget",
+        f"Latest: {stamp}. Command: `{command}` ({(time.perf_counter() - started) / 60:.0f} min)  \n"
+        f"Machine: {torch.get_num_threads()} CPU threads, torch {torch.__version__}. One agent per run, PPO "
+        f"defaults, budget {args.budget:,} env steps; static = {params.ppo.num_envs} envs a round, boosted = "
+        f"Nitro in [{params.nitro.min_envs}, {params.nitro.max_envs}] (window {params.nitro.window}, decay "
+        f"{params.nitro.decay}). Best validation snapshot scored on the test window. Plot: "
+        f"`docs/img/benchmark_nitro.png`.\n\n{text}",
+        ("date", "command", "seeds", "static: test Sharpe", "boosted: test Sharpe", "CPU s, boosted vs static"),
+        (stamp, f"`{command}`", str(args.seeds), mean_std([r["test_sharpe"] for r in arm["static"]]),
+         mean_std([r["test_sharpe"] for r in arm["boosted"]]), cpu)), args.out)
 
 
 if __name__ == "__main__":

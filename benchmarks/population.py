@@ -1,5 +1,5 @@
-"""Benchmark of one-device multiplexing (issue 5 §5): a population trained as one batched model
-(``trainers.multiplex.run_multiplexed``) against the same agents trained one after another
+"""Benchmark of one-device multiplexing (docs/evolution.md, Engines): a population trained as
+one batched model (``trainers.multiplex.run_multiplexed``) against the same agents trained one after another
 (``trainers.evolution.run_serially``), side by side in one run on the same data.
 
 Population throughput is the population's env steps (training samples) per second of wall
@@ -29,7 +29,6 @@ import statistics
 import sys
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -38,11 +37,12 @@ from matplotlib.figure import Figure
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainers.env import EnvConfig, MarketData  # noqa: E402
-from trainers.evolution import Evolution, EvolutionConfig, run_serially  # noqa: E402
+from benchmarks.record import Reading, now, record  # noqa: E402
+from trainers.config import EnvConfig, EvolutionConfig, PPOConfig  # noqa: E402
+from trainers.env import MarketData  # noqa: E402
+from trainers.evolution import Evolution, run_serially  # noqa: E402
 from trainers.multiplex import run_multiplexed  # noqa: E402
 from trainers.population import AgentJob  # noqa: E402
-from trainers.ppo import PPOConfig  # noqa: E402
 from trainers.state import StateScales  # noqa: E402
 
 TARGET = ">= 3x population throughput on CPU (multiplexed vs one agent after another)"
@@ -168,14 +168,20 @@ def main() -> None:
     print(text)
     image = args.out.parent / "img" / f"benchmark_population_{args.device}.png"
     plot(rows, image, name)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    with args.out.open("a") as f:
-        f.write(f"\n## Population multiplexing: one batched model vs one agent after another ({stamp})\n\n"
-                f"Command: `.venv/bin/python {command}`  \n"
-                f"Machine: {name}, {platform.machine()}, torch {torch.__version__}. Target: {TARGET}.  \n"
-                f"One generation of {args.iterations} PPO iterations per agent plus a validation evaluation of every "
-                f"agent; median of {args.repeats} interleaved runs per engine. `default` = params.yaml's search space, "
-                f"`uniform` = every agent at the PPO defaults. Plot: `docs/img/{image.name}`.\n\n{text}\n")
+    stamp = now()
+
+    def speedups(kind: str) -> str:
+        return ", ".join(f"{r['speedup']:.2f}x ({r['population']})" for r in rows if r["kind"] == kind)
+
+    record(Reading(
+        "population", "Population multiplexing: one batched model vs one agent after another",
+        f"Latest: {stamp}. Command: `.venv/bin/python {command}`  \n"
+        f"Machine: {name}, {platform.machine()}, torch {torch.__version__}. Target: {TARGET}.  \n"
+        f"One generation of {args.iterations} PPO iterations per agent plus a validation evaluation of every "
+        f"agent; median of {args.repeats} interleaved runs per engine. `default` = params.yaml's search space, "
+        f"`uniform` = every agent at the PPO defaults. Plot: `docs/img/{image.name}`.\n\n{text}",
+        ("date", "command", "machine", "speedup, uniform (agents)", "speedup, default (agents)"),
+        (stamp, f"`.venv/bin/python {command}`", name, speedups("uniform"), speedups("default"))), args.out)
 
 
 if __name__ == "__main__":

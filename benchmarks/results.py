@@ -1,4 +1,4 @@
-"""Evidence that the agents learn (issue 14): the champion against a vanilla agent, a
+"""Evidence that the agents learn (docs/results.md): the champion against a vanilla agent, a
 momentum rule, an oracle and buy-and-hold, on the **test** window, over market seeds.
 
 Markets: ``learnable`` (the embedded market as in params.yaml, ``data.seed`` = the seed),
@@ -47,17 +47,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results_report import OverlapError, write_report  # noqa: E402
+from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
+from benchmarks.train import blank_actor  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
 from tasks.data import features, ingest, validate  # noqa: E402
 from tasks.data.synthetic import latent_drift  # noqa: E402
 from tasks.model.train import state_scales  # noqa: E402
-from trainers.agent import blank_actor  # noqa: E402
+from trainers.config import EvolutionConfig  # noqa: E402
 from trainers.env import MarketData  # noqa: E402
-from trainers.evaluate import Policy, buy_and_hold, momentum_scores, ranked_portfolio, run_policy  # noqa: E402
-from trainers.evolution import Evolution, EvolutionConfig, EvolutionResult  # noqa: E402
+from trainers.evaluate import Policy, buy_and_hold, run_policy  # noqa: E402
+from trainers.evolution import Evolution, EvolutionResult  # noqa: E402
 from trainers.metrics import performance, periods_per_year  # noqa: E402
 from trainers.multiplex import run_multiplexed  # noqa: E402
-from trainers.ppo import Actor  # noqa: E402
+from trainers.nets import Actor  # noqa: E402
 from trainers.state import StateScales  # noqa: E402
 
 MARKETS = ("learnable", "null", "arch-demo")

@@ -1,5 +1,5 @@
 """Tables and plots of ``benchmarks/results.py``'s rows: arms per market, paired differences
-per seed with t statistics, the issue-14 targets, the gate's promotion rate and the
+per seed with t statistics, the targets, the gate's promotion rate and the
 champion's learning curve (``docs/results.md``, ``docs/img/results*.png``)."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def pair_table(rows: Rows) -> list[str]:
 
 
 def targets(rows: Rows) -> list[tuple[str, str, bool]]:
-    """The issue's targets as (target, measured, met)."""
+    """The targets of docs/results.md as (target, measured, met)."""
     out = []
     champ, mom = diffs(rows, "learnable", "champion", "buy-and-hold"), diffs(rows, "learnable", "momentum", "buy-and-hold")
     if champ and mom:
@@ -113,7 +113,7 @@ def targets(rows: Rows) -> list[tuple[str, str, bool]]:
         ts = [t_stat(d) for d in null.values() if d]
         shown = ", ".join(f"{arm} t = {t_stat(d):+.2f}" for arm, d in null.items() if d)
         out.append(("null: no arm beats B&H beyond noise, t < 2 (the leakage check)", shown, max(ts) < 2))
-        out.append(("null: no arm differs from B&H beyond noise, |t| < 2 (as the issue words it)", shown,
+        out.append(("null: no arm differs from B&H beyond noise, |t| < 2 (the target as worded)", shown,
                     max(abs(t) for t in ts) < 2))
     return out
 

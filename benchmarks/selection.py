@@ -2,7 +2,7 @@
 
 The evaluator keeps the best validation snapshot of a run (finrl-podracer.txt §4.2): the
 maximum of ``population × generations`` noisy Sharpe ratios over one year, a winner's curse
-(issue 14). This study trains ``params.yaml``'s evolution once per market seed, keeps every
+(docs/results.md). This study trains ``params.yaml``'s evolution once per market seed, keeps every
 evaluated snapshot, and scores several selection rules on the **test** window, paired by
 seed against the current rule (``best``), buy-and-hold and momentum:
 
@@ -13,7 +13,8 @@ seed against the current rule (``best``), buy-and-hold and momentum:
 * ``all``: the ensemble of every snapshot (a diagnostic, not a rule).
 
 Development seeds only (100–109): the rule chosen here is what the evidence then runs once.
-Prints the table and appends it to docs/benchmarks.md.
+Prints the table and records it in docs/benchmarks.md (the section's latest reading and a
+row of its history).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/selection.py --seeds 100-109 --jobs 2 --json docs/results/dev-selection.json
 """
@@ -36,14 +37,16 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.record import Reading, now, record  # noqa: E402
 from benchmarks.results import build_market, seeds_of  # noqa: E402
 from benchmarks.results_report import paired  # noqa: E402
-from trainers.evaluate import buy_and_hold, momentum_scores, ranked_portfolio  # noqa: E402
+from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
+from trainers.evaluate import buy_and_hold  # noqa: E402
 from trainers.evolution import Evolution  # noqa: E402
 from trainers.metrics import performance  # noqa: E402
 from trainers.multiplex import run_multiplexed  # noqa: E402
+from trainers.nets import Actor  # noqa: E402
 from trainers.population import AgentJob, Setting  # noqa: E402
-from trainers.ppo import Actor  # noqa: E402
 
 TOP_K = (2, 4, 8, 16)
 
@@ -137,6 +140,20 @@ def table(rows: list[dict]) -> list[str]:
     return out
 
 
+def history_row(rows: list[dict]) -> tuple[str, str]:
+    """``best``'s test − buy-and-hold, and the range of the ensembles' test − ``best`` (``all``,
+    a diagnostic, left out)."""
+    by = {(r["rule"], r["seed"]): r["test"] for r in rows}
+    seeds = sorted({r["seed"] for r in rows})
+
+    def gap(a: str, b: str) -> list[float]:
+        return [by[(a, s)] - by[(b, s)] for s in seeds]
+
+    means = [statistics.fmean(gap(n, "best")) for n in dict.fromkeys(r["rule"] for r in rows)
+             if n not in ("best", "all", "momentum", "buy-and-hold")]
+    return paired(gap("best", "buy-and-hold")), f"{min(means):+.2f} to {max(means):+.2f}" if means else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-109"), help="development market seeds")
@@ -145,7 +162,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="seeds trained side by side")
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--merge", type=Path, help="table the rows of an earlier --json run instead of running")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="append the table here")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="record the table here")
     args = parser.parse_args()
     if args.merge:
         result = json.loads(args.merge.read_text())
@@ -157,14 +174,16 @@ def main() -> None:
                   "minutes": (time.perf_counter() - started) / 60, "rows": rows}
         if args.json:
             args.json.write_text(json.dumps(result, indent=1))
-    section = (f"\n## Selection rules: the best snapshot against ensembles (benchmarks/selection.py, "
-               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n\n"
-               f"Learnable market, params.yaml's evolution, {result['minutes']:.0f} min on 2 cores. Test Sharpe; "
-               f"validation is what the rule selected on.\n\n    {result['command']}\n\n"
-               + "\n".join(table(result["rows"])) + "\n")
-    print(section)
-    with args.out.open("a") as f:
-        f.write(section)
+    stamp = now()
+    text = "\n".join(table(result["rows"]))
+    print(text)
+    seeds = sorted({r["seed"] for r in result["rows"]})
+    record(Reading(
+        "selection", "Selection rules: the best snapshot against ensembles",
+        f"Latest: {stamp}. Learnable market, params.yaml's evolution, {result['minutes']:.0f} min on 2 cores. "
+        f"Test Sharpe; validation is what the rule selected on.\n\n    {result['command']}\n\n{text}",
+        ("date", "command", "seeds", "best: test − B&H", "ensembles: test − best"),
+        (stamp, f"`{result['command']}`", f"{seeds[0]}–{seeds[-1]}", *history_row(result["rows"]))), args.out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Benchmark of the training layer (issue 4 §6), ours against FinRL + Stable-Baselines3.
+"""Benchmark of the training layer (docs/training.md), ours against FinRL + Stable-Baselines3.
 
 Side by side in one run, on the same data (the default embedded market: 30 stocks of
 daily bars, built by our ingest/validate/features stages in a temp folder):
@@ -11,7 +11,8 @@ daily bars, built by our ingest/validate/features stages in a temp folder):
 3. **learning**: validation Sharpe against training wall time for both; the figure is
    our time to reach SB3's final validation Sharpe, as a fraction of SB3's wall time.
 
-Prints the tables, appends them to docs/benchmarks.md and draws docs/img/benchmark_train.png.
+Prints the tables, records them in docs/benchmarks.md (the training section's latest reading
+and a row of its history) and draws docs/img/benchmark_train.png.
 On a CUDA machine it also measures 100 stocks × 16384 envs and PPO samples/s there.
 
     make install && .venv/bin/python benchmarks/train.py            # about 8 minutes
@@ -27,7 +28,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -38,14 +38,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import baselines  # noqa: E402
+from benchmarks.record import Reading, now, record  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
 from tasks.data.features import FeatureSet  # noqa: E402
 from trainers.agent import PPOAgent  # noqa: E402
-from trainers.env import EnvConfig, MarketData, MarketEnv  # noqa: E402
+from trainers.config import EnvConfig, PPOConfig  # noqa: E402
+from trainers.env import MarketData, MarketEnv  # noqa: E402
 from trainers.evaluate import buy_and_hold, run_policy  # noqa: E402
 from trainers.metrics import periods_per_year, sharpe  # noqa: E402
-from trainers.ppo import PPOConfig  # noqa: E402
-from trainers.state import StateScales  # noqa: E402
+from trainers.nets import Actor  # noqa: E402
+from trainers.ppo import PPO  # noqa: E402
+from trainers.state import StateScales, StockLayout, state_dim  # noqa: E402
 
 ENV_SIZES = (1, 64, 1024, 4096, 16384)
 TARGETS = "env steps/s >= 1000x FinRL's; PPO samples/s >= 10x SB3's; time to SB3's final validation Sharpe " \
@@ -63,7 +66,7 @@ class Curve:
 
     def time_to(self, level: float) -> float | None:
         """Training seconds until an evaluated snapshot first scores ``level`` (the evaluator
-        keeps that snapshot, §4.2); the untrained policy does not count."""
+        keeps that snapshot, finrl-podracer.txt §4.2); the untrained policy does not count."""
         return next((s for s, v in zip(self.seconds[1:], self.sharpe[1:]) if v >= level), None)
 
     def seconds_at(self, samples: int) -> float:
@@ -83,6 +86,12 @@ def build_features(workdir: Path) -> tuple[Params, FeatureSet]:
 
 def scales_for(data: MarketData, cfg: EnvConfig, first: int) -> StateScales:
     return StateScales(1 / cfg.initial_cash, 1 / cfg.hmax, tuple(data.close[first].tolist()))
+
+
+def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig) -> Actor:
+    """A deterministic actor of ``cfg``'s shape for ``data``, to load trained weights into."""
+    layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
+    return Actor(state_dim(data.n_stocks, data.n_features), data.n_stocks, cfg.net_dims, 0.0, layout)
 
 
 def env_rate(data: MarketData, cfg: EnvConfig, num_envs: int, window: tuple[int, int], seconds: float) -> float:
@@ -137,14 +146,16 @@ def our_learning(params: Params, fs: FeatureSet, min_samples: int, min_seconds: 
     window, val = fs.window("train"), fs.window("validation")
     scales = scales_for(data, params.env, window[0])
     agent = PPOAgent(data, scales, params.env, params.ppo, window, seed)
+    model = PPO(agent.learners, agent.envs, params.ppo)
     per_year = periods_per_year(params.data.freq)
     curve = Curve(f"ours (seed {seed})", [0.0], [0], [sharpe(run_policy(agent.actor, data, scales, params.env, val),
                                                               per_year)])
     trained = 0.0
     while curve.samples[-1] < min_samples or trained < min_seconds:
         start = time.perf_counter()
-        agent.train_iteration()
+        model.train_iteration([0])
         trained += time.perf_counter() - start
+        model.write_back()
         curve.seconds.append(trained)
         curve.samples.append(curve.samples[-1] + agent.samples_per_iteration)
         curve.sharpe.append(sharpe(run_policy(agent.actor, data, scales, params.env, val), per_year))
@@ -177,10 +188,11 @@ def sb3_learning(params: Params, fs: FeatureSet, samples: int, seed: int) -> tup
     return curve, result.samples_per_s
 
 
-def gpu_rows() -> list[str]:
-    """100 stocks × 16384 envs on CUDA, and PPO samples/s there (when a GPU is present)."""
+def gpu_rows() -> tuple[list[str], str]:
+    """100 stocks × 16384 envs on CUDA, and PPO samples/s there (when a GPU is present): the
+    table's rows, and the env rate for the history row."""
     if not torch.cuda.is_available():
-        return ["| GPU | no CUDA device in this run: not measured | | |"]
+        return ["| GPU | no CUDA device in this run: not measured | | |"], "not measured"
     name = torch.cuda.get_device_name()
     g = torch.Generator().manual_seed(0)
     t, n, k = 2048, 100, 10
@@ -190,15 +202,17 @@ def gpu_rows() -> list[str]:
     rate = env_rate(data, cfg, 16384, (0, t - 1), 5.0)
     ppo = PPOConfig(num_envs=4096, horizon=64, batch_size=2**14)
     agent = PPOAgent(data, scales_for(data, cfg, 0), cfg, ppo, (0, t - 1), 0)
-    agent.train_iteration()
+    model = PPO(agent.learners, agent.envs, ppo)
+    model.train_iteration([0])
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(3):
-        agent.train_iteration()
+        model.train_iteration([0])
     torch.cuda.synchronize()
     samples = 3 * agent.samples_per_iteration / (time.perf_counter() - start)
     return [f"| GPU env, 100 stocks x 16384 envs | {rate:,.0f} env steps/s | target 50,000,000 | {name} |",
-            f"| GPU PPO, 100 stocks, 4096 envs x 64, batch 2^14 | {samples:,.0f} samples/s | | {name} |"]
+            f"| GPU PPO, 100 stocks, 4096 envs x 64, batch 2^14 | {samples:,.0f} samples/s | | {name} |"], \
+        f"{rate:,.0f} ({name})"
 
 
 def plot(env_rates: dict[int, float], finrl: float, curves: list[Curve], path: Path) -> None:
@@ -269,20 +283,24 @@ def main() -> None:
                         ("final", lambda c: c.sharpe[-1])):
         lines.append(f"| {label} validation Sharpe | {', '.join(f'{pick(c):.2f}' for c in ours)} | "
                      f"{pick(sb3):.2f} | buy-and-hold {hold:.2f} |")
-    lines += gpu_rows()
+    gpu_lines, gpu = gpu_rows()
+    lines += gpu_lines
     text = "\n".join(lines)
     print(text)
     image = ROOT / "docs" / "img" / "benchmark_train.png"
     plot(rates, finrl, [sb3, *ours], image)
     command = "make install && .venv/bin/python benchmarks/train.py" + \
         (f" --samples {args.samples}" if args.samples != 2**16 else "")
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    with (ROOT / "docs" / "benchmarks.md").open("a") as fh:
-        fh.write(f"\n## Training layer: env, PPO and learning vs FinRL + SB3 ({stamp})\n\n"
-                 f"Command: `{command}`  \nMachine: {os.cpu_count()} CPUs, {platform.machine()}, torch "
-                 f"{torch.__version__}, {torch.get_num_threads()} threads. Targets: {TARGETS}.  \n"
-                 f"Our PPO: {args.seeds} seeds, median shown; SB3: seed 0, observations normalised "
-                 f"(VecNormalize). Plot: `docs/img/benchmark_train.png`.\n\n{text}\n")
+    stamp = now()
+    record(Reading(
+        "train", "Training layer: env, PPO and learning vs FinRL + SB3",
+        f"Latest: {stamp}. Command: `{command}`  \nMachine: {os.cpu_count()} CPUs, {platform.machine()}, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads. Targets: {TARGETS}.  \n"
+        f"Our PPO: {args.seeds} seeds, median shown; SB3: seed 0, observations normalised "
+        f"(VecNormalize). Plot: `docs/img/benchmark_train.png`.\n\n{text}",
+        ("date", "command", "env steps/s, best E (× FinRL)", "PPO samples/s (× SB3)", "GPU env steps/s"),
+        (stamp, f"`{command}`", f"{rates[best]:,.0f} at E={best} ({rates[best] / finrl:,.0f}x)",
+         f"{our_rate:,.0f} ({our_rate / sb3_rate:,.1f}x)", gpu)))
 
 
 if __name__ == "__main__":

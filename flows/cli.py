@@ -3,11 +3,14 @@
 ``podracer run`` runs the Prefect flow on Prefect's temporary local server; the stage
 commands call the same task functions directly (this is what ``dvc.yaml`` runs). A bad
 config or bad data ends in one red line and exit code 1, never a traceback.
+
+Importing this module reads no settings and imports no Prefect: :func:`settings` loads
+``.env`` first thing in every command (``tasks/settings.py``), and each command imports
+what it runs.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Callable
@@ -20,23 +23,10 @@ from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_env_defaults(path: Path = ROOT / ".env") -> None:
-    """Apply the repo's quiet/offline settings (``.env``) without overriding the shell."""
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep and not key.lstrip().startswith("#"):
-                os.environ.setdefault(key.strip(), value.strip())
-
-
-load_env_defaults()
-
-from flows.terminal import CONSOLE, share_console  # noqa: E402
-from tasks.config import Params, load_params  # noqa: E402  (after the env defaults)
-from tasks.errors import PodracerError  # noqa: E402
+from flows.terminal import CONSOLE, share_console
+from tasks.config import Params, load_params
+from tasks.errors import PodracerError
+from tasks.settings import load_env_defaults
 
 console = CONSOLE
 """rich's global console: the CLI's lines, every log line and the progress bars share it (flows/terminal.py)."""
@@ -55,15 +45,23 @@ Resume = Annotated[bool, typer.Option("--resume", help="Continue a killed traini
 T = TypeVar("T")
 
 
-def _params(path: Path, overrides: list[str] | None, profile: bool = False, resume: bool = False) -> Params:
-    """The config; while `podracer up`'s services run, this process's clients use them."""
+@app.callback()
+def settings() -> None:
+    """Load the quiet and offline settings of ``.env`` before a command imports Prefect."""
+    load_env_defaults()
+
+
+def _params(path: Path, overrides: list[str] | None, profile: bool = False, resume: bool = False,
+            clients: bool = True) -> Params:
+    """The config; while `podracer up`'s services run, this process's clients use them
+    (``clients``; not for ``up``, ``down`` and ``status``, which manage them)."""
     flags = [f"train.{name}=true" for name, on in (("profile", profile), ("resume", resume)) if on]
     cfg = load_params(path, [*(overrides or []), *flags])
     share_console()
-    if (cfg.data_dir / "services" / "services.json").exists():
-        from flows.services import use_servers
+    if clients and (cfg.data_dir / "services" / "services.json").exists():
+        from tasks.services import use_servers
 
-        use_servers(cfg)
+        cfg = use_servers(cfg)
     return cfg
 
 
@@ -140,22 +138,66 @@ def _describe_deliver(r: Any) -> Table:
     return orders_table(r)
 
 
-STAGES: dict[str, tuple[str, str, Callable[[Any], RenderableType]]] = {
-    "ingest": ("data", "Stage 1: bars from the configured source into data/raw/.", _describe_ingest),
-    "validate": ("data", "Stage 2: Great Expectations suite; bad rows to data/quarantine/.", _describe_validate),
-    "features": ("data", "Stage 3: indicators, date splits and train-only normalisation.", _describe_features),
-    "train": ("model", "Stage 4: generational evolution of the PPO population.", _describe_train),
-    "backtest": ("model", "Stage 5: the trained policy on the test window, beside buy-and-hold.", _describe_backtest),
-    "register": ("registry", "Stage 6: MLflow run, registered model, champion gate.", _describe_register),
-    "deliver": ("delivery", "Stage 7: one trading cycle: the champion trades the latest bar on the paper broker.",
+def _ingest(p: Params) -> Any:
+    from tasks.data.ingest import ingest
+
+    return ingest(p)
+
+
+def _validate(p: Params) -> Any:
+    from tasks.data.validate import validate
+
+    return validate(p)
+
+
+def _features(p: Params) -> Any:
+    from tasks.data.features import features
+
+    return features(p)
+
+
+def _train(p: Params) -> Any:
+    from tasks.model.train import train
+
+    return train(p)
+
+
+def _backtest(p: Params) -> Any:
+    from tasks.model.backtest import backtest
+
+    return backtest(p)
+
+
+def _register(p: Params) -> Any:
+    from tasks.registry.register import register
+
+    return register(p)
+
+
+def _deliver(p: Params) -> Any:
+    from tasks.delivery.client.deliver import deliver
+
+    return deliver(p)
+
+
+STAGES: dict[str, tuple[Callable[[Params], Any], str, Callable[[Any], RenderableType]]] = {
+    "ingest": (_ingest, "Stage 1: bars from the configured source into data/raw/.", _describe_ingest),
+    "validate": (_validate, "Stage 2: Great Expectations suite; bad rows to data/quarantine/.", _describe_validate),
+    "features": (_features, "Stage 3: indicators, date splits and train-only normalisation.", _describe_features),
+    "train": (_train, "Stage 4: generational evolution of the PPO population.", _describe_train),
+    "backtest": (_backtest, "Stage 5: the trained policy on the test window, beside buy-and-hold.",
+                 _describe_backtest),
+    "register": (_register, "Stage 6: MLflow run, registered model, champion gate.", _describe_register),
+    "deliver": (_deliver, "Stage 7: one trading cycle: the champion trades the latest bar on the paper broker.",
                 _describe_deliver),
 }
-"""Stage command -> (the ``tasks/`` subpackage whose module of that name runs it, help, summary line)."""
+"""Stage command -> (the stage function it runs, help, summary line). Each stage's module is
+imported when its command runs: the training stages import torch, the others need not."""
 
 
-def _add_stage_command(name: str, part: str, doc: str, describe: Callable[[Any], RenderableType]) -> None:
+def _add_stage_command(name: str, stage: Callable[[Params], Any], doc: str,
+                       describe: Callable[[Any], RenderableType]) -> None:
     def run_stage(params: Path, set_: list[str], profile: bool = False, resume: bool = False) -> None:
-        stage = getattr(importlib.import_module(f"tasks.{part}.{name}"), name)
         _log_to_console()
         console.print(describe(_stage(name, lambda: stage(_params(params, set_, profile, resume)))))
 
@@ -171,8 +213,8 @@ def _add_stage_command(name: str, part: str, doc: str, describe: Callable[[Any],
     app.command(name=name)(chosen)
 
 
-for _name, (_part, _doc, _describe) in STAGES.items():
-    _add_stage_command(_name, _part, _doc, _describe)
+for _name, (_run, _doc, _describe) in STAGES.items():
+    _add_stage_command(_name, _run, _doc, _describe)
 
 
 @app.command()
@@ -241,8 +283,8 @@ def receiver(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> 
     """Serve the MLflow webhook receiver: signed alias moves become Prefect events (podracer up starts it)."""
     import uvicorn
 
-    from flows.services import HOST, WEBHOOK_SECRET_ENV, webhook_secret
     from tasks.registry.webhook import prefect_emit, receiver_app
+    from tasks.services import HOST, WEBHOOK_SECRET_ENV, webhook_secret
 
     cfg = _stage("config", lambda: _params(params, set_))
     _log_to_console()
@@ -264,7 +306,7 @@ def broker(
     clock: Annotated[Clock | None, typer.Option(help="The market clock (default broker.clock).")] = None,
 ) -> None:
     """Serve the local paper broker: Alpaca's Trading API on 127.0.0.1, over data/broker/broker.db."""
-    from tasks.delivery.service import serve
+    from tasks.delivery.broker.service import serve
 
     cfg = _stage("config", lambda: _params(params, set_))
     _log_to_console()
@@ -283,8 +325,9 @@ def trade(
 ) -> None:
     """The trading loop: the champion trades each new bar on trade.broker (local or alpaca)."""
     from flows.summary import orders_table
-    from tasks.delivery import live
-    from tasks.delivery import replay as replays
+    from tasks.delivery.client import live
+    from tasks.delivery.client import replay as replays
+    from tasks.delivery.client.deliver import deliver
 
     cfg = _stage("config", lambda: _params(params, set_))
     _log_to_console()
@@ -295,27 +338,35 @@ def trade(
         console.print(f"[green]✓ replay[/] {result.start}..{result.end}: {result.bars} bars, final paper equity "
                       f"{result.final_equity:,.2f}; {replays.verdict(result)}; plot {result.plot}")
     elif once:
-        console.print(orders_table(_stage("trade", lambda: live.once(cfg))))
+        console.print(orders_table(_stage("trade", lambda: deliver(cfg))))
     else:
         _stage("trade", lambda: live.forever(cfg, lambda r: console.print(orders_table(r))))
+
+
+def _broker_headers(cfg: Params) -> dict[str, str]:
+    """The local broker's API-key headers, which its health check sends."""
+    from tasks.delivery.keys import local_keys
+
+    return local_keys(cfg).headers()
 
 
 @app.command()
 def up(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
     """Start the local Prefect server, MLflow server, paper broker and deployment runner on 127.0.0.1."""
-    from flows import services
+    from tasks import services
 
-    cfg = _stage("config", lambda: _params(params, set_))
-    running = _stage("up", lambda: services.up(cfg, params, say=lambda line: console.print(f"  {line}")))
+    cfg = _stage("config", lambda: _params(params, set_, clients=False))
+    running = _stage("up", lambda: services.up(cfg, _broker_headers(cfg),
+                                               say=lambda line: console.print(f"  {line}")))
     console.print(_services_table([(r, True, True) for r in running]))
 
 
 @app.command()
 def down(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
     """Stop the services `podracer up` started (by their recorded PIDs)."""
-    from flows import services
+    from tasks import services
 
-    cfg = _stage("config", lambda: _params(params, set_))
+    cfg = _stage("config", lambda: _params(params, set_, clients=False))
     stopped = _stage("down", lambda: services.down(cfg, say=lambda line: console.print(f"  {line}")))
     console.print(f"[green]✓ down[/] {len(stopped)} service(s) stopped" if stopped else "nothing was running")
 
@@ -323,10 +374,10 @@ def down(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None
 @app.command()
 def status(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
     """What `podracer up` started: each service's PID, URL, and whether it answers."""
-    from flows import services
+    from tasks import services
 
-    cfg = _stage("config", lambda: _params(params, set_))
-    rows = _stage("status", lambda: services.status(cfg))
+    cfg = _stage("config", lambda: _params(params, set_, clients=False))
+    rows = _stage("status", lambda: services.status(cfg, _broker_headers(cfg)))
     console.print(_services_table(rows) if rows else "no services recorded (start them with `podracer up`)")
 
 

@@ -1,10 +1,11 @@
-"""The Prefect flow ``ct_cycle``: one continuous-training cycle (issue 13, §3; DESIGN §1).
+"""The Prefect flow ``ct_cycle``: one continuous-training cycle (docs/operations.md, the CT cycle).
 
-Wiring only; the steps are :mod:`tasks.registry.ct`. New bars → validation → features →
-a population warm-started from the champion → challenger, champion and buy-and-hold on the
-same evaluation window → the gate → registration with the gate report (a Prefect artifact,
-and MLflow artifacts beside the version). Promotion moves the ``champion`` alias, and the
-``deliver/on-promotion`` deployment delivers it (:mod:`flows.deployments`).
+Wiring only: the same stage tasks as :mod:`flows.pipeline`, on walk-forward windows and
+against the champion. New bars → validation → features → a population warm-started from
+the champion → challenger, champion and buy-and-hold on the same evaluation window → the
+gate → registration with the gate report (a Prefect artifact, and MLflow artifacts beside
+the version). Promotion moves the ``champion`` alias, and the ``deliver/on-promotion``
+deployment delivers it (:mod:`flows.deployments`).
 
 At most one cycle runs at a time: both ct-cycle deployments share the global concurrency
 limit ``ct-cycle`` (one slot), so a second data event queues its run instead of losing it.
@@ -16,18 +17,27 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from prefect import flow, task
+from prefect import flow
 from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
 
 from tasks.config import Params, load_params
+from tasks.data import features
+from tasks.data.features import features_task
+from tasks.data.ingest import ingest_task, nothing_new, record_processed
 from tasks.data.validate import validate_task
-from tasks.model.walkforward import windows
-from tasks.registry import ct
-from tasks.registry.register import RegisterResult, register
+from tasks.model.backtest import backtest_task
+from tasks.model.train import train_task
+from tasks.model.walkforward import challenger_plan, refit_plan, windows
+from tasks.registry.register import RegisterResult, cycle_candidate, register_task
+from tasks.registry.report import gate_task
+from tasks.registry.store import check_tracking
+from tasks.registry.versions import champion_task
 
 CONCURRENCY = "ct-cycle"
+RETRIED = {"retries": 2, "retry_delay_seconds": 5}
+"""A failed fetch of the champion, or a failed training, is tried again: training resumes
+from its checkpoint (:func:`tasks.model.walkforward.challenger_plan`)."""
 
 
 @dataclass(frozen=True)
@@ -39,18 +49,6 @@ class CycleSummary:
     appended_bars: int = 0
     training: str = ""
     """How the challenger trained: warm or cold, and what it cost (resumed steps included)."""
-
-
-new_data_task = task(ct.new_data, name="ingest new bars", cache_policy=NO_CACHE)
-features_task = task(ct.with_features, name="features (appended)", cache_policy=NO_CACHE)
-champion_task = task(ct.current_champion, name="fetch champion", cache_policy=NO_CACHE, retries=2,
-                     retry_delay_seconds=5)
-train_task = task(ct.train_challenger, name="train challenger", cache_policy=NO_CACHE, retries=2,
-                  retry_delay_seconds=5)  # a retry resumes from the checkpoint
-compare_task = task(ct.compare, name="backtest on the window", cache_policy=NO_CACHE)
-report_task = task(ct.gate_report, name="gate report", cache_policy=NO_CACHE)
-refit_task = task(ct.refit, name="refit", cache_policy=NO_CACHE)
-register_task = task(register, name="register", cache_policy=NO_CACHE)
 
 
 def _hold_slot() -> contextlib.AbstractContextManager:
@@ -70,26 +68,27 @@ def ct_cycle(params: Params | None = None, data_version: str | None = None) -> C
     """
     params = params or load_params()
     with _hold_slot():
-        ct.check_tracking(params)
-        champion = champion_task(params)
-        found = new_data_task(params, champion.data_version if champion else None)
-        if found.nothing_new:
-            return CycleSummary(found.data_version, found.nothing_new)
+        check_tracking(params.registry)
+        champion = champion_task.with_options(**RETRIED)(params)
+        ingested = ingest_task(params, latest=True)
+        why = nothing_new(params, ingested, champion.data_version if champion else None)
+        if why:
+            return CycleSummary(ingested.data_version, why)
         validate_task(params)
-        fs, appended = features_task(params)
-        w = windows(fs, params.ct.eval_bars)
-        trained, how = train_task(params, found.data_version, fs, w, champion)
-        cmp = compare_task(params, fs, w, trained.model_dir, champion)
-        passed, reason, markdown, sheet = report_task(params, w, cmp)
-        create_markdown_artifact(markdown=markdown, key="gate-report",
+        featured = features_task(params)
+        w = windows(features.load(featured.folder), params.ct.eval_bars)
+        version = ingested.data_version
+        trained = train_task.with_options(**RETRIED)(params, version, challenger_plan(params, w, champion))
+        tested = backtest_task(params, w, champion)
+        verdict = gate_task(params, tested)
+        create_markdown_artifact(markdown=verdict.report_markdown, key="gate-report",
                                  description=f"Challenger vs champion vs buy-and-hold, {w.first} to {w.last}")
-        model_dir, refitted = trained.model_dir, False
-        if passed and params.ct.refit:
-            model_dir, refitted = refit_task(params, found.data_version, fs, w, trained.model_dir), True
-        ct.check_tracking(params)
-        registered = register_task(params, ct.candidate(params, found.data_version, w, cmp, model_dir, passed,
-                                                        reason, markdown, sheet, how, refitted))
-        ct.record_processed(params, found.data_version, {"version": registered.version, "promoted": passed})
-        verdict = "promoted to champion" if passed else "stays challenger"
-        return CycleSummary(found.data_version, f"version {registered.version} {verdict}: {reason}", registered,
-                            appended, f"{how}; {trained.describe()}")
+        refit = None
+        if verdict.passed and params.ct.refit:
+            refit = train_task(params, version, refit_plan(params, version, w, trained.model_dir))
+        check_tracking(params.registry)
+        registered = register_task(params, cycle_candidate(version, trained, tested, verdict, refit))
+        record_processed(params, version, {"version": registered.version, "promoted": verdict.passed})
+        outcome = "promoted to champion" if verdict.passed else "stays challenger"
+        return CycleSummary(version, f"version {registered.version} {outcome}: {verdict.reason}", registered,
+                            featured.appended, trained.describe())

@@ -14,10 +14,10 @@ import logging
 from prefect import flow
 
 from tasks.config import Params, load_params
-from tasks.delivery.deliver import deliver_task, delivered_version
-from tasks.delivery.loop import CycleResult
-from tasks.registry.gate import PREVIOUS, alias_version, champion_version
-from tasks.registry.store import client
+from tasks.delivery.client.deliver import deliver_task, delivered_version
+from tasks.delivery.client.loop import CycleResult
+from tasks.registry.aliases import note_hand_move
+from tasks.registry.gate import champion_version
 
 log = logging.getLogger("podracer.deliver")
 
@@ -33,10 +33,7 @@ def deliver_champion(params: Params | None = None, version: str | None = None) -
         return None
     if version is not None and str(version) != current:
         log.info("champion moved on from version %s to %s: delivering %s", version, current, current)
-    before = delivered_version(params)
-    if before is not None and before != current and alias_version(params.registry, PREVIOUS) != before:
-        # the alias was moved by hand (MLflow UI or REST): what traded before is what a rollback restores
-        client(params.registry).set_registered_model_alias(params.registry.model_name, PREVIOUS, before)
+    note_hand_move(params.registry, delivered_version(params))  # what a rollback restores
     return deliver_task(params)
 
 

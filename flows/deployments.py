@@ -2,7 +2,7 @@
 
 Wiring only. Each deployment's parameter is the typed config (``Params``), so the Prefect UI
 shows it as an editable form with its field descriptions, and the schema is enforced: a
-bad value is refused (HTTP 409) before any run starts (DESIGN §8).
+bad value is refused (HTTP 409) before any run starts (docs/operations.md).
 
 | deployment | runs | started by |
 |---|---|---|
@@ -12,11 +12,23 @@ bad value is refused (HTTP 409) before any run starts (DESIGN §8).
 | ``deliver/on-promotion`` | one delivery with the new champion | the event ``podracer.model.promoted`` |
 | ``trade/session`` | one trading cycle | cron ``schedule.trade_cron`` (market days) |
 
-The runner also polls the registry every ``services.poll_seconds``: a champion that no
-delivery has traded with for that long (a lost webhook) is announced again
-(:class:`tasks.registry.webhook.Poller`).
+The runner also polls every ``services.poll_seconds`` (:class:`tasks.registry.webhook.Poller`):
+
+- the registry: a champion that no delivery has traded with for that long (a lost webhook)
+  is announced again (``podracer.model.promoted``);
+- the data: bars in ``data/raw/`` that no CT cycle has finished on (``data/ct/state.json``),
+  with no cycle queued or running, are announced again (``podracer.data.arrived``). So a
+  cycle that crashed (its runner killed) or failed runs again by itself, and its training
+  resumes from its checkpoint; a cycle that keeps failing is retried ever less often.
+
+When it starts, the runner marks ``Crashed`` the runs of its deployments that a runner
+killed with its flow processes left ``Running`` (they would hold their concurrency slot,
+and the data poll would wait on them for ever).
 
     python -m flows.deployments -p params.yaml   # with PREFECT_API_URL set to the server
+
+Prefect reads its settings when it is imported, so :func:`main` loads ``.env`` first and
+everything that imports Prefect is imported inside the functions here.
 """
 
 from __future__ import annotations
@@ -24,33 +36,37 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from datetime import datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from flows.cli import load_env_defaults
+from tasks.config import Params, load_params
+from tasks.settings import load_env_defaults
 
-load_env_defaults()
-
-from prefect import serve  # noqa: E402
-from prefect.deployments.runner import RunnerDeployment  # noqa: E402
-from prefect.events import DeploymentEventTrigger  # noqa: E402
-from prefect.schedules import Cron  # noqa: E402
-
-from flows.ct_cycle import CONCURRENCY, ct_cycle  # noqa: E402
-from flows.delivery import deliver_champion, trade_session  # noqa: E402
-from flows.pipeline import rlops_pipeline  # noqa: E402
-from tasks.config import Params, load_params  # noqa: E402
-from tasks.data.arrivals import ARRIVED  # noqa: E402
-from tasks.delivery.deliver import delivered_version  # noqa: E402
-from tasks.registry.gate import champion_version  # noqa: E402
-from tasks.registry.webhook import PROMOTED, Poller, prefect_emit  # noqa: E402
+if TYPE_CHECKING:
+    from prefect.deployments.runner import RunnerDeployment
 
 log = logging.getLogger("podracer.runner")
+TAG = "podracer"
+"""Every deployment's tag, which its runs carry too."""
+ACTIVE = ("PENDING", "RUNNING", "PAUSED", "CANCELLING")
+"""Prefect's state types of a run under way."""
 
 
 def deployments(params: Params) -> list[RunnerDeployment]:
     """Every deployment of the project, its default parameters from ``params``."""
+    from prefect.events import DeploymentEventTrigger
+    from prefect.schedules import Cron
+
+    from flows.ct_cycle import ct_cycle
+    from flows.delivery import deliver_champion, trade_session
+    from flows.pipeline import rlops_pipeline
+    from tasks.data.arrivals import ARRIVED
+    from tasks.registry.webhook import PROMOTED
+
     config = {"params": params.model_dump(mode="json")}
-    common = {"enforce_parameter_schema": True, "tags": ["podracer"]}
+    common = {"enforce_parameter_schema": True, "tags": [TAG]}
     tz, schedule = params.schedule.timezone, params.schedule
     return [
         rlops_pipeline.to_deployment(
@@ -66,7 +82,8 @@ def deployments(params: Params) -> list[RunnerDeployment]:
             triggers=[DeploymentEventTrigger(
                 name="new bars", expect={ARRIVED}, match={"prefect.resource.id": "podracer.dataset.*"},
                 parameters={"data_version": "{{ event.payload.data_version }}"})],
-            description=f"The continuous-training cycle, started by a `{ARRIVED}` event (ingest of new bars)."),
+            description=f"The continuous-training cycle, started by a `{ARRIVED}` event (new bars, or bars no "
+                        "cycle has finished on, announced again by the runner's data poll)."),
         deliver_champion.to_deployment(
             name="on-promotion", parameters=config, **common,
             triggers=[DeploymentEventTrigger(
@@ -86,6 +103,8 @@ def ensure_concurrency_limit() -> None:
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectAlreadyExists
 
+    from flows.ct_cycle import CONCURRENCY
+
     with get_client(sync_client=True) as client:
         try:
             client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=CONCURRENCY, limit=1))
@@ -93,22 +112,101 @@ def ensure_concurrency_limit() -> None:
             pass
 
 
-def start_poller(params: Params, stop: threading.Event) -> threading.Thread:
-    """The registry poll for lost webhooks, in a daemon thread of the runner."""
-    poller = Poller(lambda: champion_version(params.registry), lambda: delivered_version(params), prefect_emit,
-                    params.registry.model_name, params.services.poll_seconds)
-    thread = threading.Thread(target=poller.run, args=(stop,), name="registry-poll", daemon=True)
-    thread.start()
-    return thread
+def in_flight(flow_name: str, within: timedelta) -> bool:
+    """Is a run of the flow ``flow_name`` under way, or due to start within ``within``
+    (queued by an event, waiting for its concurrency slot, late, or a schedule's next run)?"""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterNextScheduledStartTime,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    def kinds(*names: str) -> FlowRunFilterState:
+        return FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType(name) for name in names]))
+
+    soon = datetime.now(timezone.utc) + within
+    flows = FlowFilter(name=FlowFilterName(any_=[flow_name]))
+    with get_client(sync_client=True) as client:
+        return any(client.read_flow_runs(flow_filter=flows, flow_run_filter=runs, limit=1) for runs in (
+            FlowRunFilter(state=kinds(*ACTIVE)),
+            FlowRunFilter(state=kinds("SCHEDULED"),
+                          next_scheduled_start_time=FlowRunFilterNextScheduledStartTime(before_=soon))))
+
+
+def crash_orphans() -> list[str]:
+    """Mark ``Crashed`` every run of the project's deployments still under way: called when
+    the runner starts, when none of them can be, since runs execute in the runner's own
+    processes. Returns the names of the runs it marked."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterDeploymentId,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        FlowRunFilterTags,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    marked = []
+    with get_client(sync_client=True) as client:
+        orphans = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType(k) for k in ACTIVE])),
+            tags=FlowRunFilterTags(all_=[TAG]), deployment_id=FlowRunFilterDeploymentId(is_null_=False)))
+        for run in orphans:
+            client.set_flow_run_state(run.id, Crashed(message="its runner was killed; a new runner started"),
+                                      force=True)
+            log.warning("flow run %s (%s) was left %s by a killed runner: marked Crashed", run.name, run.id,
+                        run.state_name)
+            marked.append(run.name)
+    return marked
+
+
+def start_polls(params: Params, stop: threading.Event) -> list[threading.Thread]:
+    """The registry poll (lost webhooks) and the data poll (crashed, failed or unannounced
+    CT cycles), each in a daemon thread of the runner."""
+    from flows.ct_cycle import ct_cycle
+    from tasks.caching import current_version
+    from tasks.data.arrivals import polled_arrival, unprocessed
+    from tasks.data.ingest import last_processed
+    from tasks.delivery.client.deliver import delivered_version
+    from tasks.registry.aliases import champion_data_version
+    from tasks.registry.gate import champion_version
+    from tasks.registry.webhook import Poller, polled_promotion, prefect_emit, undelivered
+
+    registry, every = params.registry, params.services.poll_seconds
+    polls = [
+        Poller(f"{registry.model_name}@champion",
+               lambda: undelivered(champion_version(registry), delivered_version(params)),
+               partial(polled_promotion, registry.model_name), prefect_emit, every),
+        Poller(f"{params.dirs.raw}",
+               lambda: unprocessed(current_version(params), last_processed(params) or champion_data_version(registry)),
+               partial(polled_arrival, params), prefect_emit, every,
+               busy=lambda: in_flight(ct_cycle.name, timedelta(seconds=every))),
+    ]
+    threads = [threading.Thread(target=poll.run, args=(stop,), name=f"poll {poll.what}", daemon=True)
+               for poll in polls]
+    for thread in threads:
+        thread.start()
+    return threads
 
 
 def main() -> None:
+    load_env_defaults()  # before Prefect is imported: it reads PREFECT_* settings then
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-p", "--params", type=Path, default=Path("params.yaml"))
     args = parser.parse_args()
     params = load_params(args.params)
+    from prefect import serve
+
     ensure_concurrency_limit()
-    start_poller(params, threading.Event())
+    crash_orphans()
+    start_polls(params, threading.Event())
     serve(*deployments(params), print_starting_message=True)
 
 

@@ -1,7 +1,10 @@
-"""The Prefect flow ``rlops_pipeline``: the seven stages of DESIGN §1, chained.
+"""The Prefect flow ``rlops_pipeline``: the seven stages, chained (docs/design.md, stages and seams).
 
-Wiring only; every stage is a task in ``tasks/``. The flow parameter is the typed config,
-so the Prefect UI shows it as an editable form.
+Wiring only; every stage is a task in ``tasks/``, the same tasks the continuous-training
+cycle (:mod:`flows.ct_cycle`) lists, run on the date splits with no champion: train on the
+train split, select on validation, backtest on test, gate against buy-and-hold, then
+deliver. The flow parameter is the typed config, so the Prefect UI shows it as an editable
+form.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from tasks.config import Params, load_params
 from tasks.data.features import FeaturesResult, features_task
 from tasks.data.ingest import IngestResult, ingest_task
 from tasks.data.validate import ValidateResult, validate_task
-from tasks.delivery.deliver import deliver_task
-from tasks.delivery.loop import CycleResult
+from tasks.delivery.client.deliver import deliver_task
+from tasks.delivery.client.loop import CycleResult
 from tasks.model.backtest import BacktestResult, backtest_task
 from tasks.model.train import TrainResult, train_task
 from tasks.registry.gate import champion_version
-from tasks.registry.register import RegisterResult, register_task
+from tasks.registry.register import RegisterResult, pipeline_candidate, register_task
+from tasks.registry.report import GateVerdict, gate_task
 from trainers.metrics import METRICS
 
 
@@ -31,6 +35,7 @@ class PipelineSummary:
     features: FeaturesResult
     train: TrainResult
     backtest: BacktestResult
+    gate: GateVerdict
     register: RegisterResult
     deliver: CycleResult | None
     note: str
@@ -38,7 +43,7 @@ class PipelineSummary:
 
 @flow(name="rlops-pipeline")
 def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
-    """Ingest → validate → features → train → backtest → register → deliver.
+    """Ingest → validate → features → train → backtest → gate → register → deliver.
 
     ``params`` defaults to ``params.yaml`` in the working directory. Validate and features
     are cached on the data version (``tasks/caching.py``). The validation report and the
@@ -54,12 +59,13 @@ def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
     trained = train_task(params, ingested.data_version)
     tested = backtest_task(params)
     create_table_artifact(
-        table=[{"metric": m, "agent": tested.metrics[m], "buy_and_hold": tested.buy_and_hold[m]} for m in METRICS],
+        table=[{"metric": m, **{arm: values[m] for arm, values in tested.metrics.items()}} for m in METRICS],
         key="backtest-metrics", description=f"Test window {tested.start} to {tested.end}, after costs",
     )
-    registered = register_task(params)
+    verdict = gate_task(params, tested)
+    registered = register_task(params, pipeline_candidate(params, tested, verdict))
     if champion_version(params.registry) is None:
-        return PipelineSummary(ingested, validated, featured, trained, tested, registered, None,
+        return PipelineSummary(ingested, validated, featured, trained, tested, verdict, registered, None,
                                "no champion yet: nothing delivered")
     delivered = deliver_task(params)
-    return PipelineSummary(ingested, validated, featured, trained, tested, registered, delivered, "")
+    return PipelineSummary(ingested, validated, featured, trained, tested, verdict, registered, delivered, "")

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.pipeline import PipelineSummary
-from tasks.delivery.loop import CycleResult
+from tasks.delivery.client.loop import CycleResult
 from tasks.errors import PodracerError
 from tasks.model.backtest import BacktestResult
 from trainers.metrics import METRICS
@@ -21,12 +21,13 @@ def _fmt(name: str, value: float) -> str:
 
 
 def metrics_table(result: BacktestResult) -> Table:
+    """Every arm's metrics side by side (the pipeline's: the agent beside buy-and-hold)."""
     table = Table(title=f"Backtest {result.start} to {result.end} (test window, after costs)")
     table.add_column("metric")
-    table.add_column("agent", justify="right")
-    table.add_column("buy-and-hold", justify="right")
+    for arm in result.metrics:
+        table.add_column(arm.replace("_", "-"), justify="right")
     for name in METRICS:
-        table.add_row(name.replace("_", " "), _fmt(name, result.metrics[name]), _fmt(name, result.buy_and_hold[name]))
+        table.add_row(name.replace("_", " "), *(_fmt(name, values[name]) for values in result.metrics.values()))
     return table
 
 

@@ -1,4 +1,4 @@
-"""One terminal: log lines and progress bars share one rich console (issue 15 §5).
+"""One terminal: log lines and progress bars share one rich console.
 
 rich draws a live progress bar (training's, ``tasks/model/train.py``) on the console it is
 given, by default rich's global console. A log handler that writes to the terminal by itself

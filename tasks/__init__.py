@@ -1,4 +1,4 @@
-"""Pipeline stages as plain functions, each also wrapped as a Prefect task (DESIGN §1).
+"""Pipeline stages as plain functions, each also wrapped as a Prefect task (docs/design.md, stages and seams).
 
 The subpackages follow the data flow, and a lower one never imports a higher one:
 ``data`` (ingest, validate, features) ← ``model`` (train, backtest) ← ``registry``

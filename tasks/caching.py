@@ -1,4 +1,4 @@
-"""The data version, and Prefect cache keys built from it (DESIGN §4: never from DataFrames).
+"""The data version, and Prefect cache keys built from it (never from DataFrames; docs/design.md, data version).
 
 The data version is a content hash of the raw bar files: ingest reports it, training
 stores it in the model bundle, and the register stage logs it to MLflow. It lives here,

@@ -1,4 +1,4 @@
-"""The one typed config, loaded from ``params.yaml`` (DESIGN §1).
+"""The one typed config, loaded from ``params.yaml`` (docs/design.md, stages and seams).
 
 DVC reads the same file as stage params, ``rlops_pipeline`` takes a :class:`Params` as
 its Prefect flow parameter, and the register stage logs it, flattened, as MLflow params.
@@ -17,12 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tasks.errors import ConfigError
-from trainers.env import TURBULENCE, EnvConfig
-from trainers.evolution import EvolutionConfig
+from trainers.config import TURBULENCE, EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
 from trainers.metrics import METRICS
-from trainers.nitro import NitroConfig
-from trainers.ppo import PPOConfig
-from trainers.tournament import TournamentConfig
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -360,7 +356,7 @@ class Params(_Section):
 
 
 class Layout(NamedTuple):
-    """Where each stage reads and writes under ``data_dir`` (DESIGN §1)."""
+    """Where each stage reads and writes under ``data_dir`` (docs/design.md, stages and seams)."""
 
     raw: Path
     validated: Path

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from flows.cli import load_env_defaults
+from tasks.settings import load_env_defaults
 
 load_env_defaults()
 # CI runs the same hypothesis examples every time; explore more locally with
@@ -55,7 +55,7 @@ def tiny_params(root: Path, *overrides: str) -> Params:
 
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[None]:
-    """One temporary Prefect server for every test that runs flows or Prefect tasks (DESIGN §4)."""
+    """One temporary Prefect server for every test that runs flows or Prefect tasks (docs/testing.md)."""
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=90):

@@ -1,4 +1,5 @@
-"""The README's example commands run as written (issue 15 §3), at tiny size.
+"""The README keeps its promises: its example commands run as written, at tiny size, and
+what it points to exists.
 
 Every ``podracer ...`` line in the README's bash blocks is read from the README itself, so a
 new example is tested the day it is written:
@@ -11,6 +12,9 @@ new example is tested the day it is written:
 * (slow) every command runs as a process in a tiny project, in the README's order, except
   the ones that serve until stopped (:data:`SERVE`); one that switches ``data.source`` runs
   in a fresh project of its own.
+
+Every ``make`` target it names is in the Makefile, every folder of its layout table and every
+file it links to exists, and every page under docs/ is reachable from it.
 """
 
 from __future__ import annotations
@@ -54,6 +58,42 @@ def readme_commands(text: str | None = None) -> list[list[str]]:
             else:
                 out.append(words[1:])
     return out
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)")
+
+
+def local_links(text: str) -> list[str]:
+    """The targets of a page's relative markdown links, anchors cut."""
+    return [link for link in LINK.findall(text) if "://" not in link]
+
+
+def test_every_make_target_the_readme_names_is_in_the_makefile():
+    text = README.read_text()
+    named = set(re.findall(r"\bmake ([a-z][a-z-]*)", text))
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.M))
+    assert {"run", "test"} <= named
+    assert named <= targets, f"not in the Makefile: {sorted(named - targets)}"
+
+
+def test_every_folder_of_the_layout_and_every_linked_file_exists():
+    text = README.read_text()
+    layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    folders = re.findall(r"^\| `([^`]+/)` \|", layout, re.M)
+    assert "flows/" in folders and "trainers/" in folders
+    links = local_links(text)
+    assert "docs/results.md" in links
+    for path in [*folders, *links]:
+        assert (REPO / path).exists(), f"README names {path}, which does not exist"
+
+
+def test_every_page_under_docs_is_reachable_from_the_readme():
+    """Linked from the README, or from a page the README links (an archive, say)."""
+    reached = {(REPO / link).resolve() for link in local_links(README.read_text())}
+    for page in [p for p in reached if p.suffix == ".md" and p.exists()]:
+        reached |= {(page.parent / link).resolve() for link in local_links(page.read_text())}
+    missing = [p.name for p in sorted((REPO / "docs").glob("*.md")) if p.resolve() not in reached]
+    assert not missing, f"docs not reachable from the README: {missing}"
 
 
 def overrides(args: list[str]) -> list[str]:

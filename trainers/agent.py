@@ -3,38 +3,82 @@
 "All parallel learners are initialized with different random seeds and synchronized at
 the end of each training epoch", and they communicate by sending network parameters,
 not gradients: once per epoch, every learner's actor and critic become the average of
-all K. With K = 1 the agent is a single plain PPO learner. Each learner owns its batch
-of training envs, so the K rollouts are independent samples of the same policy.
+all K (:meth:`trainers.ppo.PPO.fuse`). Here the K learners start from one set of weights
+(the agent's seed) and draw their actions, minibatches and episodes from their own
+seeds, so their rollouts are independent samples of the same policy. With K = 1 the
+agent is a single plain PPO learner.
 
-An agent checkpoints everything a run needs to continue bit for bit: weights, optimizer
-moments, hyperparameters, every random stream and the envs' accounts and clocks.
+An agent holds its training state between iterations; :mod:`trainers.multiplex` trains
+agents with :class:`trainers.ppo.PPO`. Its state dict is everything a run needs to
+continue bit for bit: weights, Adam moments, hyperparameters, every random stream and the
+envs' accounts and clocks.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from trainers import profiler
-from trainers.env import EnvConfig, MarketData, MarketEnv
-from trainers.ppo import Actor, PPOConfig, PPOLearner, Rollout
-from trainers.state import StateScales, StockLayout, state_dim
+from trainers.config import EnvConfig, PPOConfig
+from trainers.env import MarketData, MarketEnv
+from trainers.nets import Actor, Critic
+from trainers.state import StateScales, StockLayout
 
 SEED_STRIDE = 7919
 """Learner j of an agent seeded ``s`` uses seed ``s + j * SEED_STRIDE``."""
 
 
-def stock_layout(data: MarketData, scales: StateScales) -> StockLayout:
-    """The per-stock layout of ``data``'s states (for ``ppo.policy: shared``)."""
-    return StockLayout(data.n_stocks, data.n_features, scales)
+@dataclass
+class Learner:
+    """One learner between iterations: its networks, its Adam moments (the ``"state"`` of
+    ``torch.optim.Adam.state_dict()``), the random stream of its actions and minibatches,
+    and its envs' current states (``None`` before the first rollout)."""
 
+    cfg: PPOConfig
+    actor: Actor
+    critic: Critic
+    optimizer: dict[str, Any]
+    generator: torch.Generator
+    obs: torch.Tensor | None = None
 
-def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig) -> Actor:
-    """A deterministic actor of ``cfg``'s shape for ``data``, to load trained weights into."""
-    layout = stock_layout(data, scales) if cfg.policy == "shared" else None
-    return Actor(state_dim(data.n_stocks, data.n_features), data.n_stocks, cfg.net_dims, 0.0, layout)
+    @classmethod
+    def fresh(cls, state_dim: int, action_dim: int, cfg: PPOConfig, seed: int, device: torch.device,
+              layout: StockLayout | None = None, init_seed: int | None = None) -> Learner:
+        """Networks initialised from ``init_seed`` (default ``seed``), actions and minibatches
+        drawn from ``seed``."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed if init_seed is None else init_seed)
+            actor = Actor(state_dim, action_dim, cfg.net_dims, cfg.init_log_std, layout).to(device)
+            critic = Critic(state_dim, cfg.net_dims).to(device)
+        return cls(cfg, actor, critic, {"state": {}}, torch.Generator(device=device).manual_seed(seed))
+
+    def set_hparams(self, values: Mapping[str, float]) -> None:
+        """Apply evolved hyperparameters; the network shape stays, so ``net_width`` must be its own."""
+        self.cfg = self.cfg.with_hparams(values)
+
+    def copy_from(self, other: Learner) -> None:
+        """Take ``other``'s weights, Adam moments and hyperparameters (the selector's exploit step)."""
+        self.actor.load_state_dict(other.actor.state_dict())
+        self.critic.load_state_dict(other.critic.state_dict())
+        self.optimizer = copy.deepcopy(other.optimizer)
+        self.set_hparams(other.cfg.hparams())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(), "optimizer": self.optimizer,
+                "hparams": self.cfg.hparams(), "rng": self.generator.get_state(), "obs": self.obs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.optimizer = {"state": copy.deepcopy(state["optimizer"]["state"])}
+        self.set_hparams(state["hparams"])
+        self.generator.set_state(state["rng"])
+        obs = state["obs"]
+        self.obs = None if obs is None else obs.to(self.actor.log_std.device).clone()
 
 
 class PPOAgent:
@@ -53,11 +97,8 @@ class PPOAgent:
         seeds = [seed + j * SEED_STRIDE for j in range(cfg.learners)]
         self.envs = [MarketEnv(data, scales, env_cfg, cfg.num_envs, window, seed=s) for s in seeds]
         dims, actions = self.envs[0].state_dim, self.envs[0].action_dim
-        layout = stock_layout(data, scales) if cfg.policy == "shared" else None
-        self.learners = [PPOLearner(dims, actions, cfg, s, device, layout) for s in seeds]
-        self.fuse()  # learners start from one set of weights; their seeds differ in sampling
-        self.last_rollout: Rollout | None = None
-        """Learner 0's latest rollout (Nitro's detector inspects it, nitro §6.2)."""
+        layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
+        self.learners = [Learner.fresh(dims, actions, cfg, s, device, layout, init_seed=seed) for s in seeds]
 
     @property
     def cfg(self) -> PPOConfig:
@@ -65,33 +106,12 @@ class PPOAgent:
 
     @property
     def actor(self) -> Actor:
-        """The agent's policy (after :meth:`fuse` every learner holds the same one)."""
+        """The agent's policy (after an iteration every learner holds the same one)."""
         return self.learners[0].actor
 
     @property
     def samples_per_iteration(self) -> int:
         return self.cfg.learners * self.cfg.num_envs * self.cfg.horizon
-
-    def train_iteration(self) -> dict[str, float]:
-        """One epoch: every learner collects a rollout and updates, then parameters fuse."""
-        rollouts = [learner.collect(env) for learner, env in zip(self.learners, self.envs)]
-        stats = [learner.update(rollout) for learner, rollout in zip(self.learners, rollouts)]
-        self.last_rollout = rollouts[0]
-        with profiler.operation("fuse"):
-            self.fuse()
-        return {key: sum(s[key] for s in stats) / len(stats) for key in stats[0]}
-
-    @torch.no_grad()
-    def fuse(self) -> None:
-        """Average actor and critic parameters over the learners (a no-op for one learner)."""
-        if len(self.learners) == 1:
-            return
-        for name in ("actor", "critic"):
-            modules = [getattr(learner, name) for learner in self.learners]
-            for params in zip(*(m.parameters() for m in modules)):
-                mean = torch.stack(params).mean(dim=0)
-                for p in params:
-                    p.copy_(mean)
 
     def set_hparams(self, values: dict[str, float]) -> None:
         for learner in self.learners:
@@ -102,8 +122,8 @@ class PPOAgent:
         scaling): running episodes continue, new envs start fresh ones."""
         for learner, env in zip(self.learners, self.envs):
             env.resize(num_envs)
-            if learner._state is not None:
-                learner._state = env.observe()
+            if learner.obs is not None:
+                learner.obs = env.observe()
             learner.set_hparams({"num_envs": num_envs})
 
     def copy_from(self, other: PPOAgent) -> None:
@@ -122,14 +142,3 @@ class PPOAgent:
             learner.load_state_dict(saved)
         for env, saved in zip(self.envs, state["envs"]):
             env.load_state_dict(saved)
-
-    def save(self, path: Path) -> None:
-        """Write a checkpoint atomically (temp file, then rename)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(self.state_dict(), tmp)
-        tmp.replace(path)
-
-    def load(self, path: Path) -> None:
-        """Resume from :meth:`save`'s checkpoint; training then continues bit for bit."""
-        self.load_state_dict(torch.load(path, map_location=self.envs[0].device, weights_only=True))

@@ -8,29 +8,33 @@ batched matmul (``torch.baddbmm``). Padding is exact, not approximate: a padded 
 has zero weights and bias, so its ReLU output is 0, its outgoing weights see no input and
 ReLU's derivative at 0 is 0, so every padded parameter gets a zero gradient and Adam (with
 zero moments) leaves it at zero. Each agent therefore computes the function, gradients and
-updates of its own unpadded :class:`trainers.ppo.Actor` / :class:`trainers.ppo.Critic`.
+updates of its own unpadded :class:`trainers.nets.Actor` / :class:`trainers.nets.Critic`.
 For the same reason a step may :meth:`BatchedNets.crop` the model to the agents it trains
 and to their widest hidden layers, and compute only that.
 
-Parameters are kept in the order of ``PPOLearner.params`` (the actor's ``log_std``, its
-layers, then the critic's layers), so Adam state converts one to one to and from
-``torch.optim.Adam``'s state dict.
+Parameters are kept in the order of ``[*actor.parameters(), *critic.parameters()]`` (the
+actor's ``log_std``, its layers, then the critic's layers), so Adam state converts one to
+one to and from ``torch.optim.Adam``'s state dict.
+
+:class:`Layout` says where each agent's envs sit in a stacked env and in these padded
+``[N, M]`` batches.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from trainers.ppo import Actor, Critic
+from trainers.nets import Actor, Critic
 from trainers.state import StockLayout
 
 BETAS = (0.9, 0.999)
 EPS = 1e-8
-"""torch.optim.Adam's defaults, which PPOLearner uses."""
+"""torch.optim.Adam's defaults."""
 LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
@@ -184,7 +188,7 @@ class BatchedNets:
 class BatchedAdam:
     """Adam for N agents at once, each with its own learning rate and step count. A step
     moves only the agents it is given. Matches torch.optim.Adam (no weight decay, no
-    amsgrad) agent by agent, and PPOLearner's gradient-norm clipping before it."""
+    amsgrad) agent by agent, after nn.utils.clip_grad_norm_ of each agent's gradient."""
 
     def __init__(self, nets: BatchedNets, lr: torch.Tensor) -> None:
         self.nets, self.lr = nets, lr
@@ -218,20 +222,20 @@ class BatchedAdam:
         nets.paste(self.exp_avg, agents, moments[0])
         nets.paste(self.exp_avg_sq, agents, moments[1])
 
-    def state_of(self, i: int, groups: list[dict[str, Any]]) -> dict[str, Any]:
-        """Agent ``i``'s optimizer state in ``torch.optim.Adam.state_dict()`` form; ``groups``
-        are its param groups as loaded (their ``lr`` is replaced by the current one)."""
+    def state_of(self, i: int) -> dict[str, Any]:
+        """Agent ``i``'s moments in the ``"state"`` part of ``torch.optim.Adam.state_dict()``
+        (its learning rate is a hyperparameter of the agent, saved with them)."""
         if float(self.step_count[i]) == 0:
             state: dict[int, dict[str, torch.Tensor]] = {}
         else:
             step = self.step_count[i].to(torch.float32).cpu()
             moments = zip(self.nets.unpad(i, self.exp_avg), self.nets.unpad(i, self.exp_avg_sq))
             state = {k: {"step": step.clone(), "exp_avg": m, "exp_avg_sq": v} for k, (m, v) in enumerate(moments)}
-        return {"state": state, "param_groups": [{**g, "lr": float(self.lr[i])} for g in groups]}
+        return {"state": state}
 
     @torch.no_grad()
     def load_state_of(self, i: int, saved: dict[str, Any]) -> None:
-        """Take agent ``i``'s state from a ``torch.optim.Adam.state_dict()``."""
+        """Take agent ``i``'s state from :meth:`state_of` (or a ``torch.optim.Adam.state_dict()``)."""
         state = saved["state"]
         if not state:
             self.step_count[i] = 0.0
@@ -242,3 +246,51 @@ class BatchedAdam:
         self.nets.pad_into(i, self.exp_avg, [state[k]["exp_avg"].to(self.lr.device) for k in keys])
         self.nets.pad_into(i, self.exp_avg_sq, [state[k]["exp_avg_sq"].to(self.lr.device) for k in keys])
         self.step_count[i] = float(state[keys[0]]["step"])
+
+
+@dataclass
+class Layout:
+    """Where each agent's envs sit in the stacked env (flat) and in the padded ``[N, M]`` layout."""
+
+    counts: list[int]
+    """Envs per agent, on the host."""
+    sizes: torch.Tensor
+    """The same, as a tensor on the device."""
+    offsets: torch.Tensor
+    agent_of_env: torch.Tensor
+    """``[E_total]`` the agent each flat env belongs to."""
+    local_of_env: torch.Tensor
+    """``[E_total]`` its position among that agent's envs."""
+    width: int
+    """``M``: envs of the largest agent."""
+
+    @classmethod
+    def of(cls, sizes: Sequence[int], device: torch.device) -> Layout:
+        size = torch.tensor(sizes, device=device)
+        offsets = torch.cumsum(size, 0) - size
+        agent = torch.repeat_interleave(torch.arange(len(sizes), device=device), size)
+        local = torch.arange(sum(sizes), device=device) - offsets[agent]
+        return cls(list(sizes), size, offsets, agent, local, max(sizes))
+
+    def to_agents(self, x: torch.Tensor) -> torch.Tensor:
+        """``[H, E_total, ...]`` → ``[N, H·M, ...]`` (padded slots repeat an agent's last env)."""
+        h, total = x.shape[0], x.shape[1]
+        local = torch.minimum(torch.arange(self.width, device=x.device), self.sizes.unsqueeze(1) - 1)
+        cols = self.offsets.unsqueeze(1) + local
+        steps = torch.arange(h, device=x.device).view(1, h, 1)
+        index = (steps * total + cols.unsqueeze(1)).reshape(len(self.sizes), -1)
+        return x.reshape(h * total, *x.shape[2:])[index]
+
+    def from_agents(self, y: torch.Tensor, h: int) -> torch.Tensor:
+        """Inverse of :meth:`to_agents`: ``[N, H·M, ...]`` → ``[H, E_total, ...]``."""
+        steps = torch.arange(h, device=y.device).unsqueeze(1)
+        index = self.agent_of_env * (h * self.width) + steps * self.width + self.local_of_env
+        return y.reshape(-1, *y.shape[2:])[index]
+
+    def samples(self, i: int, h: int) -> torch.Tensor:
+        """Flat rollout rows of agent ``i`` in its own flattening order (``t·E_i + e``), which is
+        how a single agent would number the samples it permutes."""
+        dev = self.sizes.device
+        t = torch.arange(h, device=dev).unsqueeze(1)
+        e = torch.arange(self.counts[i], device=dev).unsqueeze(0)
+        return (t * sum(self.counts) + sum(self.counts[:i]) + e).reshape(-1)

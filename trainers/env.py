@@ -4,7 +4,7 @@ E independent sub-environments are stepped as one batch of tensors on CPU or CUD
 there is no Python loop over environments or stocks inside :meth:`MarketEnv.step`, and on
 CUDA the step makes no host round trip, so a rollout stays on the device (§4.4, Fig. 3a).
 
-MDP rules (DESIGN §2):
+MDP rules (docs/design.md, The market MDP):
 
 * the agent sees bar t (close and indicators) and its orders fill at bar t+1's **open**;
 * sells execute before buys, shares are integers ≥ 0 and cash never goes below 0;
@@ -17,7 +17,7 @@ MDP rules (DESIGN §2):
   are blocked and every holding is sold at the next open (FinRL's risk control);
 * a ragged universe (``MarketData.tradable``): a stock not tradable at t is masked from
   the state, never bought and sold if held; one not tradable at t+1 is not bought and a
-  position in it is closed out at its last real close (issue 15, docs/data.md);
+  position in it is closed out at its last real close (docs/data.md, Ragged universes);
 * the end of an episode (its length or the end of data) is a truncation, never terminal.
 
 With a ``baseline`` action, :meth:`MarketEnv.step` also returns each stock's **credit**
@@ -29,69 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from trainers._checks import require
+from trainers.config import EnvConfig
 from trainers.orders import Fill, execute_orders
 from trainers.state import StateScales, account_block, bar_block, state_dim
-
-TURBULENCE = "turbulence"
-"""The indicator the turbulence gate reads, raw (not normalised)."""
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """Trading constants of the MDP; saved with every model so serving uses the same."""
-
-    __pydantic_config__ = {"extra": "forbid"}
-
-    initial_cash: float = 1_000_000.0
-    hmax: int = 100
-    """Largest trade per stock per bar, in shares (paper §3: k ≤ h_max)."""
-    cost_pct: float = 0.002
-    """Transaction cost as a fraction of traded notional (0.2%, paper Fig. 4)."""
-    reward_scale: float = 1e-4
-    """Multiplies the change of account value to give the reward."""
-    episode_len: int = 256
-    """Longest training episode in bars; episodes also end (truncate) at the end of data."""
-    min_episode_len: int = 64
-    """Shortest training episode; each episode's length is drawn in [min, episode_len]."""
-    turbulence_threshold: float | None = None
-    """Turbulence gate: at or above this turbulence index, block buys and liquidate.
-    ``None`` turns it off. The index is about n_stocks on an average bar (a χ²_n distance)."""
-    action: Literal["shares", "weights"] = "shares"
-    """``shares``: a ∈ (-1, 1)^n trades ``trunc(a · hmax)`` shares per stock (finrl-podracer
-    §3, eq. 3). ``weights``: a is a target allocation, ``softmax(WEIGHT_LOGITS · a, 0)`` over
-    the stocks and cash, reached in whole shares at the next open (hmax does not apply)."""
-    rebalance_band: float = 0.0
-    """``action: weights``: an order smaller than this fraction of the account value is not
-    sent (a no-trade band, :func:`trainers.orders.target_orders`); 0 trades every difference."""
-    decide_every: int = 1
-    """Bars each decision is held. The agent decides at every ``decide_every``-th close and
-    its orders fill at the next open; in between nothing is traded but the turbulence gate's
-    liquidation and the close-out of a stock that stops trading. One env step is one decision:
-    its reward is the account's change over those bars (docs/training.md). 1: every bar."""
-    reward: Literal["value", "log", "excess"] = "value"
-    """``value``: Δ account value × reward_scale. ``log``: log(V_t+1 / V_t) × initial_cash ×
-    reward_scale, the same size at the start but proportional to returns, not dollars.
-    ``excess``: the log return minus the equal-weight market's, log(mean_i close_t+1 / close_t),
-    on the same scale: the market's move, which no allocation escapes, leaves the reward,
-    so what is left credits the allocation (a benchmark-relative reward)."""
-
-    def __post_init__(self) -> None:
-        require(self.initial_cash > 0, "initial_cash must be > 0")
-        require(self.hmax >= 1, "hmax must be >= 1")
-        require(0 <= self.cost_pct < 0.5, "cost_pct must be in [0, 0.5)")
-        require(self.reward_scale > 0, "reward_scale must be > 0")
-        require(0 <= self.rebalance_band < 1, "rebalance_band must be in [0, 1)")
-        require(self.decide_every >= 1, "decide_every must be >= 1")
-        require(self.min_episode_len >= 1, "min_episode_len must be >= 1")
-        require(self.episode_len >= self.min_episode_len, "episode_len must be >= min_episode_len")
-        require(self.turbulence_threshold is None or self.turbulence_threshold > 0,
-                "turbulence_threshold must be > 0 (or null for no gate)")
-
 
 @dataclass
 class MarketData:

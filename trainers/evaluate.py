@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 from trainers import profiler
-from trainers.env import EnvConfig, MarketData, MarketEnv
-from trainers.orders import Fill, fill_next, rebalance_orders
+from trainers.config import EnvConfig
+from trainers.env import MarketData, MarketEnv
+from trainers.orders import Fill, fill_next
 from trainers.state import StateScales
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -96,59 +97,3 @@ def _ragged_buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, in
         cash, shares = fill.cash, fill.shares
         values.append(float(cash[0] + (shares[0] * data.close[t + 1].cpu()).sum()))
     return np.asarray(values, dtype=np.float64)
-
-
-Orders = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-"""``(t, cash [1], shares [1, n]) -> (sold, bought)`` ``[1, n]`` orders decided at close t."""
-
-
-def scheduled_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], decide: Orders,
-                        every: int = 1) -> tuple[np.ndarray, float]:
-    """Account value at each close of ``window`` for a rule whose orders ``decide`` returns
-    at every ``every``-th close (holding in between), filled at the next open by
-    :func:`market_fill` with the env's costs: the same rules as the agents and buy-and-hold.
-    Also the notional traded over the window, as a sum of fractions of the account value."""
-    t_lo, t_hi = window
-    cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
-    shares = torch.zeros((1, data.n_stocks), dtype=torch.float64)
-    none = torch.zeros_like(shares)
-    values, traded = [cfg.initial_cash], 0.0
-    for t in range(t_lo, t_hi):
-        sold, bought = decide(t, cash, shares) if (t - t_lo) % every == 0 else (none, none)
-        fill = market_fill(data, t, sold, bought, cash, shares, cfg.cost_pct)
-        traded += float(((fill.shares - shares).abs() * fill.price).sum()) / values[-1]
-        cash, shares = fill.cash, fill.shares
-        values.append(float(cash[0] + (shares[0] * data.close[t + 1].cpu()).sum()))
-    return np.asarray(values, dtype=np.float64), traded
-
-
-def ranked_portfolio(
-    data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor, every: int = 5,
-    top: float = 1 / 3,
-) -> np.ndarray:
-    """Account value at each close of ``window`` for a rule that holds the top ``top`` share
-    of stocks by ``scores[t]`` ``[T, n]`` (known at close t), long only and equal weight,
-    rebalanced every ``every`` bars (:func:`scheduled_portfolio`). Only stocks tradable at t
-    are ranked. The momentum baseline and the synthetic market's oracle are this rule with
-    different scores (issue 14).
-    """
-    n = data.n_stocks
-
-    def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        score = scores[t].cpu()
-        live = torch.ones(n, dtype=torch.bool) if data.tradable is None else data.tradable[t].cpu()
-        held = min(max(1, round(n * top)), int(live.sum()))
-        weights = torch.zeros((1, n), dtype=torch.float64)
-        ranked = torch.argsort(torch.where(live, score, -torch.inf), descending=True, stable=True)[:held]
-        weights[0, ranked] = 1.0 / max(held, 1)
-        return rebalance_orders(weights * (1 - cfg.cost_pct), cash, shares, data.close[t].cpu().unsqueeze(0))
-
-    return scheduled_portfolio(data, cfg, window, decide, every)[0]
-
-
-def momentum_scores(data: MarketData, lookback: int = 20) -> torch.Tensor:
-    """``[T, n]`` trailing ``lookback``-bar return at each close (−inf before there is one)."""
-    close = data.close.cpu()
-    scores = torch.full_like(close, -torch.inf)
-    scores[lookback:] = close[lookback:] / close[:-lookback] - 1.0
-    return scores

@@ -1,7 +1,7 @@
 """Generational evolution of a PPO population (finrl-podracer.txt §4.2).
 
 Each generation every agent trains; the **evaluator** scores its deterministic policy on
-the validation window (never the test window, DESIGN §3) every ``eval_interval``
+the validation window (never the test window, docs/evolution.md) every ``eval_interval``
 iterations and keeps each agent's best snapshot; an agent whose fitness has fallen for
 ``patience`` evaluations in a row stops training; and the **selector**
 (:mod:`trainers.selection`) replaces the bottom agents with explored copies of top ones
@@ -16,68 +16,21 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from trainers import profiler
-from trainers._checks import require
-from trainers.env import EnvConfig, MarketData
-from trainers.nitro import CostLedger, NitroConfig
-from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, evaluation_due, run_job
-from trainers.ppo import HPARAMS, PPOConfig
+from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig
+from trainers.env import MarketData
+from trainers.multiplex import run_job
+from trainers.nitro import CostLedger
+from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, evaluation_due
 from trainers.selection import explore, initial_population, select
 from trainers.state import StateScales
 
 CHECKPOINT = "evolution.pt"
-
-
-@dataclass(frozen=True)
-class EvolutionConfig:
-    """Population size, schedule, evaluator, selector and hyperparameter search space."""
-
-    __pydantic_config__ = {"extra": "forbid"}
-
-    population: int = 8
-    generations: int = 5
-    iterations_per_generation: int = 8
-    """PPO iterations (rollout + update) each agent runs per generation."""
-    eval_interval: int = 8
-    """Evaluate every this many iterations (and always at the end of a generation)."""
-    mode: Literal["generational", "tournament"] = "generational"
-    """Generations with a selector (finrl-podracer.txt §4.2), or an asynchronous training pool
-    with a leaderboard (elegantrl-podracers.txt §3, :mod:`trainers.tournament`)."""
-    fitness: Literal["sharpe", "sortino", "cumulative_return"] = "sharpe"
-    patience: int = 0
-    """Stop an agent once its fitness has fallen this many evaluations in a row (0: never)."""
-    quantile: float = 0.25
-    """Bottom fraction of the population replaced by copies of top agents."""
-    perturb_factors: tuple[float, float] = (0.8, 1.2)
-    resample_p: float = 0.25
-    """Probability that a copy resamples a hyperparameter instead of perturbing it (PBT)."""
-    search_space: dict[str, tuple[float, float]] = field(default_factory=lambda: {
-        "lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.1, 0.3), "gamma": (0.95, 0.999),
-        "gae_lambda": (0.9, 0.99), "repeat_times": (4, 16), "num_envs": (16, 64), "net_width": (64, 256)})
-    """Bounds of the searched hyperparameters; agent 0 starts from the PPO defaults."""
-    budget_env_steps: int | None = None
-    """Hard budget on the run's env steps (nitro §5.3's cost ledger), shared equally by its
-    jobs (an agent's generation, or a tournament job); None: the schedule alone decides."""
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        require(self.population >= 1, "population must be >= 1")
-        require(self.generations >= 1, "generations must be >= 1")
-        require(self.iterations_per_generation >= 1, "iterations_per_generation must be >= 1")
-        require(self.eval_interval >= 1, "eval_interval must be >= 1")
-        require(self.patience >= 0, "patience must be >= 0")
-        require(0 <= self.quantile <= 0.5, "quantile must be in [0, 0.5]")
-        require(min(self.perturb_factors) > 0, "perturb_factors must be > 0")
-        require(0 <= self.resample_p <= 1, "resample_p must be in [0, 1]")
-        require(self.budget_env_steps is None or self.budget_env_steps >= 1, "budget_env_steps must be >= 1")
-        for name, (lo, hi) in self.search_space.items():
-            require(name in HPARAMS, f"search_space.{name} is not one of {', '.join(HPARAMS)}")
-            require(0 < lo <= hi, f"search_space.{name} needs 0 < low <= high")
 
 
 @dataclass
@@ -284,33 +237,3 @@ def evaluations_per_generation(cfg: EvolutionConfig) -> int:
     """How many evaluations each agent gets per generation."""
     last = cfg.iterations_per_generation
     return sum(evaluation_due(it, cfg.eval_interval, last) for it in range(1, last + 1))
-
-
-def evolve(
-    data: MarketData,
-    scales: StateScales,
-    env_cfg: EnvConfig,
-    ppo_cfg: PPOConfig,
-    evo_cfg: EvolutionConfig,
-    train_window: tuple[int, int],
-    val_window: tuple[int, int],
-    *,
-    per_year: float,
-    on_evaluated: ProgressFn | None = None,
-    checkpoint_dir: Path | None = None,
-    resume: bool = False,
-    runner: JobRunner = run_serially,
-    nitro: NitroConfig = NitroConfig(),
-) -> EvolutionResult:
-    """Train a population with generational evolution; return the best validation snapshot.
-
-    Fitness is measured on ``val_window`` only (§4.2, eq. 1's J(π) on held-out data); the
-    snapshot with the highest fitness over all agents and generations is the result, which
-    mitigates over-fitting as training goes on. With ``resume`` the run continues from the
-    checkpoint in ``checkpoint_dir`` and ends exactly as an uninterrupted run would. With
-    ``nitro.enabled`` every agent's env count follows Nitro's boosting score round by round.
-    """
-    run = Evolution(data, scales, env_cfg, ppo_cfg, evo_cfg, train_window, val_window, per_year, nitro)
-    if resume:
-        resume_from(run, checkpoint_dir, CHECKPOINT)
-    return run.run(on_evaluated, checkpoint_dir, runner)

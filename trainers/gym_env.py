@@ -3,7 +3,7 @@
 :class:`MarketGymEnv` is one account as a ``gymnasium.Env`` (Stable-Baselines3 trains on
 it); :class:`MarketVectorEnv` is the batched env as a ``gymnasium.vector.VectorEnv``
 with same-step autoreset. Both run the one MDP implementation, so a policy trained
-through them faces exactly the rules our own PPO trains under (DESIGN §2). Episodes end
+through them faces exactly the rules our own PPO trains under (docs/design.md, The market MDP). Episodes end
 by truncation only: the MDP has no terminal state.
 """
 
@@ -18,7 +18,8 @@ from gymnasium.spaces import Box
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.config import EnvConfig
+from trainers.env import MarketData, MarketEnv
 from trainers.state import FEATURE_CLIP, StateScales
 
 

@@ -23,40 +23,11 @@ from typing import Any
 import torch
 
 from trainers._checks import require
-from trainers.ppo import Actor, Rollout, surrogate
+from trainers.config import NitroConfig
+from trainers.nets import Actor
+from trainers.ppo import Rollout, clipped
 
 _TINY = torch.finfo(torch.float64).tiny
-
-
-@dataclass(frozen=True)
-class NitroConfig:
-    """Nitro's knobs (§5.3 defaults: window n = 6; the decay d and actor range [I_min, I_max] are per budget)."""
-
-    __pydantic_config__ = {"extra": "forbid"}
-
-    enabled: bool = False
-    window: int = 6
-    """n: rounds of R in the sliding window that normalises the score."""
-    decay: float = 0.96
-    """d: the score is annealed by d^k at round k; 1 disables the annealing."""
-    min_envs: int = 8
-    """I_min: envs per rollout in the least boosted round."""
-    max_envs: int = 64
-    """I_max: envs per rollout in the most boosted round."""
-    lanczos_steps: int = 12
-    """Lanczos iterations (Hessian-vector products) per detection."""
-    subset: int = 256
-    """Rollout samples the Hessian is taken on (§6.2: a subset of the trajectories)."""
-    eps: float = 1e-6
-    """Guard for λmin ≈ 0, relative to the spectrum's scale (see :func:`convexity_ratio`)."""
-
-    def __post_init__(self) -> None:
-        require(self.window >= 1, "nitro window must be >= 1")
-        require(0 < self.decay <= 1, "nitro decay must be in (0, 1]")
-        require(1 <= self.min_envs <= self.max_envs, "nitro needs 1 <= min_envs <= max_envs")
-        require(self.lanczos_steps >= 2, "nitro lanczos_steps must be >= 2")
-        require(self.subset >= 1, "nitro subset must be >= 1")
-        require(self.eps > 0, "nitro eps must be > 0")
 
 
 def lanczos_extremes(
@@ -121,6 +92,31 @@ def convexity_ratio(lam_max: torch.Tensor, lam_min: torch.Tensor, eps: float = 1
     return -lam_max / denominator
 
 
+def surrogate(
+    actor: Actor,
+    states: torch.Tensor,
+    raw_actions: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped policy loss (the negated surrogate objective, :func:`trainers.ppo.clipped`)
+    of ``actor`` and its mean entropy: the objective whose curvature Nitro reads (§5.1).
+
+    ``raw_actions`` are the pre-``tanh`` Gaussian samples the rollout took; the ratio
+    π_new/π_old is computed on them, where the ``tanh`` Jacobian cancels. With per-action
+    ``old_log_probs`` and ``advantages`` ``[B, n]`` (``credit: per_stock``) each action has
+    its own clipped ratio, and a sample's loss is the sum over its actions.
+    """
+    dist = actor.distribution(states)
+    log_probs = dist.log_prob(raw_actions)
+    per_action = old_log_probs.dim() == log_probs.dim()
+    if not per_action:
+        log_probs = log_probs.sum(-1)
+    loss = -clipped((log_probs - old_log_probs).exp(), advantages, clip, per_action).mean()
+    return loss, dist.entropy().sum(-1).mean()
+
+
 def surrogate_hvp(
     actor: Actor,
     states: torch.Tensor,
@@ -160,13 +156,13 @@ def actor_convexity(actor: Actor, rollout: Rollout, cfg: NitroConfig, clip: floa
     deterministic. Gradients are taken with ``torch.autograd.grad``: parameters and their ``.grad`` stay as
     they were.
     """
-    states = rollout.states.flatten(0, 1)
+    states = rollout.obs.flatten(0, 1)
     idx = torch.randperm(states.shape[0], generator=generator, device=generator.device)[: cfg.subset]
     idx = idx.to(states.device)
     adv = rollout.advantages.flatten(0, 1)[idx]
     adv = (adv - adv.mean()) / (adv.std() + 1e-8) if adv.numel() > 1 else torch.zeros_like(adv)
-    hvp = surrogate_hvp(actor, states[idx], rollout.raw_actions.flatten(0, 1)[idx],
-                        rollout.log_probs.flatten(0, 1)[idx], adv, clip)
+    hvp = surrogate_hvp(actor, states[idx], rollout.actions.flatten(0, 1)[idx],
+                        rollout.logprobs.flatten(0, 1)[idx], adv, clip)
     params = list(actor.parameters())
     size = sum(p.numel() for p in params)
     v0 = torch.randn(1, size, generator=generator, device=generator.device, dtype=params[0].dtype)
@@ -189,11 +185,6 @@ class BoostScore:
         self.window, self.decay = window, decay
         self._history: deque[float] = deque(maxlen=window)
         self._rounds = 0
-
-    @property
-    def history(self) -> tuple[float, ...]:
-        """The R values in the window, oldest first."""
-        return tuple(self._history)
 
     @property
     def rounds(self) -> int:
@@ -263,11 +254,6 @@ class CostLedger:
         return any(limit is not None and used >= limit
                    for used, limit in ((self.cpu_seconds, self.max_cpu_seconds),
                                        (self.gpu_seconds, self.max_gpu_seconds)))
-
-    @property
-    def exhausted(self) -> bool:
-        """No env step is left, or a seconds budget is spent."""
-        return self.remaining_env_steps == 0 or self._seconds_spent
 
     def affordable(self, env_steps: int) -> bool:
         """Whether charging ``env_steps`` stays within the budget."""

@@ -1,12 +1,12 @@
 """Orders: what an action asks for, and how a batch of whole-share orders fills (finrl-podracer
-§3, eq. 3–4; DESIGN §2).
+§3, eq. 3–4; docs/design.md, The market MDP).
 
-The env, serving (``tasks/registry/serving.py``) and the paper broker (``tasks/delivery``)
+The env, serving (``tasks/registry/serving.py``) and the paper broker (``tasks/delivery/broker``)
 all turn actions into orders and fill them with these functions, so a paper fill follows the
 training rules: sells first, buys scaled down together when the cash is short, whole shares,
 ``cost_pct`` on every traded notional.
 
-Ragged universes (issue 15): an action never buys a stock that is not tradable at the bar it
+Ragged universes (docs/data.md): an action never buys a stock that is not tradable at the bar it
 sees, and a position in one is sold. In the env, a stock with no tradable bar at the fill's
 open is not bought, and a position in it is closed out at its last real close (the rule of
 docs/data.md: the close of the last bar it traded).
@@ -15,12 +15,10 @@ docs/data.md: the close of the last bar it traded).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from trainers.env import EnvConfig
+from trainers.config import EnvConfig
 
 
 @dataclass

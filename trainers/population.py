@@ -2,10 +2,10 @@
 
 A job carries everything the agent needs (its hyperparameters, seed, full training state,
 evaluator bookkeeping, budget and Nitro state) and returns everything it changed, with
-what it cost, so a generation's jobs can run one after another in this process, batched
-(:mod:`trainers.multiplex`) or as Prefect tasks on Dask workers (§4.3's orchestration)
-with the same results: each agent has its own random streams, and restoring a state dict
-resumes an agent exactly.
+what it cost, so a generation's jobs can run batched in this process, one after another,
+or as Prefect tasks on Dask workers (§4.3's orchestration) with the same results
+(:mod:`trainers.multiplex` runs them): each agent has its own random streams, and
+restoring a state dict resumes an agent exactly.
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from trainers import profiler
 from trainers.agent import PPOAgent
-from trainers.env import EnvConfig, MarketData
-from trainers.evaluate import run_policy
-from trainers.metrics import FITNESS
-from trainers.nitro import BoostScore, CostLedger, NitroConfig, actor_convexity, next_env_count
-from trainers.ppo import Actor, PPOConfig, Rollout
+from trainers.config import EnvConfig, NitroConfig, PPOConfig
+from trainers.env import MarketData
+from trainers.nets import Actor
+from trainers.nitro import BoostScore, CostLedger, actor_convexity, next_env_count
+from trainers.ppo import Rollout
 from trainers.selection import STRUCTURAL
 from trainers.state import StateScales
 
@@ -56,10 +55,14 @@ class Setting:
         task arguments and need not have a GPU), its device named for the jobs."""
         return replace(self, data=self.data.to("cpu"), device=str(self.data.close.device))
 
-    def agent(self, hparams: Mapping[str, float], seed: int) -> PPOAgent:
-        """A fresh agent with ``hparams`` applied to the PPO base."""
-        return PPOAgent(self.data, self.scales, self.env_cfg, self.ppo_cfg.with_hparams(hparams),
-                        self.train_window, seed)
+    def agent(self, hparams: Mapping[str, float], seed: int, state: dict[str, Any] | None = None) -> PPOAgent:
+        """An agent with ``hparams`` applied to the PPO base: fresh, or restored from ``state``
+        (a ``PPOAgent.state_dict()``, which the agent copies)."""
+        agent = PPOAgent(self.data, self.scales, self.env_cfg, self.ppo_cfg.with_hparams(hparams),
+                         self.train_window, seed)
+        if state is not None:
+            agent.load_state_dict(state)
+        return agent
 
     def offspring(self, parent_hparams: Mapping[str, float], parent_seed: int, parent_state: dict[str, Any],
                   hparams: Mapping[str, float], seed: int) -> tuple[dict[str, float], dict[str, Any]]:
@@ -68,8 +71,7 @@ class Setting:
         and the tournament generator's. Structural hyperparameters (the net width) are the
         parent's, since they fix the weights' shapes. Returns the child's hparams and state."""
         child = {**hparams, **{k: parent_hparams[k] for k in STRUCTURAL if k in parent_hparams}}
-        parent = self.agent(parent_hparams, parent_seed)
-        parent.load_state_dict(parent_state)
+        parent = self.agent(parent_hparams, parent_seed, parent_state)
         agent = self.agent(child, seed)
         agent.copy_from(parent)
         agent.set_hparams(child)
@@ -81,11 +83,6 @@ class Setting:
         cfg = self.ppo_cfg.with_hparams(hparams)
         samples = cfg.learners * cfg.num_envs * cfg.horizon
         return float(self.iterations * samples * (1 + cfg.repeat_times))
-
-    def evaluate(self, agent: PPOAgent) -> float:
-        """Fitness of the deterministic policy on the validation window (§4.2)."""
-        values = run_policy(agent.actor, self.data, self.scales, self.env_cfg, self.val_window)
-        return FITNESS[self.fitness](values, self.per_year)
 
 
 @dataclass
@@ -142,7 +139,7 @@ def boost(job: AgentJob, actor: Actor, rollout: Rollout, setting: Setting, clip:
     the choice is deterministic."""
     cfg = setting.nitro
     score = BoostScore(cfg.window, cfg.decay) if job.boost is None else BoostScore.from_state(job.boost)
-    generator = torch.Generator(device=rollout.states.device).manual_seed(job.seed * 7919 + score.rounds)
+    generator = torch.Generator(device=rollout.obs.device).manual_seed(job.seed * 7919 + score.rounds)
     level = score.update(actor_convexity(actor, rollout, cfg, clip, generator))
     job.boost = score.state()
     return next_env_count(level, cfg)
@@ -174,36 +171,6 @@ def fresh(job: AgentJob) -> AgentJob:
     return job
 
 
-def run_job(job: AgentJob, setting: Setting) -> AgentJob:
-    """Train one agent for a generation, evaluating every ``eval_interval`` iterations and
-    at the end; keep its best snapshot; stop training once its fitness has fallen
-    ``patience`` evaluations in a row or its budget is spent; with Nitro on, rescale its
-    envs after every round. Returns the updated job (the input is not changed)."""
-    job, home = fresh(job), setting.data.close.device
-    if setting.device is not None and torch.device(setting.device) != home:  # shipped: train on the named device
-        setting = replace(setting, data=setting.data.to(setting.device), device=None)
-    agent = setting.agent(job.hparams, job.seed)
-    agent.load_state_dict(job.state)
-    gpu = agent.envs[0].device.type == "cuda"
-    for it in range(1, setting.iterations + 1):
-        halted = stopped(job, setting, agent.samples_per_iteration)
-        if not halted:
-            profiler.set_phase("training")
-            with job.cost.meter(agent.samples_per_iteration, gpu):
-                agent.train_iteration()
-                if setting.nitro.enabled:
-                    assert agent.last_rollout is not None
-                    agent.resize_envs(boost(job, agent.actor, agent.last_rollout, setting, agent.cfg.clip))
-                    job.hparams = {**job.hparams, "num_envs": float(agent.cfg.num_envs)}
-        if not evaluation_due(it, setting.eval_interval, setting.iterations):
-            continue
-        profiler.set_phase("evaluation")
-        score = job.last if halted else setting.evaluate(agent)
-        record(job, it, score, halted, lambda: copy.deepcopy(agent.actor.state_dict()))
-    job.state, job.best = to_device(agent.state_dict(), home), to_device(job.best, home)
-    return job
-
-
 def to_device(tree: T, device: torch.device | str) -> T:
     """``tree`` (dicts, lists and tuples of tensors) with every tensor on ``device``. Random
     generator states are CPU byte tensors on every device, so they stay valid."""
@@ -221,7 +188,7 @@ class JobPool(Protocol):
     elegantrl-podracers.txt §3: a training pool with no generation barrier)."""
 
     def submit(self, job: AgentJob) -> None:
-        """Start training ``job`` (``run_job`` with the pool's :class:`Setting`)."""
+        """Start training ``job`` (:func:`trainers.multiplex.run_job` with the pool's :class:`Setting`)."""
 
     def next_finished(self) -> AgentJob:
         """Block until some submitted job finishes and return its result."""

@@ -1,160 +1,48 @@
-"""Proximal Policy Optimization (Schulman et al. 2017), as used by finrl-podracer.txt §5.
+"""Proximal Policy Optimization (Schulman et al. 2017), written once: N learners trained as
+one batched model, a single agent being a population of one.
 
-Owned here rather than taken from a library (DESIGN §3: API churn). Defaults follow
-finrl-podracer.txt Table 3: Adam, lr 2^-14, γ 0.99, batch 2^10, repeat 2^3, buffer 2^12
-(``num_envs × horizon``), ratio clip 0.25, entropy 0.02.
+It reads like CleanRL's ``ppo_continuous_action.py``: :meth:`PPO.collect` steps the envs for
+``horizon`` steps into a rollout buffer that stays on the env's device (finrl-podracer.txt
+§4.4) and computes GAE(λ), bootstrapping truncated episodes from their final state (the
+end of data is a truncation, never a terminal state; docs/training.md); :meth:`PPO.update`
+normalises the advantages and runs ``repeat_times`` epochs of minibatch steps on the
+clipped surrogate, the value loss and the entropy bonus, each one Adam step after
+gradient-norm clipping. Defaults follow finrl-podracer.txt Table 3.
 
-The rollout buffer is a set of contiguous tensors on the env's device (§4.4, "replay
-buffer on GPU"), filled without a host round trip; truncated episodes bootstrap their
-value (DESIGN §2, end of data). :class:`PPOLearner` is one learner; several learners
-fused by parameter averaging make an agent (:mod:`trainers.agent`).
+Every learner keeps its own hyperparameters, envs and random streams, and draws them in
+the order it would alone, so batching changes nothing but the kernels: a generation's
+agents share one set of them (gmi-drl-gpu-multiplexing.txt §3), their weights padded into
+:class:`~trainers.batched.BatchedNets` and their Adam states in
+:class:`~trainers.batched.BatchedAdam`.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any, Literal, NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 import torch
-from torch import nn
 
 from trainers import profiler
-from trainers._checks import require
-from trainers.env import MarketEnv
-from trainers.state import StockLayout
+from trainers.agent import Learner
+from trainers.batched import BatchedAdam, BatchedNets, Layout
+from trainers.config import PPOConfig
+from trainers.env import FinalStates, MarketEnv
 
-HPARAMS = ("lr", "entropy_coef", "clip", "gamma", "gae_lambda", "repeat_times", "num_envs", "net_width")
-"""Hyperparameters that may differ between agents of a population and be evolved;
-``net_width`` is the first hidden layer's width (the others keep their proportions)."""
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """PPO hyperparameters (finrl-podracer.txt Table 3 defaults)."""
-
-    __pydantic_config__ = {"extra": "forbid"}
-
-    lr: float = 2**-14
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip: float = 0.25
-    entropy_coef: float = 0.02
-    value_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    batch_size: int = 2**10
-    repeat_times: int = 2**3
-    """Passes (epochs) over each rollout."""
-    num_envs: int = 2**5
-    horizon: int = 2**7
-    """Steps per env per rollout; ``num_envs × horizon`` is the buffer size (2^12)."""
-    net_dims: tuple[int, ...] = (128, 64)
-    init_log_std: float = -0.5
-    learners: int = 1
-    """Parallel learners per agent, each with its own seed and envs, whose parameters are
-    averaged at the end of every epoch (finrl-podracer.txt §4.4)."""
-    policy: Literal["mlp", "shared"] = "mlp"
-    """``mlp``: one network over the whole state (the paper's). ``shared``: one per-stock
-    scorer applied to every stock (:class:`trainers.state.StockLayout`); the critic stays
-    an MLP over the whole state."""
-    credit: Literal["joint", "per_stock"] = "joint"
-    """``joint``: one GAE(λ) advantage for the whole action (the paper's). ``per_stock``:
-    each stock's action gets its own advantage, the env's difference reward
-    (:meth:`trainers.env.MarketEnv._credit`), and its own clipped ratio; the critic still
-    learns the GAE returns."""
-
-    def __post_init__(self) -> None:
-        require(self.lr > 0, "lr must be > 0")
-        require(0 < self.gamma <= 1, "gamma must be in (0, 1]")
-        require(0 <= self.gae_lambda <= 1, "gae_lambda must be in [0, 1]")
-        require(0 < self.clip < 1, "clip must be in (0, 1)")
-        require(self.entropy_coef >= 0, "entropy_coef must be >= 0")
-        require(self.batch_size >= 1, "batch_size must be >= 1")
-        require(self.repeat_times >= 1, "repeat_times must be >= 1")
-        require(self.num_envs >= 1 and self.horizon >= 1, "num_envs and horizon must be >= 1")
-        require(len(self.net_dims) >= 1 and min(self.net_dims) >= 1, "net_dims must be positive")
-        require(self.learners >= 1, "learners must be >= 1")
-
-    @property
-    def net_width(self) -> int:
-        return self.net_dims[0]
-
-    def hparams(self) -> dict[str, float]:
-        """The evolvable hyperparameters as a plain dict."""
-        return {name: float(getattr(self, name)) for name in HPARAMS}
-
-    def with_hparams(self, values: Mapping[str, float]) -> PPOConfig:
-        """This config with ``values`` applied (integers rounded; ``net_width`` rescales
-        ``net_dims``)."""
-        changes: dict[str, Any] = {k: float(values[k]) for k in ("lr", "entropy_coef", "clip", "gamma", "gae_lambda")
-                                   if k in values}
-        changes.update({k: int(round(values[k])) for k in ("repeat_times", "num_envs") if k in values})
-        if "net_width" in values:
-            scale = values["net_width"] / self.net_dims[0]
-            changes["net_dims"] = tuple(max(1, int(round(d * scale))) for d in self.net_dims)
-        return replace(self, **changes)
-
-
-def mlp(sizes: list[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
-
-
-class Actor(nn.Module):
-    """Gaussian policy; the env receives ``tanh`` of the sample, so actions lie in (-1, 1).
-
-    With a ``layout`` the network is a per-stock scorer: it maps each stock's inputs to
-    that stock's mean, the same weights for every stock (``policy: shared``).
-    """
-
-    def __init__(self, state_dim: int, action_dim: int, net_dims: tuple[int, ...], init_log_std: float,
-                 layout: StockLayout | None = None):
-        super().__init__()
-        self.layout = layout
-        self.net = mlp([state_dim, *net_dims, action_dim] if layout is None else [layout.width, *net_dims, 1])
-        last = self.net[-1]
-        assert isinstance(last, nn.Linear)
-        nn.init.orthogonal_(last.weight, gain=0.01)
-        nn.init.zeros_(last.bias)
-        self.log_std = nn.Parameter(torch.full((action_dim,), init_log_std))
-
-    def mean(self, state: torch.Tensor) -> torch.Tensor:
-        """The Gaussian mean of the pre-``tanh`` action, ``[..., action_dim]``."""
-        if self.layout is None:
-            return self.net(state)
-        return self.net(self.layout.per_stock(state)).squeeze(-1)
-
-    def forward(self, state: torch.Tensor) -> torch.Tensor:
-        """Deterministic action in (-1, 1): ``tanh`` of the Gaussian mean."""
-        return torch.tanh(self.mean(state))
-
-    def distribution(self, state: torch.Tensor) -> torch.distributions.Normal:
-        return torch.distributions.Normal(self.mean(state), self.log_std.exp())
-
-
-class Critic(nn.Module):
-    def __init__(self, state_dim: int, net_dims: tuple[int, ...]):
-        super().__init__()
-        self.net = mlp([state_dim, *net_dims, 1])
-
-    def forward(self, state: torch.Tensor) -> torch.Tensor:
-        return self.net(state).squeeze(-1)
+WIDTH_SPREAD = 1.5
+"""Learners whose first hidden layers differ by more than this factor update in separate batched matmuls."""
 
 
 @dataclass
 class Rollout:
     """Contiguous ``[H, E, ...]`` tensors of one rollout, on the env's device. With
-    ``credit: per_stock``, ``log_probs`` and ``advantages`` (the env's credits) are per
+    ``credit: per_stock``, ``logprobs`` and ``advantages`` (the env's credits) are per
     action, ``[H, E, n]``; ``returns`` are the GAE(λ) value targets either way."""
 
-    states: torch.Tensor
-    raw_actions: torch.Tensor
-    log_probs: torch.Tensor
+    obs: torch.Tensor
+    actions: torch.Tensor
+    """The pre-``tanh`` Gaussian samples; the env received their ``tanh``."""
+    logprobs: torch.Tensor
     rewards: torch.Tensor
     truncated: torch.Tensor
     values: torch.Tensor
@@ -162,19 +50,9 @@ class Rollout:
     returns: torch.Tensor
 
     def split(self, sizes: list[int]) -> list[Rollout]:
-        """The rollouts of consecutive blocks of ``sizes`` envs (a multiplexed population's agents)."""
+        """The rollouts of consecutive blocks of ``sizes`` envs (one block per learner)."""
         parts = [getattr(self, f.name).split(sizes, dim=1) for f in fields(self)]
         return [Rollout(*tensors) for tensors in zip(*parts)]
-
-
-class Batch(NamedTuple):
-    """A rollout flattened to ``[H·E, ...]`` for minibatch sampling."""
-
-    states: torch.Tensor
-    raw_actions: torch.Tensor
-    log_probs: torch.Tensor
-    returns: torch.Tensor
-    advantages: torch.Tensor
 
 
 def gae_advantages(
@@ -189,8 +67,7 @@ def gae_advantages(
     """GAE(λ) advantages ``[H, E]`` (Schulman et al. 2016) with truncation bootstrapping.
 
     After a truncated step the env has already reset, so the TD target uses the value of
-    the episode's final state (``final_values``) and the λ-recursion stops there. The end
-    of data is a truncation, never a terminal state (DESIGN §2).
+    the episode's final state (``final_values``) and the λ-recursion stops there.
     """
     advantages = torch.empty_like(rewards)
     gae = torch.zeros_like(next_value)
@@ -203,30 +80,6 @@ def gae_advantages(
     return advantages
 
 
-def surrogate(
-    actor: Actor,
-    states: torch.Tensor,
-    raw_actions: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    clip: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped policy loss (the negated surrogate objective) and the mean entropy.
-
-    ``raw_actions`` are the pre-``tanh`` Gaussian samples the rollout took; the ratio
-    π_new/π_old is computed on them, where the ``tanh`` Jacobian cancels. With per-action
-    ``old_log_probs`` and ``advantages`` ``[B, n]`` (``credit: per_stock``) each action has
-    its own clipped ratio, and a sample's loss is the sum over its actions.
-    """
-    dist = actor.distribution(states)
-    log_probs = dist.log_prob(raw_actions)
-    per_action = old_log_probs.dim() == log_probs.dim()
-    if not per_action:
-        log_probs = log_probs.sum(-1)
-    loss = -clipped((log_probs - old_log_probs).exp(), advantages, clip, per_action).mean()
-    return loss, dist.entropy().sum(-1).mean()
-
-
 def clipped(ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.Tensor,
             per_action: bool) -> torch.Tensor:
     """PPO's clipped surrogate ``min(ρA, clip(ρ, 1 − ε, 1 + ε)·A)`` per sample; with
@@ -235,130 +88,195 @@ def clipped(ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.T
     return surr.sum(-1) if per_action else surr
 
 
-class PPOLearner:
-    """One actor-critic learner with its own optimizer and random stream."""
+class PPO:
+    """``learners`` and their ``envs`` as one batched model; :meth:`write_back` hands the
+    trained weights and Adam moments back to the learners. ``cfg`` holds what they share
+    (horizon, batch size, loss coefficients, credit); each learner's own ``cfg`` its
+    evolved hyperparameters."""
 
-    def __init__(self, state_dim: int, action_dim: int, cfg: PPOConfig, seed: int, device: torch.device,
-                 layout: StockLayout | None = None):
-        self.cfg, self.device = cfg, device
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.actor = Actor(state_dim, action_dim, cfg.net_dims, cfg.init_log_std, layout).to(device)
-            self.critic = Critic(state_dim, cfg.net_dims).to(device)
-        self.params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr)
-        self.generator = torch.Generator(device=device).manual_seed(seed)
-        self._state: torch.Tensor | None = None
+    def __init__(self, learners: Sequence[Learner], envs: Sequence[MarketEnv], cfg: PPOConfig) -> None:
+        self.learners, self.envs, self.cfg = list(learners), list(envs), cfg
+        self.device = self.envs[0].device
+        self.nets = BatchedNets.stack([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
+        self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64))
+        for i, learner in enumerate(self.learners):
+            self.adam.load_state_of(i, learner.optimizer)
 
-    def set_hparams(self, values: Mapping[str, float]) -> None:
-        """Apply evolved hyperparameters (the selector's exploration step); the learner's
-        network shape stays, so ``net_width`` must be its own."""
-        self.cfg = self.cfg.with_hparams(values)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.cfg.lr
+    def hparam(self, name: str, dtype: torch.dtype = torch.float32,
+               group: Sequence[int] | None = None) -> torch.Tensor:
+        """Hyperparameter ``name`` of the learners in ``group`` (all by default) as a tensor."""
+        group = range(len(self.learners)) if group is None else group
+        values = [float(getattr(self.learners[i].cfg, name)) for i in group]
+        return torch.tensor(values, dtype=dtype, device=self.device)
 
-    def copy_from(self, other: PPOLearner) -> None:
-        """Take ``other``'s weights and optimizer state (the selector's exploit step)."""
-        self.actor.load_state_dict(other.actor.state_dict())
-        self.critic.load_state_dict(other.critic.state_dict())
-        # Deep copy: load_state_dict would otherwise share the Adam moment tensors.
-        self.optimizer.load_state_dict(copy.deepcopy(other.optimizer.state_dict()))
-        self.set_hparams(other.cfg.hparams())
+    def layout(self, group: Sequence[int]) -> Layout:
+        """Where the envs of the learners in ``group`` sit in their stacked env and batches."""
+        return Layout.of([self.envs[i].num_envs for i in group], self.device)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Weights, optimizer, hyperparameters, random stream and the env's current state."""
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "hparams": self.cfg.hparams(),
-                "rng": self.generator.get_state(), "obs": self._state}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        # Deep copy: Adam would otherwise update the caller's moment tensors in place.
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
-        self.set_hparams(state["hparams"])
-        self.generator.set_state(state["rng"])
-        obs = state["obs"]
-        self._state = None if obs is None else obs.to(self.device).clone()
+    def train_iteration(self, group: Sequence[int]) -> list[Rollout]:
+        """One PPO iteration (rollout + update) of the learners in ``group``; the others rest,
+        their envs and random streams untouched. Returns each one's part of the rollout."""
+        rollout = self.collect(group)
+        self.update(group, rollout)
+        return rollout.split(self.layout(group).counts)
 
     @torch.no_grad()
-    def collect(self, env: MarketEnv) -> Rollout:
-        """Step ``env`` for ``horizon`` steps and compute GAE(λ) advantages.
-
-        The env writes each next state straight into the buffer, and nothing in the loop
-        reads a value back to the host on CUDA (truncated episodes' final states are valued
-        for every env there, then masked).
-        """
-        h, e = self.cfg.horizon, env.num_envs
-        dev = env.device
-        states = torch.empty((h + 1, e, env.state_dim), dtype=torch.float32, device=dev)
-        raw_actions = torch.empty((h, e, env.action_dim), dtype=torch.float32, device=dev)
+    def collect(self, group: Sequence[int]) -> Rollout:
+        """Step the envs of ``group`` for ``horizon`` steps and compute GAE(λ) per learner.
+        The env writes each next state straight into the buffer."""
+        layout, nets = self.layout(group), self.nets.sub(group)
+        learners = [self.learners[i] for i in group]
+        for learner, i in zip(learners, group):
+            if learner.obs is None:
+                learner.obs = self.envs[i].reset()
+        env = MarketEnv.stack([self.envs[i] for i in group])
+        h, total, dev = self.cfg.horizon, env.num_envs, self.device
         per_stock = self.cfg.credit == "per_stock"
-        log_probs = torch.empty((h, e, env.action_dim) if per_stock else (h, e), dtype=torch.float32, device=dev)
-        credits = torch.empty((h, e, env.action_dim), dtype=torch.float32, device=dev) if per_stock else None
-        rewards = torch.empty((h, e), dtype=torch.float32, device=dev)
-        truncated = torch.empty((h, e), dtype=torch.bool, device=dev)
-        final_values = torch.zeros((h, e), dtype=torch.float32, device=dev)
-        if self._state is None:
-            env.reset(out=states[0])
-        else:
-            states[0] = self._state
-        for i in range(h):
+        obs = torch.empty((h + 1, total, env.state_dim), device=dev)
+        actions = torch.empty((h, total, env.action_dim), device=dev)
+        logprobs = torch.empty((h, total, env.action_dim) if per_stock else (h, total), device=dev)
+        credits = torch.empty((h, total, env.action_dim), device=dev) if per_stock else None
+        rewards = torch.empty((h, total), device=dev)
+        truncated = torch.empty((h, total), dtype=torch.bool, device=dev)
+        final_values = torch.zeros((h, total), device=dev)
+        noise = torch.zeros((len(group), layout.width, env.action_dim), device=dev)
+        std = nets.log_std.exp().unsqueeze(1)
+        obs[0] = torch.cat([learner.obs for learner in learners])
+        for t in range(h):
             with profiler.operation("inference"):
-                dist = self.actor.distribution(states[i])
-                raw = dist.mean + dist.stddev * torch.randn(
-                    dist.mean.shape, generator=self.generator, device=dev
-                )
-                raw_actions[i] = raw
-                log_probs[i] = dist.log_prob(raw) if per_stock else dist.log_prob(raw).sum(-1)
+                mean = nets.mean(layout.to_agents(obs[t : t + 1]))
+                for j, (learner, count) in enumerate(zip(learners, layout.counts)):
+                    torch.randn((count, env.action_dim), generator=learner.generator, device=dev,
+                                out=noise[j, :count])
+                action = mean + std * noise
+                actions[t] = layout.from_agents(action, 1)[0]
+                logprobs[t] = layout.from_agents(nets.log_prob(mean, action, per_stock), 1)[0]
             with profiler.operation("simulation"):
-                step = env.step(torch.tanh(raw), out=states[i + 1],
-                                baseline=torch.tanh(dist.mean) if per_stock else None)
-            rewards[i], truncated[i] = step.reward, step.truncated
+                baseline = torch.tanh(layout.from_agents(mean, 1)[0]) if per_stock else None
+                step = env.step(torch.tanh(actions[t]), out=obs[t + 1], baseline=baseline)
+            rewards[t], truncated[t] = step.reward, step.truncated
             if credits is not None:
-                credits[i] = step.credit
+                credits[t] = step.credit
             if len(step.final.index):  # a shape, known on the host: no device sync
                 with profiler.operation("inference"):
-                    final_values[i].index_copy_(0, step.final.index, self.critic(step.final.states))
-        self._state = states[h].clone()
+                    final_values[t].index_copy_(0, step.final.index, _values_at(nets, layout, step.final))
+        env.unstack([self.envs[i] for i in group])
+        for learner, part in zip(learners, obs[h].split(layout.counts)):
+            learner.obs = part.clone()
         with profiler.operation("advantage"):
             final_values = torch.where(truncated, final_values, 0.0)
-            values = self.critic(states[:h].flatten(0, 1)).reshape(h, e)
-            advantages = gae_advantages(rewards, values, self.critic(states[h]), truncated, final_values,
-                                        self.cfg.gamma, self.cfg.gae_lambda)
-        return Rollout(states[:h], raw_actions, log_probs, rewards, truncated, values,
+            values = layout.from_agents(nets.value(layout.to_agents(obs[:h])), h)
+            next_value = layout.from_agents(nets.value(layout.to_agents(obs[h : h + 1])), 1)[0]
+            per_env = layout.agent_of_env
+            gamma, lam = self.hparam("gamma", group=group)[per_env], self.hparam("gae_lambda", group=group)[per_env]
+            advantages = gae_advantages(rewards, values, next_value, truncated, final_values, gamma, lam)
+        return Rollout(obs[:h], actions, logprobs, rewards, truncated, values,
                        advantages if credits is None else credits, advantages + values)
 
-    def update(self, rollout: Rollout) -> dict[str, float]:
-        """``repeat_times`` epochs of minibatch updates on the clipped surrogate objective,
-        with the value loss, the entropy bonus, normalised advantages and clipped gradients."""
-        cfg = self.cfg
-        adv = rollout.advantages.flatten(0, 1)
-        batch = Batch(rollout.states.flatten(0, 1), rollout.raw_actions.flatten(0, 1), rollout.log_probs.flatten(0, 1),
-                      rollout.returns.flatten(), (adv - adv.mean()) / (adv.std() + 1e-8))
-        size = adv.shape[0]
-        width = min(cfg.batch_size, size)
-        totals = torch.zeros(3, device=self.device)
-        steps = 0
-        for _ in range(cfg.repeat_times):
-            order = torch.randperm(size, generator=self.generator, device=self.device)
-            for start in range(0, size - width + 1, width):
+    def update(self, group: Sequence[int], rollout: Rollout) -> None:
+        """``repeat_times`` epochs of minibatch steps per learner on its normalised advantages,
+        each step batched over the learners that still have minibatches to go."""
+        layout, h, n = self.layout(group), rollout.rewards.shape[0], len(group)
+        b_advantages = normalised(rollout.advantages, layout)
+        b_obs, b_actions, b_logprobs, b_advantages, b_returns = (
+            x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, b_advantages, rollout.returns))
+        batch = (b_obs, b_actions, b_logprobs, b_advantages, b_returns)
+        size = [h * count for count in layout.counts]
+        width = [min(self.cfg.batch_size, s) for s in size]
+        minibatches = [s // w for s, w in zip(size, width)]
+        steps = [int(self.learners[i].cfg.repeat_times) * b for i, b in zip(group, minibatches)]
+        clip, entropy_coef = self.hparam("clip", group=group), self.hparam("entropy_coef", group=group)
+        b_inds: list[torch.Tensor] = [torch.empty(0)] * n
+        for s in range(max(steps)):
+            active = [j for j in range(n) if s < steps[j]]
+            mb_inds = {}
+            for j in active:
+                if s % minibatches[j] == 0:  # a new epoch: a new permutation of the learner's samples
+                    perm = torch.randperm(size[j], generator=self.learners[group[j]].generator, device=self.device)
+                    b_inds[j] = layout.samples(j, h)[perm]
+                start = (s % minibatches[j]) * width[j]
+                mb_inds[j] = b_inds[j][start : start + width[j]]
+            for part in self.by_width(group, active):
                 with profiler.operation("backprop"):
-                    totals += self._gradient_step(batch, order[start : start + width])
-                steps += 1
-        means = (totals / max(steps, 1)).tolist()  # one host sync per update
-        return dict(zip(("policy_loss", "value_loss", "entropy"), means))
+                    self.gradient_step([group[j] for j in part], part, [mb_inds[j] for j in part], batch, clip,
+                                       entropy_coef)
 
-    def _gradient_step(self, batch: Batch, idx: torch.Tensor) -> torch.Tensor:
-        """One Adam step on minibatch ``idx``; returns (policy loss, value loss, entropy)."""
-        cfg = self.cfg
-        states = batch.states[idx]
-        policy_loss, entropy = surrogate(self.actor, states, batch.raw_actions[idx], batch.log_probs[idx],
-                                         batch.advantages[idx], cfg.clip)
-        value_loss = (self.critic(states) - batch.returns[idx]).pow(2).mean()
-        loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-        self.optimizer.step()
-        return torch.stack((policy_loss, value_loss, entropy)).detach()
+    def gradient_step(self, learners: list[int], active: list[int], mb_inds: list[torch.Tensor],
+                      batch: tuple[torch.Tensor, ...], clip: torch.Tensor, entropy_coef: torch.Tensor) -> None:
+        """One Adam step for ``learners`` (positions ``active`` in the update's group) on their
+        minibatches ``mb_inds``: the clipped surrogate plus ``value_coef`` × the value loss
+        minus ``entropy_coef`` × the entropy, on the model cut to them and their widths."""
+        picked = torch.tensor(active, device=self.device)
+        nets = self.nets.sub(learners, grad=True)
+        longest = max(len(r) for r in mb_inds)
+        if all(len(r) == longest for r in mb_inds):
+            idx, weight = torch.stack(mb_inds), torch.full((len(mb_inds), longest), 1.0 / longest, device=self.device)
+        else:  # a learner with fewer samples than batch_size: pad its rows, weigh them out
+            idx = torch.stack([torch.cat((r, r[: longest - len(r)])) for r in mb_inds])
+            weight = torch.stack([(torch.arange(longest, device=self.device) < len(r)) / len(r) for r in mb_inds])
+        mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = (
+            x.index_select(0, idx.flatten()).unflatten(0, idx.shape) for x in batch)
+        mean = nets.mean(mb_obs)
+        per_action = mb_logprobs.dim() == mb_actions.dim()
+        ratio = (nets.log_prob(mean, mb_actions, per_action) - mb_logprobs).exp()
+        c = clip[picked].reshape((-1,) + (1,) * (ratio.dim() - 1))
+        pg_loss = -(clipped(ratio, mb_advantages, c, per_action) * weight).sum(1)
+        v_loss = ((nets.value(mb_obs) - mb_returns).pow(2) * weight).sum(1)
+        loss = pg_loss + self.cfg.value_coef * v_loss - entropy_coef[picked] * nets.entropy()
+        grads = torch.autograd.grad(loss.sum(), nets.params)
+        self.adam.step(nets, grads, learners, self.cfg.max_grad_norm)
+
+    def by_width(self, group: Sequence[int], active: list[int]) -> list[list[int]]:
+        """``active`` in groups of similar width (grouped batched matmuls): a group's widest
+        learner is at most ``WIDTH_SPREAD`` times its narrowest, so padding wastes little."""
+        order = sorted(active, key=lambda j: self.nets.widths[group[j]][0])
+        parts: list[list[int]] = []
+        for j in order:
+            if parts and self.nets.widths[group[j]][0] <= WIDTH_SPREAD * self.nets.widths[group[parts[-1][0]]][0]:
+                parts[-1].append(j)
+            else:
+                parts.append([j])
+        return [sorted(part) for part in parts]
+
+    @torch.no_grad()
+    def fuse(self, rows: Sequence[int]) -> None:
+        """Average the actor and critic parameters over ``rows``, one agent's parallel learners
+        (finrl-podracer.txt §4.4: learners exchange parameters, not gradients, once per epoch)."""
+        index = torch.tensor(list(rows), device=self.device)
+        for p in self.nets.params:
+            p[index] = p.index_select(0, index).mean(dim=0, keepdim=True).expand(len(rows), *p.shape[1:])
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """Give every learner its trained weights and Adam moments."""
+        for i, learner in enumerate(self.learners):
+            self.nets.write_back(i, learner.actor, learner.critic)
+            learner.optimizer = self.adam.state_of(i)
+
+
+def normalised(advantages: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """Advantages ``[H, E(, n)]`` centred and scaled by each learner's own mean and unbiased
+    standard deviation (as ``Tensor.std``) over its samples."""
+    with torch.no_grad():
+        h, n = advantages.shape[0], len(layout.counts)
+        per_env = layout.agent_of_env
+        count = (layout.sizes * h * advantages[0, 0].numel()).to(advantages.dtype)
+
+        def per_learner(x: torch.Tensor) -> torch.Tensor:  # [H, E(, n)] -> each learner's sum
+            per_env_sums = x.sum(0).reshape(len(per_env), -1).sum(1)
+            return torch.zeros(n, device=x.device).index_add_(0, per_env, per_env_sums)
+
+        mean = per_learner(advantages) / count
+        shape = (-1,) + (1,) * (advantages.dim() - 2)
+        centred = advantages - mean[per_env].reshape(shape)
+        var = per_learner(centred.pow(2)) / (count - 1)
+        return centred / (var.sqrt()[per_env].reshape(shape) + 1e-8)
+
+
+def _values_at(nets: BatchedNets, layout: Layout, final: FinalStates) -> torch.Tensor:
+    """Critic values of the final states of truncated episodes, each by its own learner."""
+    index, states = final
+    padded = torch.zeros((len(layout.sizes), layout.width, states.shape[1]), device=states.device)
+    learner, local = layout.agent_of_env[index], layout.local_of_env[index]
+    padded[learner, local] = states
+    return nets.value(padded)[learner, local]

@@ -146,11 +146,6 @@ def set_phase(name: str) -> None:
     _phase = name
 
 
-def is_enabled() -> bool:
-    """Whether a profiled region is open."""
-    return _recording is not None
-
-
 def enable(*, cuda: bool = False) -> None:
     """Open a profiled region, in the phase last set (initially ``"main"``). ``cuda=True``
     also records GPU kernels with torch.profiler when CUDA is available (§3.2); otherwise

@@ -6,7 +6,7 @@ agent and a random generator, it ranks the agents (best first), replaces the bot
 Ray Tune's PopulationBasedTraining does: each searched value is resampled from the search
 space with probability ``resample_p``, otherwise multiplied by one of ``factors``
 (0.8 / 1.2) and clipped to the bounds. The published FinRL_Podracer code sorted ascending
-and copied the worst agents over the best (DESIGN §3); here the ranking is descending and
+and copied the worst agents over the best (docs/evolution.md, Selector); here the ranking is descending and
 a survivor is never a copy destination, so the top agents always survive unchanged.
 """
 
@@ -24,7 +24,6 @@ INTEGER = ("repeat_times", "num_envs", "net_width")
 """Rounded to whole numbers."""
 STRUCTURAL = ("net_width",)
 """Changes the weights' shapes: drawn once per agent and inherited by copies, never perturbed."""
-SEARCHABLE = ("lr", "entropy_coef", "clip", "gamma", "gae_lambda", "repeat_times", "num_envs", "net_width")
 
 Bounds = Mapping[str, tuple[float, float]]
 

@@ -1,6 +1,6 @@
 """The one state builder, shared by the training environment and live serving.
 
-DESIGN §3: FinRL's paper-trading code re-typed the env's scaling constants by hand,
+FinRL's paper-trading code re-typed the env's scaling constants by hand,
 so training and serving drifted apart. Here every constant that shapes the state
 lives in :class:`StateScales`, is saved next to the policy, and both the env and the
 MLflow pyfunc call :func:`build_state` and :func:`normalise_features`.
@@ -85,7 +85,7 @@ def normalise_features(raw: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np
     """Z-score indicators with train-window statistics and clip them (float32).
 
     ``raw`` is ``[..., n, k]``; ``mean`` and ``std`` are ``[n, k]`` and were fitted on the
-    training split only (DESIGN §2, features contract).
+    training split only (docs/data.md, Contracts).
     """
     z = (raw.astype(np.float64) - mean) / std
     return np.clip(z, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
@@ -103,7 +103,7 @@ def bar_block(close: torch.Tensor, features: torch.Tensor, scales: StateScales,
     and the normalised indicators. It depends only on the bar, so the env computes it once.
 
     Where ``tradable`` (``[..., n]`` bool) is false the stock's price and indicators are 0:
-    a symbol with no real bar shows the policy nothing, never an invented number (issue 15).
+    a symbol with no real bar shows the policy nothing, never an invented number (docs/data.md, Ragged universes).
     """
     price_ref = torch.as_tensor(scales.price_ref, dtype=close.dtype, device=close.device)
     prices = (close / price_ref).to(torch.float32)

@@ -25,47 +25,24 @@ import torch
 
 from trainers import profiler
 from trainers._checks import require
-from trainers.env import EnvConfig, MarketData
+from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
+from trainers.env import MarketData
 from trainers.evolution import (
-    EvolutionConfig,
     EvolutionResult,
     ProgressFn,
     atomic_save,
     job_budget,
     make_setting,
-    resume_from,
 )
-from trainers.nitro import CostLedger, NitroConfig
-from trainers.population import AgentJob, AgentRecord, JobPool, Setting, Snapshot, run_job
-from trainers.ppo import PPOConfig
+from trainers.multiplex import run_job
+from trainers.nitro import CostLedger
+from trainers.population import AgentJob, AgentRecord, JobPool, Setting, Snapshot
 from trainers.selection import draw, explore, initial_population
 from trainers.state import StateScales
 
 CHECKPOINT = "tournament.pt"
 _INPUTS = ("generation", "index", "hparams", "seed", "state", "best", "last", "falls", "parent", "budget", "boost")
 """The fields of an :class:`AgentJob` that a job's input consists of (records and env steps are outputs)."""
-
-
-@dataclass(frozen=True)
-class TournamentConfig:
-    """Size of the training pool and the leaderboard, and the number of jobs to run."""
-
-    __pydantic_config__ = {"extra": "forbid"}
-
-    workers: int = 4
-    """Jobs trained concurrently in the pool."""
-    jobs: int | None = None
-    """Jobs in all; ``None``: ``population × generations``, the generational mode's compute."""
-    leaderboard_size: int = 4
-    """Entries the updater keeps."""
-    tournament_size: int = 2
-    """The generator samples this many leaderboard entries and copies the fittest."""
-
-    def __post_init__(self) -> None:
-        require(self.workers >= 1, "workers must be >= 1")
-        require(self.jobs is None or self.jobs >= 1, "jobs must be >= 1 (or unset)")
-        require(self.leaderboard_size >= 1, "leaderboard_size must be >= 1")
-        require(1 <= self.tournament_size <= self.leaderboard_size, "tournament_size must be in [1, leaderboard_size]")
 
 
 class SimulatedPool:
@@ -309,33 +286,3 @@ class Tournament:
             pending=[(AgentJob(**job), start) for job, start in state["pending"]],
         )
         self.rng.bit_generator.state = state["rng"]
-
-
-def tournament(
-    data: MarketData,
-    scales: StateScales,
-    env_cfg: EnvConfig,
-    ppo_cfg: PPOConfig,
-    evo_cfg: EvolutionConfig,
-    tcfg: TournamentConfig,
-    train_window: tuple[int, int],
-    val_window: tuple[int, int],
-    *,
-    per_year: float,
-    on_evaluated: ProgressFn | None = None,
-    checkpoint_dir: Path | None = None,
-    resume: bool = False,
-    pool: JobPool | None = None,
-    nitro: NitroConfig = NitroConfig(),
-) -> EvolutionResult:
-    """Train agents with tournament-based ensemble training; return the best validation snapshot.
-
-    The counterpart of :func:`trainers.evolution.evolve` with the same result type: fitness
-    on ``val_window`` only, the best snapshot over all jobs is the result. With ``resume``
-    the run continues from the checkpoint in ``checkpoint_dir`` and, on a
-    :class:`SimulatedPool`, ends exactly as an uninterrupted run would.
-    """
-    run = Tournament(data, scales, env_cfg, ppo_cfg, evo_cfg, tcfg, train_window, val_window, per_year, nitro)
-    if resume:
-        resume_from(run, checkpoint_dir, CHECKPOINT)
-    return run.run(pool, on_evaluated, checkpoint_dir)

@@ -14,7 +14,9 @@ market after the last ingested bar (:func:`future_bars`) and merges them into
   hand edit, while the data version (a hash of the files) changes and triggers retraining.
 
 :func:`emit_arrival` announces the arrival as the Prefect event ``podracer.data.arrived``
-that the CT deployment's trigger listens for (DESIGN §8).
+that the CT deployment's trigger listens for (docs/operations.md). Should the cycle it
+starts crash or fail, or the event be lost, the runner's data poll announces the same bars
+again (:func:`unprocessed`, :func:`polled_arrival`) until a cycle has finished on them.
 """
 
 from __future__ import annotations
@@ -191,25 +193,47 @@ def simulate(params: Params, sessions: int) -> Arrival:
     return append_bars(params, future_bars(params, sessions))
 
 
+def _dataset(params: Params) -> dict[str, str]:
+    source = params.data.source
+    return {"prefect.resource.id": f"podracer.dataset.{source}",
+            "prefect.resource.name": f"{source} bars in {params.dirs.raw}"}
+
+
 def arrival_event(params: Params, arrival: Arrival) -> dict[str, Any]:
     """Keyword arguments of ``prefect.events.emit_event`` announcing ``arrival``."""
-    source = params.data.source
-    return {
-        "event": ARRIVED,
-        "resource": {"prefect.resource.id": f"podracer.dataset.{source}",
-                     "prefect.resource.name": f"{source} bars in {params.dirs.raw}"},
-        "payload": {**asdict(arrival), "source": source},
-    }
+    return {"event": ARRIVED, "resource": _dataset(params),
+            "payload": {**asdict(arrival), "source": params.data.source}}
+
+
+def unprocessed(current: str, processed: str | None) -> tuple[str, str] | None:
+    """``(current, processed)`` while ``data/raw/`` holds bars no continuous-training cycle
+    has finished on: ``current`` is its data version, ``processed`` the one the last cycle
+    finished on (before any cycle, the champion's). None once they agree, and None when
+    nothing was ever processed: the first champion comes from ``podracer run``, not from a poll."""
+    if processed is None or current == processed:
+        return None
+    return current, processed
+
+
+def polled_arrival(params: Params, data_version: str, processed: str | None) -> dict[str, Any]:
+    """The :data:`ARRIVED` event the runner's poll emits again for bars no cycle has finished
+    on (the cycle crashed or failed, or the first event was lost)."""
+    return {"event": ARRIVED, "resource": _dataset(params),
+            "payload": {"data_version": data_version, "previous_version": processed, "source": params.data.source,
+                        "via": "poll"}}
 
 
 def emit_arrival(params: Params, arrival: Arrival) -> bool:
-    """Emit the arrival event when a Prefect server is configured (``PREFECT_API_URL``).
-
-    Without one there is no trigger to reach, so nothing is sent; returns whether it emitted.
+    """Emit the arrival event when a Prefect server is configured (``PREFECT_API_URL``), and
+    wait until it is sent (a process that exits with it still queued makes Prefect warn
+    "Still processing items"). Without a server there is no trigger to reach, so nothing is
+    sent; returns whether it emitted.
     """
     if not os.environ.get("PREFECT_API_URL"):
         return False
     from prefect.events import emit_event  # lazy: prefect's client is heavy to import
+    from prefect.events.worker import EventsWorker
 
-    emit_event(**arrival_event(params, arrival))
+    if emit_event(**arrival_event(params, arrival)) is not None:  # queued for the events worker's thread
+        EventsWorker.instance().wait_until_empty()
     return True

@@ -1,4 +1,4 @@
-"""The bars contract (DESIGN §2) and its Parquet files.
+"""The bars contract (docs/data.md, contracts) and its Parquet files.
 
 Columns ``symbol`` (str), ``ts`` (tz-aware UTC bar start), ``open``, ``high``, ``low``,
 ``close`` (float64) and ``volume`` (float64); rows sorted by symbol, then ts. The bar

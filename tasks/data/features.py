@@ -2,13 +2,13 @@
 
 Indicators come from stockstats (the library FinRL itself uses), computed **once over the
 full history** of each symbol, on its own real bars, and then sliced, so no window sees
-truncated history (DESIGN §3). The first ``warmup`` bars of the panel are dropped (the
+truncated history (docs/data.md, features). The first ``warmup`` bars of the panel are dropped (the
 market-wide risk features need them); each symbol is then tradable only where it has a real
 bar and ``min_history`` real bars of its own (``tradable[T, n]``, ``tasks/data/tradable.py``).
 A NaN or inf in a tradable cell is an error, never silently zeroed; untradable cells hold
 NaN and are masked. Normalisation statistics are fitted on the tradable cells of the
-training split only and saved beside the arrays, because serving needs them (DESIGN §2,
-features contract).
+training split only and saved beside the arrays, because serving needs them (docs/data.md,
+contracts).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from tasks.data.splits import history_span, split_dates
 from tasks.data.tradable import SymbolCoverage, coverage, tradable_mask
 from tasks.errors import DataError, MissingInput
 from tasks.storage import atomic_dir
-from trainers.env import TURBULENCE, MarketData
+from trainers.config import TURBULENCE
+from trainers.env import MarketData
 from trainers.metrics import periods_per_year
 from trainers.state import normalise_features
 
@@ -161,7 +162,7 @@ def _train_stats(train: np.ndarray, tradable: np.ndarray) -> tuple[np.ndarray, n
 
 
 def build(params: Params) -> FeatureSet:
-    """Compute the feature set from ``data/validated/`` in memory (issue 15: a ragged
+    """Compute the feature set from ``data/validated/`` in memory (docs/data.md, ragged universes: a ragged
     universe keeps every symbol's own history, masked where it cannot trade)."""
     path = params.dirs.validated / VALIDATED
     if not path.exists():
@@ -274,16 +275,47 @@ class FeaturesResult:
     feature_names: list[str]
     splits: dict[str, tuple[str, str]]
     """Split name -> (first date, last date)."""
+    appended: int = 0
+    """Bars added to the stored feature set; every bar when there was none, or it was replaced."""
+
+
+def appended_bars(old: FeatureSet | None, fresh: FeatureSet) -> int:
+    """How many bars ``fresh`` adds to the stored set ``old``: the bars after ``old``'s, when
+    ``old``'s rows and train-only statistics are ``fresh``'s unchanged; otherwise every bar
+    (no stored set, other symbols or indicators, or a revised history, which is logged)."""
+    if old is None or old.symbols != fresh.symbols or old.feature_names != fresh.feature_names \
+            or len(old.timestamps) > len(fresh.timestamps):
+        return len(fresh.timestamps)
+    n = len(old.timestamps)
+    same = all(np.array_equal(getattr(old, a), getattr(fresh, a)[:n], equal_nan=True) for a in ARRAYS)
+    if same and np.array_equal(old.mean, fresh.mean) and np.array_equal(old.std, fresh.std):
+        return len(fresh.timestamps) - n
+    log.warning("stored features differ from a recompute over the same bars (revised history): "
+                "replaced by the recompute")
+    return len(fresh.timestamps)
 
 
 def features(params: Params) -> FeaturesResult:
-    """Build the feature set and write it under ``data/features/``."""
+    """Build the feature set and write it under ``data/features/``.
+
+    New bars extend the stored set (the continuous-training cycle, docs/operations.md): every
+    indicator is causal, so the stored rows equal a full recompute's and only the new bars'
+    rows are new, and the train split keeps its statistics. The recompute runs on each
+    symbol's whole series in memory, because stockstats' EMAs (macd, rsi, dx) carry state from
+    the first bar; the result says how many bars it appended.
+    """
+    folder = params.dirs.features
+    try:
+        old = load(folder) if (folder / META).exists() else None
+    except MissingInput:  # an older feature set: replaced whole
+        old = None
     fs = build(params)
-    with atomic_dir(params.dirs.features) as staging:
+    appended = appended_bars(old, fs)
+    with atomic_dir(folder) as staging:
         save(fs, staging)
     log.info("features %s for %d symbols x %d bars", fs.feature_names, len(fs.symbols), len(fs.timestamps))
     dates = {name: (_day(fs.timestamps[lo]), _day(fs.timestamps[hi])) for name, (lo, hi) in fs.splits.items()}
-    return FeaturesResult(params.dirs.features, len(fs.timestamps), len(fs.symbols), fs.feature_names, dates)
+    return FeaturesResult(folder, len(fs.timestamps), len(fs.symbols), fs.feature_names, dates, appended)
 
 
 features_task = task(

@@ -7,7 +7,9 @@ file's SHA-256. The synthetic market and files are produced whole: the same spec
 the files. Fetched sources are **incremental**: the manifest records which date range
 each symbol covers, and only the missing (symbols, range) pieces are fetched and merged.
 The **data version** is a hash of the files as they are on disk, so a hand edit changes
-it (and validation judges it).
+it (and validation judges it). The continuous-training cycle fetches up to today
+(``latest``) and ends early when the data version is the one it last finished on
+(``data/ct/state.json``, docs/operations.md).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from tasks.storage import atomic_dir, file_digest, write_atomic
 
 log = logging.getLogger("podracer.ingest")
 MANIFEST = "manifest.json"
+STATE = "state.json"
+"""The continuous-training cycle's record, under ``data/ct/``: the data version it last finished on."""
 SYMBOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
 """A ticker; it names the symbol's file under data/raw/."""
 
@@ -219,11 +223,40 @@ def _ingest_pieces(params: Params, source: Source) -> IngestResult:
     return _result(files, rows, reused=False)
 
 
-def ingest(params: Params) -> IngestResult:
-    """Write the source's bars under ``data/raw/`` (or reuse them) and return the data version."""
+def ingest(params: Params, latest: bool = False) -> IngestResult:
+    """Write the source's bars under ``data/raw/`` (or reuse them) and return the data version.
+
+    ``latest`` (the continuous-training cycle): a fetched source's range ends today, so it
+    fetches only the bars after its coverage; the embedded market and files take what
+    arrived in ``data/raw/`` (``podracer simulate``).
+    """
     if params.data.source in ("synthetic", "file"):
         return _ingest_whole(params)
+    if latest:
+        params = params.model_copy(update={"data": params.data.model_copy(update={"end": date.today()})})
     return _ingest_pieces(params, make_source(params.data))
+
+
+def last_processed(params: Params) -> str | None:
+    """The data version the last continuous-training cycle finished on (``data/ct/state.json``)."""
+    path = params.dirs.ct / STATE
+    return json.loads(path.read_text()).get("data_version") if path.exists() else None
+
+
+def record_processed(params: Params, data_version: str, outcome: dict[str, object]) -> None:
+    """Remember the data version a cycle finished on, with its outcome (written last, atomically)."""
+    write_atomic(params.dirs.ct / STATE, json.dumps({"data_version": data_version, **outcome}, indent=1))
+
+
+def nothing_new(params: Params, ingested: IngestResult, champion_data_version: str | None) -> str | None:
+    """The one line that ends a cycle early, or None when there are new bars: nothing is new
+    when the data version is the one the last cycle (or, before any cycle, the champion) was
+    trained on (docs/operations.md, the CT cycle)."""
+    version = ingested.data_version
+    if version != (last_processed(params) or champion_data_version):
+        return None
+    last = str(read_parquet(min(ingested.files))[0]["ts"].max())[:10] if ingested.files else "-"
+    return f"nothing new since data version {version[:8]} (last bar {last}): the cycle ends here"
 
 
 ingest_task = task(ingest, name="ingest", cache_policy=NO_CACHE)

@@ -1,4 +1,4 @@
-"""Hard limits beside the soft flags (issue 15 §4): absurd moves are quarantined, splits reported.
+"""Hard limits beside the soft flags (docs/data.md, validation): absurd moves are quarantined, splits reported.
 
 * **Hard limit** (:func:`limit_failures`): a bar whose close-to-close |log return| exceeds
   ``validation.max_abs_log_return`` (default 3, a ×20 move that no listed stock makes in one

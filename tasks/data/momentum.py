@@ -1,5 +1,5 @@
 """Scale-free per-stock features: multi-horizon log returns, an exponentially weighted mean
-return, their cross-sectional z-scores and realised volatility (issue 14).
+return, their cross-sectional z-scores and realised volatility (docs/data.md, features).
 
 FinRL's indicators (macd, the SMAs, the Bollinger bands) are in price units, so even after
 z-scoring they tell a policy the price level, which identifies the stock; these do not.

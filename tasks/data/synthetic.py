@@ -1,4 +1,4 @@
-"""The embedded default market as a source: seeded synthetic OHLCV bars, daily or 1-minute (DESIGN §5).
+"""The embedded default market as a source: seeded synthetic OHLCV bars, daily or 1-minute (docs/data.md, sources).
 
 The daily market (factors, GARCH, fat tails, jumps, the ``signal`` drift, NYSE sessions)
 is simulated by :mod:`tasks.data.synthetic_daily`. Minute bars (``freq="1min"``,
@@ -91,11 +91,11 @@ def _check_freq(freq: str) -> None:
 def iter_synthetic_bars(
     symbols: int, start: date, end: date, signal: float, seed: int, freq: Freq = "1min"
 ) -> Iterator[pd.DataFrame]:
-    """Yield the market in chunks, in (symbol, ts) order: the scale path of DESIGN §5.
+    """Yield the market in chunks, in (symbol, ts) order: the scale path (docs/data.md, sources).
 
     ``1min``: one frame per (symbol, calendar year), ~98k rows, so 100 stocks × 10 years
     streams with memory bounded by one chunk plus the small daily market. ``1d``: one
-    frame per symbol. Each chunk follows the bars contract (DESIGN §2); concatenated they
+    frame per symbol. Each chunk follows the bars contract (docs/data.md, contracts); concatenated they
     equal :func:`synthetic_bars` with the same arguments, bit for bit.
     """
     _check_freq(freq)
@@ -118,7 +118,7 @@ def synthetic_bars(
     freq: Freq = "1d",
     max_rows: int = MAX_FRAME_ROWS,
 ) -> pd.DataFrame:
-    """Bars for ``symbols`` stocks as one frame in the bars contract (DESIGN §2), fully seeded.
+    """Bars for ``symbols`` stocks as one frame in the bars contract (docs/data.md, contracts), fully seeded.
 
     ``1d``: ts is the session date at 00:00 UTC. ``1min``: ts is each minute bar's start
     in UTC, 390 bars a normal session and 210 a half day; requests over ``max_rows`` rows

@@ -1,4 +1,4 @@
-"""The embedded default market's daily bars (DESIGN §5), the base every frequency is built from.
+"""The embedded default market's daily bars (docs/data.md, sources), the base every frequency is built from.
 
 Daily log returns follow a factor model (one market factor, three sector factors and an
 idiosyncratic part), each with GARCH(1,1) volatility clustering and Student-t shocks,
@@ -75,7 +75,7 @@ def nyse_schedule(start: date, end: date) -> pd.DataFrame:
     """NYSE sessions between ``start`` and ``end`` inclusive with their real open and close.
 
     Index: session dates as UTC midnights; columns ``open`` and ``close`` (UTC), so half
-    days close at 13:00 New York time and DST moves the UTC open (DESIGN §5 calendar).
+    days close at 13:00 New York time and DST moves the UTC open (docs/data.md, sources).
     """
     import exchange_calendars as xcals
 
@@ -151,7 +151,7 @@ def kalman_filter(y: np.ndarray, a: np.ndarray, noise_var: np.ndarray, phi: floa
 
 
 def daily_market(symbols: int, start: date, end: date, signal: float, seed: int) -> DailyMarket:
-    """Simulate the daily market (DESIGN §5): factors, GARCH, fat tails, jumps, drift, gaps.
+    """Simulate the daily market (docs/data.md, sources): factors, GARCH, fat tails, jumps, drift, gaps.
 
     The random draws happen in one fixed order from one generator, so the daily bars are
     a pure function of the arguments; minute bars are derived from this, never re-drawn.

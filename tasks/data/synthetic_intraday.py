@@ -1,4 +1,4 @@
-"""1-minute bars for the embedded market, refined from its daily bars (DESIGN §5).
+"""1-minute bars for the embedded market, refined from its daily bars (docs/data.md, sources).
 
 Each session becomes a ``[days, minutes]`` grid built from the real NYSE open and close
 (390 minutes, 210 on a half day). Within a day, a stock's log price is a Brownian bridge

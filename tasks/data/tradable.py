@@ -1,4 +1,4 @@
-"""The tradable mask of a ragged universe (issue 15): where a symbol has a real bar and
+"""The tradable mask of a ragged universe (docs/data.md, ragged universes): where a symbol has a real bar and
 enough history of its own to trade.
 
 Real data is ragged: symbols list late (IPOs), stop early (delistings), halt, and miss days.

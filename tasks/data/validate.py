@@ -8,7 +8,7 @@ each offending file and its count. A close-to-close move beyond
 ``validation.max_abs_log_return`` is quarantined too (``tasks/data/limits.py``).
 ``report.md`` (kept with the quarantine and logged to MLflow) lists the counts per check,
 the hard-limit rows, the flagged return outliers, any suspected split, and the coverage of
-the kept bars (issue 15): the symbols that would never be tradable and the symbol-bars the
+the kept bars (docs/data.md, what is counted): the symbols that would never be tradable and the symbol-bars the
 tradable mask will hide, by cause. Nothing the data layer drops or masks is silent.
 """
 

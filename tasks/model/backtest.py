@@ -1,15 +1,18 @@
 """Stage 5, backtest: the selected policy on the test window, beside buy-and-hold.
 
-The test split is touched here and nowhere else (DESIGN §2). Both curves run through the
-training MDP (next-open fills, integer shares, 0.2% costs). Writes ``metrics.json`` (the
-DVC metrics file), ``equity.csv`` and ``equity.png`` under ``data/backtest/``.
+The test split is touched here and nowhere else (docs/design.md, the features contract).
+Every curve runs through the training MDP (next-open fills, integer shares, 0.2% costs).
+Writes ``metrics.json`` (the DVC metrics file), ``equity.csv`` and ``equity.png`` under
+``data/backtest/``. A continuous-training cycle backtests its challenger, the champion and
+buy-and-hold side by side on its evaluation window instead, into ``data/ct/backtest/``
+(docs/operations.md, the CT cycle).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,21 +24,36 @@ from tasks.config import Params
 from tasks.data import features
 from tasks.errors import MissingInput
 from tasks.model import bundle
+from tasks.model.walkforward import CHALLENGER, Champion, Windows, seen_bars
 from tasks.storage import atomic_dir
 from trainers.evaluate import Policy, buy_and_hold, run_policy
 from trainers.metrics import performance, periods_per_year
 
 log = logging.getLogger("podracer.backtest")
 METRICS_FILE, CURVE_FILE, PLOT_FILE = "metrics.json", "equity.csv", "equity.png"
+CT_FOLDER = "backtest"
+"""The cycle's backtest folder, under ``data/ct/``."""
 
 
 @dataclass(frozen=True)
 class BacktestResult:
-    metrics: dict[str, float]
-    buy_and_hold: dict[str, float]
+    """Every arm's metrics on one window, its equity curves and where they were written."""
+
+    metrics: dict[str, dict[str, float]]
+    """Arm -> its metrics: the policies (``agent``; a cycle's ``challenger`` and ``champion``),
+    then ``buy_and_hold``."""
     start: str
     end: str
+    """Dates of the window's first and last bars."""
     folder: Path
+    curve: pd.DataFrame = field(compare=False, repr=False)
+    """Account value per bar, one column per arm (``equity.csv``)."""
+    seen: int | None = None
+    """Window bars the champion had trained or selected on (None: no champion)."""
+
+    @property
+    def buy_and_hold(self) -> dict[str, float]:
+        return self.metrics["buy_and_hold"]
 
     @property
     def plot(self) -> Path:
@@ -44,6 +62,10 @@ class BacktestResult:
     @property
     def metrics_file(self) -> Path:
         return self.folder / METRICS_FILE
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(self.folder / name for name in (METRICS_FILE, CURVE_FILE, PLOT_FILE))
 
 
 def plot_equity(curve: pd.DataFrame, path: Path, title: str) -> None:  # pragma: no mutate block (a picture)
@@ -94,22 +116,46 @@ def side_by_side(fs: features.FeatureSet, policies: dict[str, tuple[Policy, bund
     return curve, {name: performance(values, per_year, risk_free) for name, values in curves.items()}
 
 
-def backtest(params: Params) -> BacktestResult:
-    """Run the trained policy and equal-weight buy-and-hold over the test split."""
+def load_result(folder: Path) -> BacktestResult:
+    """A backtest as :func:`backtest` wrote it into ``folder`` (``podracer register`` starts here)."""
+    path = folder / METRICS_FILE
+    if not path.exists():
+        raise MissingInput(f"{path}: not found (run `podracer backtest` first)")
+    saved = json.loads(path.read_text())
+    start, end = saved.pop("start"), saved.pop("end")
+    curve = pd.read_csv(folder / CURVE_FILE, index_col=0, parse_dates=True)
+    return BacktestResult(saved, start, end, folder, curve)
+
+
+def backtest(params: Params, w: Windows | None = None, champion: Champion | None = None) -> BacktestResult:
+    """Backtest policies beside equal-weight buy-and-hold on one window.
+
+    By default (the pipeline, ``podracer backtest``): the trained policy of ``data/models/``,
+    as ``agent``, on the test split, into ``data/backtest/``. A continuous-training cycle
+    passes its windows ``w``: its challenger (``data/ct/challenger/``) and the ``champion``,
+    if there is one, on the evaluation window, into ``data/ct/backtest/``, with the count of
+    window bars the champion had seen.
+    """
     fs = features.load(params.dirs.features)
-    actor, meta = bundle.load(params.dirs.models)
-    check_fits(meta, fs, params.dirs.models)
-    curve, result = side_by_side(fs, {"agent": (actor, meta)}, fs.window("test"),
-                                 periods_per_year(params.data.freq), params.backtest.risk_free)
-    dates = curve.index
-    start, end = str(dates[1].date()), str(dates[-1].date())
-    with atomic_dir(params.dirs.backtest) as staging:
-        (staging / METRICS_FILE).write_text(json.dumps({**result, "start": start, "end": end}, indent=1))
+    if w is None:
+        folders, window, out, label = {"agent": params.dirs.models}, fs.window("test"), params.dirs.backtest, "Test"
+    else:
+        folders = {"challenger": params.dirs.ct / CHALLENGER, **({"champion": champion.folder} if champion else {})}
+        window, out, label = w.eval, params.dirs.ct / CT_FOLDER, "Evaluation"
+    policies = {name: bundle.load(folder) for name, folder in folders.items()}
+    for name, (_, meta) in policies.items():
+        check_fits(meta, fs, folders[name])
+    curve, metrics = side_by_side(fs, policies, window, periods_per_year(params.data.freq), params.backtest.risk_free)
+    start, end = str(curve.index[1].date()), str(curve.index[-1].date())
+    cost = next(iter(policies.values()))[1].env.cost_pct
+    with atomic_dir(out) as staging:
+        (staging / METRICS_FILE).write_text(json.dumps({**metrics, "start": start, "end": end}, indent=1))
         curve.to_csv(staging / CURVE_FILE)
-        plot_equity(curve, staging / PLOT_FILE, f"Test window {start} to {end} (costs {meta.env.cost_pct:.1%})")
-    sharpes = result["agent"]["sharpe"], result["buy_and_hold"]["sharpe"]
-    log.info("test Sharpe %.2f vs buy-and-hold %.2f", *sharpes)  # pragma: no mutate
-    return BacktestResult(result["agent"], result["buy_and_hold"], start, end, params.dirs.backtest)
+        plot_equity(curve, staging / PLOT_FILE, f"{label} window {start} to {end} (costs {cost:.1%})")
+    log.info("%s window Sharpe: %s", label, ", ".join(  # pragma: no mutate
+        f"{name.replace('_', '-')} {m['sharpe']:.2f}" for name, m in metrics.items()))
+    seen = None if w is None or champion is None else seen_bars(fs, w, champion.cutoff)
+    return BacktestResult(metrics, start, end, out, curve, seen)
 
 
 backtest_task = task(backtest, name="backtest", cache_policy=NO_CACHE)

@@ -1,4 +1,4 @@
-"""The policy bundle: weights plus every constant serving needs (DESIGN §2, models).
+"""The policy bundle: weights plus every constant serving needs (docs/design.md, registry and delivery).
 
 ``data/models/`` holds ``policy.pt`` (actor weights), ``policy.json`` (symbols,
 indicator names, train-only normalisation stats, state scales, env constants, network
@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from tasks.errors import MissingInput
-from trainers.env import EnvConfig
-from trainers.ppo import Actor
+from trainers.config import EnvConfig
+from trainers.nets import Actor
 from trainers.state import StateScales, StockLayout, normalise_features, state_dim
 
 WEIGHTS, META, HPARAMS = "policy.pt", "policy.json", "hparams.json"

@@ -30,8 +30,8 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.config import TrainParams
 from trainers.evolution import JobRunner, run_serially
-from trainers.multiplex import run_multiplexed
-from trainers.population import AgentJob, JobPool, Setting, run_job, to_device
+from trainers.multiplex import run_job, run_multiplexed
+from trainers.population import AgentJob, JobPool, Setting, to_device
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -1,8 +1,10 @@
 """Stage 4, train: generational evolution of a PPO population (finrl-podracer.txt §4.2–4.4).
 
-Loads the feature set, trains with :func:`trainers.evolution.evolve` on the train split,
-selects on the validation split only, and writes the best validation snapshot as a
-policy bundle under ``data/models/`` with the leaderboard of every agent and generation.
+Loads the feature set, trains with :class:`trainers.evolution.Evolution` (or a tournament)
+on the train split, selects on the validation split only, and writes the best validation
+snapshot as a policy bundle under ``data/models/`` with the leaderboard of every agent and
+generation. A :class:`Plan` changes the windows, the start, the length and the output: the
+continuous-training cycle's challenger and refit (:mod:`tasks.model.walkforward`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,9 +32,10 @@ from tasks.model import bundle, leaderboard
 from tasks.model.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
-from trainers.agent import PPOAgent
+from trainers.config import EvolutionConfig
 from trainers.env import MarketData
 from trainers.evolution import (
+    CHECKPOINT,
     Evolution,
     EvolutionResult,
     ProgressFn,
@@ -41,6 +44,7 @@ from trainers.evolution import (
     resume_from,
 )
 from trainers.metrics import periods_per_year
+from trainers.multiplex import Multiplexed
 from trainers.state import StateScales
 from trainers.tournament import Tournament
 
@@ -68,6 +72,10 @@ class TrainResult:
     """The profile plot, when training was profiled."""
     resumed_env_steps: int = 0
     """Env steps the checkpoint had done before ``--resume``; ``seconds`` covers only the rest."""
+    cutoff: str = ""
+    """Date of the last bar training and selection saw (the registry version's ``data_cutoff``)."""
+    start: str = ""
+    """How the population started, when the plan says (e.g. "warm start from the champion")."""
 
     @property
     def session_env_steps(self) -> int:
@@ -85,8 +93,9 @@ class TrainResult:
         steps = f"{self.env_steps:,} env steps"
         if self.resumed_env_steps:
             steps += f", {self.session_env_steps:,} of them after resuming"
-        return (f"best validation {self.fitness} {self.best_fitness:.3f} ({where}), {steps} in "
-                f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device})")
+        return (f"{self.start}; " if self.start else "") + (
+            f"best validation {self.fitness} {self.best_fitness:.3f} ({where}), {steps} in "
+            f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device})")
 
 
 def pick_device(choice: str) -> torch.device:
@@ -154,9 +163,10 @@ def state_scales(params: Params, fs: features.FeatureSet) -> StateScales:
 
 @dataclass(frozen=True)
 class Plan:
-    """Where a training run trains and selects, what it starts from and where it writes.
-    The default is the pipeline's: the train split, selection on the validation split,
-    a cold start, ``data/models/``. The continuous-training cycle passes its own."""
+    """Where a training run trains and selects, what it starts from, how long it runs and
+    where it writes. The default is the pipeline's: the train split, selection on the
+    validation split, a cold start, ``evolution.generations``, ``data/models/``. The
+    continuous-training cycle's plans are made by :mod:`tasks.model.walkforward`."""
 
     train_window: tuple[int, int] | None = None
     val_window: tuple[int, int] | None = None
@@ -164,9 +174,61 @@ class Plan:
     out: Path | None = None
     warm_id: str = ""
     """Names the warm start (e.g. the champion's version) in the checkpoint folder's name."""
+    generations: int | None = None
+    """This run's generations (a cycle's ``ct.generations``); None: ``evolution.generations``."""
+    resume: bool | None = None
+    """None: ``train.resume`` (``--resume``) decides. True: continue from this run's checkpoint
+    when it has one, so a killed cycle's retry ends as an unkilled one would. False: afresh."""
+    start: str = ""
+    """How the population starts, said in the summary line (e.g. "warm start from the champion")."""
 
     def windows(self, fs: features.FeatureSet) -> tuple[tuple[int, int], tuple[int, int]]:
         return self.train_window or fs.window("train"), self.val_window or fs.window("validation")
+
+    def configure(self, params: Params, data_version: str) -> Params:
+        """``params`` with this plan's generations and its resume decision."""
+        if self.generations is not None:
+            params = params.model_copy(update={"evolution": replace(params.evolution, generations=self.generations)})
+        if self.resume is not None:
+            resume = self.resume and (checkpoint_dir(params, data_version, self) / CHECKPOINT).exists()
+            if resume:
+                log.info("resuming from the checkpoint of this run (same data, config, windows and start)")
+            params = params.model_copy(update={"train": params.train.model_copy(update={"resume": resume})})
+        return params
+
+
+class GenerationLog:
+    """The evaluator's scores as one log line per generation, once all its evaluations are in:
+    ``generation 3/32: best validation sharpe 0.910 (agent 2), mean 0.550``; in a tournament,
+    one line per job. Every agent is evaluated ``evaluations_per_generation`` times a
+    generation (a halted one keeps its last score), which is also the progress bar's unit."""
+
+    def __init__(self, evo: EvolutionConfig, tournament: bool) -> None:
+        self.evo, self.tournament = evo, tournament
+        self.expected = evaluations_per_generation(evo) * (1 if tournament else evo.population)
+        self.scores: dict[tuple[int, int], list[tuple[int, float]]] = {}
+
+    def add(self, gen: int, agent: int, fitness: float) -> None:
+        key = (gen, agent if self.tournament else -1)
+        self.scores.setdefault(key, []).append((agent, fitness))
+        if len(self.scores[key]) == self.expected:
+            self.line(key)
+
+    def line(self, key: tuple[int, int]) -> None:
+        scores = self.scores.pop(key)
+        best, agent = max((fitness, -agent) for agent, fitness in scores)
+        name = self.evo.fitness
+        if self.tournament:
+            log.info("job %d (lineage depth %d): best validation %s %.3f", key[1], key[0], name, best)
+        else:
+            mean = statistics.fmean(fitness for _, fitness in scores)
+            log.info("generation %d/%d: best validation %s %.3f (agent %d), mean %.3f", key[0] + 1,
+                     self.evo.generations, name, best, -agent, mean)
+
+    def flush(self) -> None:
+        """Log what is left (a generation cut short)."""
+        for key in sorted(self.scores):
+            self.line(key)
 
 
 def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> Path:
@@ -210,12 +272,13 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
     """Train the population and write the best validation snapshot to ``data/models/``.
 
     ``data_version`` (the raw data's content hash) is recorded in the bundle; by default it
-    is computed from ``data/raw/``. ``plan`` changes the windows, the start and the output
-    folder (the continuous-training cycle's walk-forward run).
+    is computed from ``data/raw/``. ``plan`` changes the windows, the start, the length and
+    the output folder (the continuous-training cycle's challenger and refit).
     """
     fs = features.load(params.dirs.features)
     if data_version is None:
         data_version = current_version(params)
+    params = plan.configure(params, data_version)
     device = pick_device(params.train.device)
     torch.manual_seed(params.evolution.seed)
     data = fs.market(device)
@@ -241,20 +304,22 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
         bar = progress.add_task("train", total=jobs * evaluations_per_generation(evo), at="", best="-")
         progress.update(bar, completed=len(run.state.history if isinstance(run, Tournament) else run.pop.history))
         best = [float("-inf")]
-        unit = "job" if isinstance(run, Tournament) else "generation"
+        tournament = isinstance(run, Tournament)
+        lines = GenerationLog(evo, tournament)
 
         def on_evaluated(gen: int, agent: int, fitness: float) -> None:
             best[0] = max(best[0], fitness)
-            at = f"{unit} {agent}" if unit == "job" else f"{unit} {gen + 1}/{evo.generations}"
+            at = f"job {agent}" if tournament else f"generation {gen + 1}/{evo.generations}"
             progress.update(bar, advance=1, at=at, best=f"{best[0]:.2f}")
-            log.info("%s: validation %s %.3f", f"job {agent} (lineage depth {gen})" if unit == "job"
-                     else f"generation {gen} agent {agent}", evo.fitness, fitness)
+            lines.add(gen, agent, fitness)
 
         if params.train.profile:
-            agent = PPOAgent(data, scales, params.env, params.ppo, plan.windows(fs)[0], seed=evo.seed)
-            result, report = profiled(lambda: execute(run, params, on_evaluated, folder), agent.train_iteration)
+            agent = Multiplexed(run.setting, [run.setting.agent({}, evo.seed)])  # trains beside the run: calibration
+            result, report = profiled(lambda: execute(run, params, on_evaluated, folder),
+                                      lambda: agent.train_iteration([0]))
         else:
             result, report = execute(run, params, on_evaluated, folder), None
+        lines.flush()
     seconds = time.perf_counter() - started
     meta = bundle.PolicyMeta(
         symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
@@ -276,7 +341,7 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
     trained = TrainResult(out, result.best_fitness, result.best_generation, result.best_agent,
                           result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
                           params.train.engine, out / PROFILE_FILES[2] if report is not None else None,
-                          resumed_env_steps)
+                          resumed_env_steps, str(fs.timestamps[plan.windows(fs)[1][1]])[:10], plan.start)
     log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), trained.env_steps_per_second,
              result.cost.cpu_seconds)
     return trained

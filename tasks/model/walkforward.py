@@ -1,4 +1,4 @@
-"""The continuous-training cycle's walk-forward windows and its warm start (issue 13, §3).
+"""The continuous-training cycle's walk-forward windows, its warm start and its training plans.
 
 The newest ``ct.eval_bars`` bars are the **evaluation window**: challenger, champion and
 buy-and-hold are compared there, and the challenger never sees them. The challenger trains
@@ -7,7 +7,7 @@ those of the champion it warm-starts from) and selects on everything between the
 train split and the window. Its **data cutoff**, the last bar it trained or selected on, is
 recorded on its registry version; a champion whose cutoff reaches into the window has seen
 part of it, and the gate report says how much (finrl-podracer.txt §4.2's evaluator, walked
-forward in time).
+forward in time; docs/operations.md, the CT cycle).
 """
 
 from __future__ import annotations
@@ -22,10 +22,24 @@ from tasks.config import Params
 from tasks.data import features
 from tasks.errors import DataError
 from tasks.model import bundle
-from tasks.model.train import state_scales
+from tasks.model.train import Plan, state_scales
 from trainers.evolution import WarmStart
 
 log = logging.getLogger("podracer.ct")
+CHALLENGER, REFIT = "challenger", "refit"
+"""The folders under ``data/ct/`` the challenger and its refit are written to."""
+
+
+@dataclass(frozen=True)
+class Champion:
+    """The registry's champion as a cycle meets it (:func:`tasks.registry.versions.current_champion`)."""
+
+    version: str
+    folder: Path
+    """Its policy bundle, fetched into ``data/ct/champion/``."""
+    cutoff: str | None
+    """The last bar it trained or selected on (None: registered before cutoffs were kept)."""
+    data_version: str | None
 
 
 @dataclass(frozen=True)
@@ -98,3 +112,36 @@ def warm_start(params: Params, fs: features.FeatureSet, folder: Path) -> tuple[W
     weights = {k: v.detach().clone() for k, v in actor.state_dict().items()}
     return WarmStart(hparams=hparams, actor=weights), "warm start from the champion"
 
+
+
+def challenger_plan(params: Params, w: Windows, champion: Champion | None) -> Plan:
+    """The challenger's training: on ``w``'s train and selection windows, warm from the
+    champion when it fits (else cold, saying why), for ``ct.generations``, into
+    ``data/ct/challenger/``.
+
+    A killed cycle resumes: the checkpoint folder is named by the data, the config, the
+    windows and the champion, so the retried (or next) run of the same cycle continues from
+    its last finished generation and ends exactly as an uninterrupted one would.
+    """
+    fs = features.load(params.dirs.features)
+    warm, how = (None, "no champion: cold start") if champion is None else warm_start(params, fs, champion.folder)
+    if champion is not None and warm is None:
+        how = f"cold start: {how}"
+    log.info("challenger: %s; trains to %s, selects on %s..%s, never sees %s..%s", how,
+             day(fs.timestamps[w.train[1]]), day(fs.timestamps[w.select[0] + 1]), w.cutoff, w.first, w.last)
+    return Plan(train_window=w.train, val_window=w.select, warm=warm, out=params.dirs.ct / CHALLENGER,
+                warm_id=champion.version if champion and warm else "", generations=params.ct.generations,
+                resume=True, start=how)
+
+
+def refit_plan(params: Params, data_version: str, w: Windows, challenger: Path) -> Plan:
+    """``ct.refit``: continue the promoted challenger through the evaluation window, so the
+    live model has seen the latest bars. Its best snapshot is picked on that same window,
+    which it trains on: the live model is no longer scored on held-out data, and its data
+    cutoff is the window's last bar."""
+    warm, how = warm_start(params, features.load(params.dirs.features), challenger)
+    if warm is None:
+        raise DataError(f"ct.refit: the challenger cannot be refit ({how})")
+    return Plan(train_window=(w.train[0], w.eval[1]), val_window=w.eval, warm=warm, out=params.dirs.ct / REFIT,
+                warm_id=f"refit-{data_version}", generations=params.ct.generations, resume=False,
+                start="refit through the evaluation window")

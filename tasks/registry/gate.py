@@ -1,4 +1,4 @@
-"""The champion gate and the registry aliases it moves (DESIGN §2, models).
+"""The champion gate and the registry aliases it moves (docs/design.md, registry and delivery).
 
 A new version gets the alias ``challenger``. It becomes ``champion`` only if it beats
 buy-and-hold on ``registry.gate_metric`` by more than ``registry.gate_margin`` on the test
@@ -30,7 +30,7 @@ def gate(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tupl
 
 
 def challenge(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tuple[bool, str]:
-    """The continuous-training gate, on one evaluation window (issue 13, §3.7).
+    """The continuous-training gate, on one evaluation window (docs/operations.md, the CT cycle).
 
     ``metrics`` holds ``challenger``, ``buy_and_hold`` and, unless this is the first model,
     ``champion``. The challenger must beat the champion by more than ``registry.gate_margin``

@@ -1,11 +1,12 @@
 """Stage 6, register: an MLflow run, a registered pyfunc model and the champion gate.
 
 The run logs the whole config (flattened), the data version and its dataset input, the
-backtest metrics next to buy-and-hold, what the data layer dropped or masked (issue 15:
-``data_masked_cells``, ``data_dropped_symbols``, the features' ``coverage.json``), and the
-artifacts (equity plot, validation report, leaderboard). The policy is
-logged as a :class:`tasks.registry.serving.PolicyModel` pyfunc and registered. The new version gets
-the alias ``challenger`` and faces the champion gate (:mod:`tasks.registry.gate`).
+backtest metrics next to buy-and-hold, what the data layer dropped or masked
+(``data_masked_cells``, ``data_dropped_symbols``, the features' ``coverage.json``;
+docs/data.md, what is counted), and the artifacts (equity plot, validation report,
+leaderboard). The policy is logged as a :class:`tasks.registry.serving.PolicyModel` pyfunc
+and registered. The new version gets the alias ``challenger``, and ``champion`` when it
+passed the gate (:mod:`tasks.registry.gate`, :func:`tasks.registry.report.gate_report`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from prefect.cache_policies import NO_CACHE
 from tasks.config import Params, RegistryParams
 from tasks.data import features
 from tasks.data.validate import REPORT
-from tasks.errors import MissingInput
 from tasks.model import bundle
-from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE
+from tasks.model.backtest import BacktestResult, load_result
 from tasks.model.leaderboard import LEADERBOARD, PLOT, log_nested_runs
-from tasks.model.train import PROFILE_FILES, SUMMARY
-from tasks.registry.gate import CHALLENGER, CHAMPION, gate, promote
+from tasks.model.train import PROFILE_FILES, SUMMARY, TrainResult
+from tasks.registry.gate import CHALLENGER, CHAMPION, promote
+from tasks.registry.report import GateVerdict, gate_report
 from tasks.registry.serving import policy_input
 from tasks.registry.store import client, connect
 from tasks.registry.versions import CUTOFF
@@ -61,8 +62,9 @@ def _requirements() -> list[str]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A model to register and what decided its fate: the pipeline's test-window backtest,
-    or a continuous-training cycle's window comparison (:mod:`flows.ct_cycle`)."""
+    """A model to register and what decided its fate: the pipeline's test-window backtest
+    (:func:`pipeline_candidate`), or a continuous-training cycle's window comparison
+    (:func:`cycle_candidate`)."""
 
     model_dir: Path
     metrics: dict[str, dict[str, float]]
@@ -81,22 +83,36 @@ class Candidate:
     tags: tuple[tuple[str, str], ...] = ()
 
 
-def pipeline_candidate(params: Params) -> Candidate:
-    """The pipeline's candidate: the trained bundle, its test backtest and the buy-and-hold gate."""
+def pipeline_candidate(params: Params, tested: BacktestResult | None = None,
+                       verdict: GateVerdict | None = None) -> Candidate:
+    """The pipeline's candidate: the trained bundle of ``data/models/``, its test-split
+    backtest and the gate's verdict on it (read from ``data/`` when not given, as
+    ``podracer register`` does)."""
     dirs = params.dirs
-    metrics_path = dirs.backtest / METRICS_FILE
-    if not metrics_path.exists():
-        raise MissingInput(f"{metrics_path}: not found (run `podracer backtest` first)")
-    metrics = json.loads(metrics_path.read_text())
+    tested = tested or load_result(dirs.backtest)
+    verdict = verdict or gate_report(params, tested)
     _, meta = bundle.load(dirs.models)
     fs = features.load(dirs.features)
-    passed, reason = gate(params.registry, metrics)
-    cutoff = str(fs.timestamps[fs.splits["validation"][1]])[:10]
-    report = (f"**Gate {'passed' if passed else 'refused'}**: {reason}\n\n"
-              f"Test window {metrics['start']} to {metrics['end']}; trained and selected on data to {cutoff}.")
-    return Candidate(dirs.models, {"test": metrics["agent"], "buy_and_hold": metrics["buy_and_hold"]}, passed,
-                     reason, cutoff, f"pipeline {date.today()} data {meta.data_version[:8]}", "pipeline", report,
-                     tuple(("backtest", dirs.backtest / name) for name in (METRICS_FILE, CURVE_FILE, PLOT_FILE)))
+    return Candidate(
+        model_dir=dirs.models, metrics={"test": tested.metrics["agent"], "buy_and_hold": tested.buy_and_hold},
+        passed=verdict.passed, reason=verdict.reason, cutoff=str(fs.timestamps[fs.splits["validation"][1]])[:10],
+        run_name=f"pipeline {date.today()} data {meta.data_version[:8]}", origin="pipeline",
+        report=verdict.report_markdown, artifacts=tuple(("backtest", path) for path in tested.files))
+
+
+def cycle_candidate(data_version: str, challenger: TrainResult, tested: BacktestResult, verdict: GateVerdict,
+                    refit: TrainResult | None = None) -> Candidate:
+    """A continuous-training cycle's candidate: the ``challenger`` as trained, or its
+    ``refit`` when ``ct.refit`` retrained it through the window (docs/operations.md)."""
+    live = refit or challenger
+    return Candidate(
+        model_dir=live.model_dir, metrics={f"window_{arm}": m for arm, m in tested.metrics.items()},
+        passed=verdict.passed, reason=verdict.reason, cutoff=live.cutoff,
+        run_name=f"ct {date.today()} data {data_version[:8]}", origin="ct", report=verdict.report_markdown,
+        artifacts=tuple(("gate", path) for path in (*verdict.files, *tested.files)),
+        tags=(("eval_window", f"{tested.start}..{tested.end}"), ("champion_seen_bars", str(tested.seen)),
+              ("warm_start", challenger.start), ("refit", str(refit is not None).lower())),
+    )
 
 
 def log_dataset(params: Params, data_version: str) -> None:

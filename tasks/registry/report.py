@@ -1,11 +1,13 @@
-"""The gate report of a continuous-training cycle: challenger, champion and buy-and-hold.
+"""The gate's verdict on a backtest, and the report that says why (:func:`gate_report`).
 
-All arms are backtested on the same evaluation window, so their metrics (the six of
-:data:`trainers.metrics.METRICS`, computed by :func:`trainers.metrics.performance`) can be
-read side by side in one markdown table, the gate's verdict under it. The tearsheet is a
-``quantstats`` HTML report of the challenger's daily returns against a benchmark arm
-(the champion, or buy-and-hold for a first model); it never names a ticker, so quantstats
-never downloads anything, and the one remote link of its template (a favicon) is removed.
+The pipeline's test split faces buy-and-hold, and its report is two lines. A
+continuous-training cycle's arms (challenger, champion and buy-and-hold) are backtested on
+the same evaluation window, so their metrics (the six of :data:`trainers.metrics.METRICS`,
+computed by :func:`trainers.metrics.performance`) can be read side by side in one markdown
+table, the gate's verdict under it. The tearsheet is a ``quantstats`` HTML report of the
+challenger's daily returns against a benchmark arm (the champion, or buy-and-hold for a
+first model); it never names a ticker, so quantstats never downloads anything, and the one
+remote link of its template (a favicon) is removed (docs/operations.md, the CT cycle).
 """
 
 from __future__ import annotations
@@ -26,8 +28,15 @@ from types import ModuleType
 from typing import Any
 
 import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
 
-from trainers.metrics import METRICS, performance
+from tasks.config import Params
+from tasks.data import features
+from tasks.model.backtest import BacktestResult
+from tasks.model.walkforward import CHALLENGER
+from tasks.registry.gate import challenge, gate
+from trainers.metrics import METRICS, performance, periods_per_year
 
 PERCENT = frozenset({"cumulative_return", "annual_return", "annual_volatility", "max_drawdown"})
 """Metrics that are fractions (0.05 is 5%): shown as percents with one decimal."""
@@ -35,6 +44,27 @@ MIN_BARS = 3
 """Fewer daily values than this (two returns) get a plain page instead of a tearsheet."""
 _FAVICON = re.compile(r'<link rel="shortcut icon"[^>]*>\s*')
 _SVG_DATE = re.compile(r"<dc:date>[^<]*</dc:date>")  # the figures' timestamps: same input, same bytes
+CT_FOLDER, GATE_FILE, TEARSHEET_FILE = "report", "gate.md", "tearsheet.html"
+"""The cycle's report folder under ``data/ct/``, and its two files."""
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """What the gate decided, why, and the report that shows it."""
+
+    passed: bool
+    reason: str
+    """One line: the gate metric of each arm against the margin."""
+    report_markdown: str
+    """The version's description in the MLflow UI (and a cycle's Prefect artifact)."""
+    report_file: Path | None = None
+    """``gate.md`` (a cycle's)."""
+    tearsheet: Path | None = None
+    """The quantstats HTML tearsheet (a cycle's)."""
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(path for path in (self.report_file, self.tearsheet) if path is not None)
 
 
 @dataclass(frozen=True)
@@ -197,3 +227,36 @@ def tearsheet(challenger: Arm, benchmark: Arm | None, out: Path, title: str) -> 
         if os.path.exists(temp):
             os.unlink(temp)
     return out
+
+
+def gate_report(params: Params, tested: BacktestResult) -> GateVerdict:
+    """The gate's verdict on ``tested`` and its report.
+
+    The pipeline's test split (arms ``agent`` and ``buy_and_hold``) faces buy-and-hold
+    (:func:`tasks.registry.gate.gate`), in two lines of markdown. A cycle's evaluation window
+    (``challenger``, ``champion`` unless this is the first model, ``buy_and_hold``) faces the
+    champion and buy-and-hold (:func:`tasks.registry.gate.challenge`): the side-by-side table,
+    written to ``data/ct/report/gate.md``, and the tearsheet beside it.
+    """
+    registry = params.registry
+    if CHALLENGER not in tested.metrics:
+        passed, reason = gate(registry, tested.metrics)
+        fs = features.load(params.dirs.features)
+        cutoff = str(fs.timestamps[fs.splits["validation"][1]])[:10]
+        return GateVerdict(passed, reason, f"**Gate {'passed' if passed else 'refused'}**: {reason}\n\n"
+                           f"Test window {tested.start} to {tested.end}; trained and selected on data to {cutoff}.")
+    passed, reason = challenge(registry, tested.metrics)
+    per_year = periods_per_year(params.data.freq)
+    arms = [Arm.of(name, tested.curve[name], per_year, params.backtest.risk_free) for name in tested.curve.columns]
+    dates = (tested.start, tested.end)
+    markdown = gate_table(arms, registry.gate_metric, registry.gate_margin, passed, reason, dates, tested.seen)
+    out = params.dirs.ct / CT_FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    (out / GATE_FILE).write_text(markdown)
+    benchmark = arms[1] if len(arms) == 3 else arms[-1]
+    sheet = tearsheet(arms[0], benchmark, out / TEARSHEET_FILE,
+                      f"Challenger vs {benchmark.name}, {dates[0]} to {dates[1]}")
+    return GateVerdict(passed, reason, markdown, out / GATE_FILE, sheet)
+
+
+gate_task = task(gate_report, name="gate", cache_policy=NO_CACHE)

@@ -1,4 +1,4 @@
-"""The MLflow pyfunc that serves a policy bundle (DESIGN §2, models).
+"""The MLflow pyfunc that serves a policy bundle (docs/design.md, registry and delivery).
 
 The model carries its weights, indicator names, train-only normalisation stats, state
 scales and env constants. :meth:`PolicyModel.predict` builds the state with
@@ -31,7 +31,7 @@ import torch
 
 from tasks.errors import DataError
 from tasks.model import bundle
-from trainers.env import TURBULENCE
+from trainers.config import TURBULENCE
 from trainers.orders import held_orders, orders
 from trainers.state import build_state
 

@@ -4,7 +4,7 @@ Every registry call goes through :func:`client`, which points MLflow at the conf
 store first; a client made before that would talk to MLflow's default store instead.
 When ``PODRACER_TRACKING_URI`` is set (``podracer up`` sets it for its runner, and the CLI
 while the services run) the tracking server is the store: writes then go through the
-server, so its registry webhooks fire (DESIGN §8). Otherwise ``registry.tracking_uri``.
+server, so its registry webhooks fire (docs/operations.md). Otherwise ``registry.tracking_uri``.
 (Not ``MLFLOW_TRACKING_URI``: ``mlflow.set_tracking_uri`` writes that one itself.)
 """
 
@@ -15,14 +15,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tasks.config import RegistryParams
+from tasks.errors import PodracerError
+from tasks.health import answers
+from tasks.settings import SERVER_ENV
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 
-SERVER_ENV = "PODRACER_TRACKING_URI"
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 """Opens the experiment on its training runs: MLflow 3.17 opens others on the GenAI overview."""
+
+
+class TrackingDown(PodracerError):
+    """The MLflow tracking server does not answer: a cycle stops before registering."""
 
 
 def tracking_uri(registry: RegistryParams) -> str:
@@ -62,3 +68,12 @@ def client(registry: RegistryParams) -> MlflowClient:
     connect(registry)
     uri = tracking_uri(registry)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def check_tracking(registry: RegistryParams) -> None:
+    """Fail in one line, before anything is registered, when the tracking server is down
+    (a ``sqlite:///`` store needs no server)."""
+    uri = tracking_uri(registry)
+    if uri.startswith("http") and not answers(f"{uri}/health", timeout=5.0):
+        raise TrackingDown(f"MLflow tracking server {uri} does not answer: nothing registered; "
+                           "the next cycle will retry")

@@ -1,5 +1,5 @@
 """Registry versions as the continuous-training cycle reads them: a version's policy bundle
-and its data cutoff (issue 13, §3.5).
+and its data cutoff (docs/operations.md, the CT cycle).
 
 Every version records ``data_cutoff``, the last bar its training and selection saw, as a
 version tag, so a later cycle can tell whether the champion has seen its evaluation window.
@@ -10,12 +10,19 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tasks.config import RegistryParams
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.config import Params, RegistryParams
 from tasks.errors import MissingInput
 from tasks.model import bundle
+from tasks.model.walkforward import Champion
+from tasks.registry.gate import champion_version
 from tasks.registry.store import client, connect
 
 CUTOFF = "data_cutoff"
+CT_FOLDER = "champion"
+"""Where a cycle fetches the champion's bundle, under ``data/ct/``."""
 
 
 def fetch_bundle(registry: RegistryParams, version: str, dest: Path) -> Path:
@@ -42,3 +49,17 @@ def cutoff(registry: RegistryParams, version: str) -> str | None:
     """The version's data cutoff (a date), or None when it was registered without one."""
     tags = client(registry).get_model_version(registry.model_name, version).tags
     return tags.get(CUTOFF)
+
+
+def current_champion(params: Params) -> Champion | None:
+    """The champion a cycle challenges: its bundle fetched into ``data/ct/champion/``, its
+    data cutoff and the data version it trained on; None before the first promotion."""
+    version = champion_version(params.registry)
+    if version is None:
+        return None
+    folder = fetch_bundle(params.registry, version, params.dirs.ct / CT_FOLDER)
+    _, meta = bundle.load(folder)
+    return Champion(version, folder, cutoff(params.registry, version), meta.data_version)
+
+
+champion_task = task(current_champion, name="champion", cache_policy=NO_CACHE)

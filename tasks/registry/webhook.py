@@ -1,11 +1,12 @@
-"""The bridge from MLflow's model-registry webhooks to Prefect events (DESIGN §8).
+"""The bridge from MLflow's model-registry webhooks to Prefect events (docs/operations.md).
 
 Prefect OSS has no webhooks, so a small FastAPI receiver takes MLflow's signed
 ``model_version_alias.created`` deliveries, checks them, and turns "alias champion moved
 to version v" into one Prefect event (:data:`PROMOTED`) that a deployment trigger picks up.
-MLflow delivers fire-and-forget (3 retries, then the event is lost), so :class:`Poller`
-compares the registry's champion with what was last delivered and emits the same event
-when a webhook went missing.
+MLflow delivers fire-and-forget (3 retries, then the event is lost), so a :class:`Poller`
+compares the registry's champion with what was last delivered (:func:`undelivered`) and
+emits the same event when a webhook went missing. The runner's other poll, on data, uses
+the same class (``flows/deployments.py``).
 
 Checked against MLflow 3.17.2's own source (``mlflow/webhooks/delivery.py``,
 ``constants.py``, ``types.py`` and ``mlflow/server/handlers.py`` in the installed package):
@@ -102,6 +103,19 @@ def promotion_event(name: str, version: str, delivery_id: str, via: str) -> dict
     }
 
 
+def polled_promotion(name: str, version: str, delivered: str | None) -> dict[str, Any]:
+    """The :data:`PROMOTED` event the poll emits for a champion no delivery has traded with."""
+    return promotion_event(name, version, f"poll-{version}-{int(time.time())}", "poll")
+
+
+def undelivered(champion: str | None, delivered: str | None) -> tuple[str, str | None] | None:
+    """``(champion, delivered)`` while the champion has not traded yet (``delivered`` is the
+    version the last delivery traded with, None before any); None when there is no champion."""
+    if champion is None or (delivered is not None and str(champion) == str(delivered)):
+        return None
+    return str(champion), None if delivered is None else str(delivered)
+
+
 def prefect_emit(event: Mapping[str, Any]) -> None:
     """Send one :func:`promotion_event` to Prefect (imported lazily: the import is slow)."""
     from prefect.events import emit_event
@@ -170,53 +184,70 @@ def receiver_app(
     return app
 
 
-class Poller:
-    """The fallback for lost webhooks: emits :data:`PROMOTED` when delivery lags the registry.
+MAX_WAITS = 32
+"""The longest wait between two emissions for one mismatch, in poll intervals."""
 
-    ``champion()`` reads the version the registry's ``champion`` alias points at (None if
-    unset); ``delivered()`` the version last delivered to the trading side. A mismatch is
-    first only noted, because the webhook-triggered delivery normally lands within seconds;
-    once the same mismatch (the same champion *and* the same delivered version) has lasted
-    ``interval_s`` the event is emitted, and re-emitted
-    every further ``interval_s`` while delivery has still not caught up. ``clock`` measures
-    those intervals (injectable so tests need no sleeping).
+
+class Poller:
+    """Emits an event again when what should have followed a change has not.
+
+    ``lag()`` returns ``(wanted, done)`` while the two differ and None once they agree: the
+    registry's champion against the version last delivered (:func:`undelivered`), or the data
+    version in ``data/raw/`` against the one the last continuous-training cycle finished on
+    (``tasks/data/arrivals.py``). ``busy()`` says the difference is being worked on (a cycle
+    queued or running). ``event(wanted, done)`` builds the event that asks for it again and
+    ``emit`` sends it.
+
+    A mismatch is first only noted, because the normal path (the webhook's delivery, the
+    arrival event's cycle) lands within seconds, and its wait starts anew while ``busy()``.
+    Once the same mismatch (the same ``wanted`` *and* ``done``) has lasted ``interval_s``
+    with nothing under way the event is emitted, and emitted again while the mismatch lasts,
+    each wait twice the one before (at most :data:`MAX_WAITS` intervals): a cycle that fails
+    every time is retried ever less often. ``clock`` measures those waits (injectable so
+    tests need no sleeping).
     """
 
     def __init__(
         self,
-        champion: Callable[[], str | None],
-        delivered: Callable[[], str | None],
+        what: str,
+        lag: Callable[[], tuple[str, str | None] | None],
+        event: Callable[[str, str | None], dict[str, Any]],
         emit: Callable[[dict[str, Any]], None],
-        model_name: str,
         interval_s: float,
+        busy: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.champion, self.delivered, self.emit = champion, delivered, emit
-        self.model_name, self.interval_s, self.clock = model_name, interval_s, clock
-        self._pending: tuple[str, str | None] | None = None  # (champion, delivered) of the mismatch in view
-        self._since = 0.0  # when that mismatch was first seen, or last emitted for
+        self.what, self.lag, self.event, self.emit = what, lag, event, emit
+        self.interval_s, self.busy, self.clock = interval_s, busy, clock
+        self._pending: tuple[str, str | None] | None = None  # the mismatch in view
+        self._since = 0.0  # when that mismatch was first seen, last worked on, or last emitted for
+        self._waits = 1  # intervals to wait before the next emission for it
 
     def tick(self) -> str | None:
-        """One poll: the version it emitted for, or None (also when the registry is unreachable)."""
+        """One poll: the ``wanted`` it emitted for, or None (also when a read failed)."""
         try:
-            version, delivered = self.champion(), self.delivered()
-        except Exception as exc:  # noqa: BLE001 - MLflow down, file unreadable: try again next tick
-            log.warning("poll of %s@%s failed: %s: %s", self.model_name, CHAMPION, type(exc).__name__, exc)
+            seen = self.lag()
+            busy = seen is not None and self.busy()
+        except Exception as exc:  # noqa: BLE001 - MLflow or Prefect down, file unreadable: try again next tick
+            log.warning("poll of %s failed: %s: %s", self.what, type(exc).__name__, exc)
             return None
-        if version is None or (delivered is not None and str(version) == str(delivered)):
-            self._pending = None
+        now = self.clock()
+        if seen != self._pending:  # caught up, or a new mismatch (perhaps moved twice between polls): wait anew
+            self._pending, self._since, self._waits = seen, now, 1
             return None
-        version, now = str(version), self.clock()
-        seen = (version, None if delivered is None else str(delivered))
-        if seen != self._pending:  # a new mismatch (either side moved, perhaps twice between polls): wait anew
-            self._pending, self._since = seen, now
+        if seen is None:
             return None
-        if now - self._since < self.interval_s:
+        if busy:  # being worked on: the wait starts when the work stops
+            self._since = now
             return None
-        self.emit(promotion_event(self.model_name, version, f"poll-{version}-{int(time.time())}", "poll"))
-        self._since = now
-        log.info("poll emitted %s for %s v%s (delivered: %s)", PROMOTED, self.model_name, version, delivered)
-        return version
+        if now - self._since < self.interval_s * self._waits:
+            return None
+        wanted, done = seen
+        message = self.event(wanted, done)
+        self.emit(message)
+        self._since, self._waits = now, min(2 * self._waits, MAX_WAITS)
+        log.info("poll of %s emitted %s for %s (done: %s)", self.what, message["event"], wanted, done)
+        return wanted
 
     def run(self, stop: threading.Event) -> None:
         """Tick every ``interval_s`` until ``stop`` is set; a failing tick is logged, never fatal."""
@@ -224,5 +255,5 @@ class Poller:
             try:
                 self.tick()
             except Exception as exc:  # noqa: BLE001 - e.g. emit failed: the next tick retries
-                log.warning("poll tick failed: %s: %s", type(exc).__name__, exc)
+                log.warning("poll tick of %s failed: %s: %s", self.what, type(exc).__name__, exc)
             stop.wait(self.interval_s)

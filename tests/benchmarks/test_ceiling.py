@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.ceiling import linear_fit, tilted_portfolio
-from trainers.env import EnvConfig, MarketData
+from benchmarks.ceiling import HELD, history_row, linear_fit, tilted_portfolio
+from trainers.config import EnvConfig
+from trainers.env import MarketData
 
 
 def planted(t: int = 40, n: int = 5, seed: int = 0) -> MarketData:
@@ -73,3 +74,15 @@ def test_a_stock_with_no_score_yet_is_held_neutral_and_the_others_still_tilt():
     # e^5 / (2 + e^-5 + e^5) = 0.98666, floor(986.66 / 10) = 98 shares; stocks 0 and 1 none.
     # (z over all four with -inf as 0 would give logits (-5, -5, +5) and 99 shares: 1990)
     assert values.tolist() == pytest.approx([1000.0, 1000.0, 20.0 + 98 * 20.0])
+
+
+def test_the_history_row_tracks_the_held_fit_and_the_best_row_but_the_oracle():
+    # per seed: (row, train Sharpe, test Sharpe, turnover); test − buy-and-hold by hand
+    def seed(hold: float, held: float) -> list[tuple[str, float, float, float]]:
+        return [("buy-and-hold", 0.5, hold, float("nan")), (HELD, 0.5, held, 1.0),
+                ("filter, momentum rule", 0.5, 1.0, 1.0), ("oracle, momentum rule", 0.5, 3.0, 1.0)]
+
+    seeds = [seed(0.25, 0.5), seed(0.5, 1.25)]
+    # the held fit: +0.25, +0.75 (mean +0.50, sd 0.35); the filter: +0.75, +0.50 (+0.62, sd 0.18)
+    assert history_row(seeds) == ("+0.50 ± 0.35", "filter, momentum rule: +0.62 ± 0.18")
+    assert history_row([[r for r in seed if r[0] != HELD] for seed in seeds])[0] == "-"

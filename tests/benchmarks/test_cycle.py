@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from benchmarks.cycle import ROOT, scratch_params, service_seconds, task_seconds
+from benchmarks.cycle import ROOT, history_cells, row, scratch_params, service_seconds, task_seconds
 
 
 def test_scratch_params_keep_the_repo_store_and_ports_out(tmp_path: Path):
@@ -33,3 +33,12 @@ def test_up_lines_and_task_runs_are_read():
              "end_time": "2026-01-01T00:00:02.5+00:00"},
             {"name": "register-0", "start_time": "2026-01-01T00:02:00Z", "end_time": None}]
     assert task_seconds(runs) == [("ingest new bars", 2.5), ("train challenger", 60.0)]
+
+
+def test_the_history_cells_take_the_cycle_the_alias_rounds_and_the_targets_met():
+    rows = [row("`podracer up`, until it returns (every service answers)", "47.1 s"),
+            row("CT cycle, flow run start → end (completed)", "91.6 s (1.5 min)", "≤ 15 min", True),
+            row("alias → v1, round 1: first order at the broker", "12.3 s (17 orders)", "≤ 30 s", True),
+            row("… its deliver flow run created / started (webhook → event → runner)", "3.1 s / 9.9 s"),
+            row("alias → v2, round 2", "**no delivery within 300 s**", "≤ 30 s", False)]
+    assert history_cells(rows) == ("91.6 s (1.5 min)", "12.3 s (17 orders); **no delivery within 300 s**", "2 of 3")

@@ -1,5 +1,5 @@
 """The evidence report's arithmetic and decisions (benchmarks/results_report.py): paired
-differences, t statistics, the issue-14 targets and the gate's promotion count."""
+differences, t statistics, the targets of docs/results.md and the gate's promotion count."""
 
 import math
 from pathlib import Path

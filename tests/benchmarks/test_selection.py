@@ -4,8 +4,8 @@ rule picks, and the ensemble's action, checked by hand."""
 import pytest
 import torch
 
-from benchmarks.selection import Ensemble, Snap, rules, table
-from trainers.ppo import Actor
+from benchmarks.selection import Ensemble, Snap, history_row, rules, table
+from trainers.nets import Actor
 
 
 def snap(generation: int, agent: int, fitness: float) -> Snap:
@@ -59,3 +59,12 @@ def test_the_table_pairs_each_rule_with_best_by_seed():
     top2 = next(line for line in lines if line.startswith("| top-2 "))
     # test − B&H: 1.0 and 1.0; test − best: 0.5 and 0.0 (mean 0.25, sd 0.35, t 1.00)
     assert "| 1.00 ± 0.00 (t = +inf) | 0.25 ± 0.35 (t = +1.00) |" in top2
+
+
+def test_the_history_row_gives_best_over_buy_and_hold_and_the_ensembles_range_against_best():
+    # test − best per seed: top-2 +0.5, 0.0 (mean +0.25); last-gen −0.5, −0.5; `all` −2 is left out
+    rows = [{"seed": seed, "rule": rule, "members": 1, "validation": 0.0, "test": t, "train": 0.0}
+            for seed, values in ((1, {"best": 1.0, "top-2": 1.5, "last-gen": 0.5, "all": -1.0, "buy-and-hold": 0.5}),
+                                 (2, {"best": 2.0, "top-2": 2.0, "last-gen": 1.5, "all": 0.0, "buy-and-hold": 1.0}))
+            for rule, t in values.items()]
+    assert history_row(rows) == ("0.75 ± 0.35 (t = +3.00)", "-0.50 to +0.25")

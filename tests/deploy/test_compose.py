@@ -1,8 +1,8 @@
-"""deploy/compose.yaml runs the services of ``podracer up`` (flows/services.py) as containers:
+"""deploy/compose.yaml runs the services of ``podracer up`` (tasks/services.py) as containers:
 the same five services, the same commands and settings, on the host's network and bound to
 127.0.0.1 as ``podracer up`` binds them: nothing listens elsewhere and nothing is published.
 
-The commands are compared with ``flows.services.plan()`` on the project's params.yaml, so the
+The commands are compared with ``tasks.services.plan()`` on the project's params.yaml, so the
 two cannot drift apart; ``docker compose config`` checks the file itself where Compose v2 is
 installed (it needs no Docker engine)."""
 
@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from flows import services
+from tasks import services
 from tasks.config import Params, load_params
 from tests.conftest import REPO
 
@@ -42,7 +42,7 @@ def params(tmp_path_factory: pytest.TempPathFactory) -> Params:
 
 @pytest.fixture(scope="module")
 def plan(params: Params) -> dict[str, services.Service]:
-    return {s.name: s for s in services.plan(params, Path("params.yaml"))}
+    return {s.name: s for s in services.plan(params, Path("params.yaml"), {})}
 
 
 def env(service: dict) -> dict[str, str]:
@@ -83,7 +83,7 @@ def test_mlflow_has_the_webhook_settings_a_required_fixed_key_and_job_execution_
     assert mlflow["MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS"] == "true"
     assert set(mlflow["MLFLOW_WEBHOOK_ALLOWED_SCHEMES"].split(",")) == {"http", "https"}
     # Required from the environment or deploy/.env, never a value in the file: a key that
-    # changes at restart makes deliveries fail silently (DESIGN §8).
+    # changes at restart makes deliveries fail silently (docs/operations.md).
     assert mlflow["MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY"].startswith("${MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY:?")
     # ... and the same settings as `podracer up` gives its MLflow server.
     for key, value in plan["mlflow"].env.items():

@@ -1,7 +1,12 @@
+import os
+import subprocess
+import sys
+
 import pandas as pd
 from typer.testing import CliRunner
 
 from flows.cli import app
+from tests.conftest import REPO
 
 runner = CliRunner()
 
@@ -47,3 +52,18 @@ def test_validate_says_when_it_suspects_a_split(tmp_path, monkeypatch):
     assert " ".join(result.output.split()).endswith(
         "✓ validate 122 of 122 rows passed, 0 quarantined; report data/quarantine/report.md; "
         "1 suspected split(s): use split-adjusted data")
+
+
+def test_importing_the_cli_or_the_runner_reads_no_settings_and_imports_no_prefect():
+    """.env is loaded by the entry points when they run (tasks/settings.py), before Prefect,
+    which reads its settings when imported, is imported."""
+    code = ("import os, sys; before = dict(os.environ); import flows.cli, flows.deployments; "
+            "assert dict(os.environ) == before, 'settings read at import'; "
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'prefect'], 'prefect imported'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env={**{k: v for k, v in os.environ.items() if k != "DO_NOT_TRACK"},
+                               "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    from tasks.settings import ENV_FILE
+
+    assert "DO_NOT_TRACK=1" in ENV_FILE.read_text()  # so importing would have set it, had it read .env

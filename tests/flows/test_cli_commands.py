@@ -46,6 +46,7 @@ def say(root, *args: str, code: int = 0) -> str:
     output = done.stdout + done.stderr
     assert done.returncode == code, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
+    assert "Still processing items" not in output, output[-3000:]  # Prefect's events were sent before the exit
     return " ".join(done.stdout.split())
 
 

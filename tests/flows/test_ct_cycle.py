@@ -1,6 +1,8 @@
-"""A continuous-training cycle killed during training: the next run of the same cycle resumes
-from the checkpoint and registers exactly what an uninterrupted cycle registers (issue 13, §6)."""
+"""The continuous-training cycle at tiny size: one whole cycle through the registry and its
+early end; and a cycle killed during training, whose next run resumes from the checkpoint
+and registers exactly what an uninterrupted cycle registers (docs/operations.md, the CT cycle)."""
 
+import json
 import os
 import re
 import shutil
@@ -8,13 +10,53 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import date
 
 import pytest
 
+from flows.ct_cycle import ct_cycle
+from tasks.data import features
+from tasks.data.arrivals import simulate
+from tasks.registry.gate import CHAMPION, promote
+from tasks.registry.register import COMPLETE, register
+from tasks.registry.store import client
 from tests.conftest import REPO
 from tests.flows.test_cli_commands import say, tiny_project
 
 SLOW_TRAINING = ["-s", "ct.generations=3", "-s", "evolution.iterations_per_generation=30", "-s", "ct.eval_bars=20"]
+
+
+def test_one_cycle_registers_a_challenger_with_its_window_cutoff_and_report(built_copy, prefect_server):
+    params = built_copy
+    first = register(params)
+    promote(params.registry, first.version)
+    simulate(params, 5)
+    summary = ct_cycle(params)
+    store, name = client(params.registry), params.registry.model_name
+    version = store.get_model_version(name, summary.registered.version)
+    fs = features.load(params.dirs.features)
+    last = len(fs.timestamps) - 1
+    cutoff = str(fs.timestamps[last - params.ct.eval_bars])[:10]  # the bar before the 63-bar window
+    assert summary.appended_bars == 5 and str(version.version) == "2"
+    assert version.tags["data_cutoff"] == cutoff and version.tags["origin"] == "ct"
+    assert version.tags["eval_window"] == (f"{str(fs.timestamps[last - params.ct.eval_bars + 1])[:10]}.."
+                                           f"{str(fs.timestamps[last])[:10]}")
+    assert version.tags["champion_seen_bars"] == "0"  # the pipeline's champion selected up to 2021-08-31
+    assert version.tags["warm_start"] == "warm start from the champion" and version.tags[COMPLETE] == "true"
+    assert version.description.startswith("## Gate report: challenger vs champion vs buy_and_hold")
+    assert f"({params.ct.eval_bars} bars)" in version.description
+    metrics = json.loads((params.dirs.ct / "backtest" / "metrics.json").read_text())
+    promoted = metrics["challenger"]["sharpe"] > max(metrics["champion"]["sharpe"], metrics["buy_and_hold"]["sharpe"])
+    assert summary.registered.promoted is promoted
+    assert (str(store.get_model_version_by_alias(name, CHAMPION).version) == "2") is promoted
+    run = store.get_run(summary.registered.run_id)
+    assert run.info.run_name == f"ct {date.today()} data {summary.data_version[:8]}"
+    assert [d.dataset.digest for d in run.inputs.dataset_inputs] == [summary.data_version[:8]]
+    assert run.data.metrics["window_challenger_sharpe"] == metrics["challenger"]["sharpe"]
+    assert store.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert sorted(a.path for a in store.list_artifacts(run.info.run_id, "gate")) == [
+        "gate/equity.csv", "gate/equity.png", "gate/gate.md", "gate/metrics.json", "gate/tearsheet.html"]
+    assert ct_cycle(params).note.startswith(f"nothing new since data version {summary.data_version[:8]}")
 
 
 def project(root, built) -> None:

@@ -1,8 +1,9 @@
-"""The continuous loop end to end, as a user runs it (issue 13, §6-7): ``podracer up`` on free
-loopback ports, new bars → event → CT cycle → registry, an alias moved through MLflow's REST
-API → webhook → delivery at the broker, ``podracer rollback``, a lost webhook caught by the
-poll, two events one cycle at a time, the tracking server down for a cycle, ``podracer down``
-and no process left behind."""
+"""The continuous loop end to end, as a user runs it (docs/operations.md): ``podracer up`` on
+free loopback ports, some of them given as overrides, new bars → event → CT cycle →
+registry, an alias moved through MLflow's REST API → webhook → delivery at the broker,
+``podracer rollback``, a lost webhook caught by the poll, two events one cycle at a time,
+the tracking server down for a cycle, the runner killed mid-cycle and the cycle run again by
+the data poll, resumed from its checkpoint, ``podracer down`` and no process left behind."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -34,6 +36,7 @@ def podracer(root, *args: str, code: int = 0) -> str:
                           env={**env, "COLUMNS": "250", "PYTHONPATH": str(REPO)}, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == code and "Traceback" not in output, output[-3000:]
+    assert "Still processing items" not in output, output[-3000:]  # Prefect's events were sent before the exit
     return " ".join(done.stdout.split())
 
 
@@ -65,10 +68,13 @@ class Project:
         assert len(set(self.ports.values())) == 4
         tree = yaml.safe_load((root / "params.yaml").read_text())
         tree["services"] = {"prefect_port": self.ports["prefect"], "mlflow_port": self.ports["mlflow"],
-                            "receiver_port": self.ports["receiver"], "poll_seconds": 10, "start_timeout": 240}
-        tree["broker"] = {"port": self.ports["broker"]}
+                            "poll_seconds": 10, "start_timeout": 240}
         tree["ct"] = {"eval_bars": 20, "generations": 1}
         (root / "params.yaml").write_text(yaml.safe_dump(tree))
+        self.overrides = ["-s", f"services.receiver_port={self.ports['receiver']}", "-s",
+                          f"broker.port={self.ports['broker']}", "-s", "ct.generations=3"]
+        """What every `podracer up` is given: the receiver and broker listen where params.yaml does
+        not say, and cycles train long enough to be killed in the middle."""
         self.api = f"http://127.0.0.1:{self.ports['prefect']}/api"
         self.mlflow = f"http://127.0.0.1:{self.ports['mlflow']}/api/2.0/mlflow"
 
@@ -101,8 +107,20 @@ class Project:
                              json={"flows": {"name": {"any_": [flow]}}, "sort": "START_TIME_ASC"}).json()
         return [r for r in runs if r["start_time"]]
 
+    def cycles_due(self) -> list[dict]:
+        """CT cycles running, or queued to start within a minute (not tonight's schedule)."""
+        soon = (datetime.now(timezone.utc) + timedelta(minutes=1)).isoformat()
+        return [r for kinds, extra in ((["PENDING", "RUNNING"], {}),
+                                       (["SCHEDULED"], {"next_scheduled_start_time": {"before_": soon}}))
+                for r in requests.post(f"{self.api}/flow_runs/filter", timeout=10, json={
+                    "flows": {"name": {"any_": ["ct-cycle"]}},
+                    "flow_runs": {"state": {"type": {"any_": kinds}}, **extra}}).json()]
+
+    def pid(self, name: str) -> int:
+        return next(r["pid"] for r in self.recorded() if r["name"] == name)
+
     def kill(self, name: str) -> None:
-        pid = next(r["pid"] for r in self.recorded() if r["name"] == name)
+        pid = self.pid(name)
         os.killpg(pid, signal.SIGTERM)
         wait_for(f"{name} to stop", lambda: gone(pid), 30)
 
@@ -114,7 +132,7 @@ def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_
     assert "model podracer-ppo version 1 (alias champion)" in run
     pids: list[int] = []
     try:
-        said = podracer(tmp_path, "up")
+        said = podracer(tmp_path, "up", *p.overrides)
         for name in SERVICES:
             assert f"{name} answers at http://127.0.0.1:" in said
         pids = [r["pid"] for r in p.recorded()]
@@ -130,8 +148,8 @@ def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_
         mlflow_env = open(f"/proc/{pids[1]}/environ", "rb").read().split(b"\0")
         assert b"MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false" in mlflow_env  # else seven more processes
         assert oct((tmp_path / "data" / "services" / "mlflow-webhook.key").stat().st_mode & 0o777) == "0o600"
-        assert podracer(tmp_path, "status").count("answers") == 5
-        assert podracer(tmp_path, "up").count("already runs") == 5
+        assert podracer(tmp_path, "status").count("answers") == 5  # where the overrides put them
+        assert podracer(tmp_path, "up", *p.overrides).count("already runs") == 5
         assert [r["pid"] for r in p.recorded()] == pids
 
         # new bars → podracer.data.arrived → ct-cycle/on-new-data registers version 2
@@ -174,12 +192,33 @@ def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_
         failed = wait_for("the cycle to fail", lambda: next(
             (r for r in p.flow_runs("ct-cycle")[before + 2:] if r["state_type"] == "FAILED"), None), 120)
         assert "does not answer: nothing registered" in failed["state"]["message"]
-        assert "mlflow answers" in podracer(tmp_path, "up")
+        assert "mlflow answers" in podracer(tmp_path, "up", *p.overrides)
         assert set(p.versions()) == known
         podracer(tmp_path, "simulate", "--bars", "1")
         wait_for("the next cycle to register", lambda: len(set(p.versions()) - known) == 1, 300)
 
-        pids += [r["pid"] for r in p.recorded()]  # the restarted receiver and mlflow too
+        # the runner SIGKILLed mid-training: the run crashes and its event is spent; once `podracer up`
+        # restarts the runner, its data poll starts the cycle again, which resumes from its checkpoint
+        wait_for("the poll's retries of the failed cycle to end", lambda: not p.cycles_due(), 180)
+        known, before, marker = set(p.versions()), len(p.flow_runs("ct-cycle")), time.time()
+        podracer(tmp_path, "simulate", "--bars", "1")
+        checkpoints = tmp_path / "data" / "checkpoints"
+        wait_for("the cycle's first checkpoint", lambda: any(
+            c.stat().st_mtime > marker for c in checkpoints.glob("*/evolution.pt")), 300)
+        runner = p.pid("runner")
+        os.kill(runner, signal.SIGKILL)
+        crashed = wait_for("the cycle to crash", lambda: next(
+            (r for r in p.flow_runs("ct-cycle")[before:] if r["state_type"] == "CRASHED"), None), 60)
+        assert set(p.versions()) == known
+        folders = set(checkpoints.iterdir())
+        pids.append(runner)
+        assert "runner answers" in podracer(tmp_path, "up", *p.overrides)
+        wait_for("the cycle to run again by itself and register", lambda: len(set(p.versions()) - known) == 1, 300)
+        assert any(r["state_type"] == "COMPLETED" and r["start_time"] > crashed["start_time"]
+                   for r in p.flow_runs("ct-cycle")[before:])
+        assert set(checkpoints.iterdir()) == folders, "the rerun did not resume the crashed cycle's checkpoint"
+
+        pids += [r["pid"] for r in p.recorded()]  # the restarted receiver, mlflow and runner too
         stopped = podracer(tmp_path, "down")
         assert "5 service(s) stopped" in stopped
         assert all(gone(pid) for pid in pids), "a service or one of its children outlived `podracer down`"

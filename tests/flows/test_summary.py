@@ -3,7 +3,7 @@
 from rich.console import Console
 
 from flows.summary import orders_table
-from tasks.delivery.loop import CycleResult
+from tasks.delivery.client.loop import CycleResult
 
 
 def rendered(result: CycleResult) -> str:

@@ -44,7 +44,7 @@ def test_a_log_line_is_printed_above_the_live_bar(monkeypatch):
 
 def test_without_the_shared_console_the_log_line_lands_in_the_bar(monkeypatch):
     screen = training_screen(monkeypatch, share=False)
-    assert "0:00:00INFO | generation 0" in screen  # the garbled line of issue 15 §5
+    assert "0:00:00INFO | generation 0" in screen  # the garbled line the shared console prevents
 
 
 def test_the_cli_rebinds_prefects_console_handler_to_the_one_console():

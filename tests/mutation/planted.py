@@ -1,4 +1,5 @@
-"""Re-plant the bugs of issue 16, one at a time, and check that a named test catches each.
+"""Re-plant the bugs once found by hand (docs/testing.md, Planted bugs), one at a time, and
+check that a named test catches each.
 
 Each bug is a one-line edit of today's code. For each, the source tree is copied to a
 temporary folder, the edit is applied there (the checkout is never touched), and the
@@ -62,7 +63,8 @@ BUGS = {
            ("tests/trainers/test_evolution.py::"
             "test_a_copied_agent_starts_the_next_generation_with_its_parents_weights_and_adam_state",)),
     9: Bug("the value bootstrap taken from the reset state", "trainers/ppo.py",
-           "self.critic(step.final.states)", "self.critic(states[i + 1][step.final.index])",
+           "_values_at(nets, layout, step.final)",
+           "_values_at(nets, layout, FinalStates(step.final.index, obs[t + 1][step.final.index]))",
            ("tests/trainers/test_ppo.py::test_rollout_values_truncated_episodes_from_their_final_state",)),
     10: Bug("Alpaca keeps extended-hours bars", "tasks/data/sources/alpaca.py",
             "return bars[inside].reset_index(drop=True)", "return bars.reset_index(drop=True)",

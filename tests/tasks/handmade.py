@@ -12,8 +12,8 @@ import torch
 
 from tasks.data.features import FeatureSet
 from tasks.model import bundle
-from trainers.env import EnvConfig
-from trainers.ppo import Actor
+from trainers.config import EnvConfig
+from trainers.nets import Actor
 from trainers.state import StateScales
 
 

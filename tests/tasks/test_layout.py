@@ -7,6 +7,8 @@ functions and under ``TYPE_CHECKING``, so a lazy import cannot hide an upward ed
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -79,3 +81,40 @@ def test_each_part_has_a_docstring_and_trainers_stay_pure_pytorch():
     leaks = [f"{p.name} imports {m}" for p in (REPO / "trainers").glob("*.py") for m in imports(p)
              if m.split(".")[0] in banned]
     assert leaks == []
+
+
+def test_the_trading_client_reaches_the_broker_only_through_its_start_function():
+    """docs/delivery.md: the two parts of delivery meet over HTTP. No client module imports the
+    broker package, except the one helper that starts a local broker, and it only the broker's
+    public entry point; no broker module imports the client."""
+    door = {"tasks.delivery.broker.service", "tasks.delivery.broker.service.start"}
+    modules = task_modules()
+    client = {n: imports(p) for n, p in modules.items() if n.startswith("tasks.delivery.client")}
+    broker = {n: imports(p) for n, p in modules.items() if n.startswith("tasks.delivery.broker")}
+    assert client and broker and client["tasks.delivery.client.local"] & door == door
+    leaks = [f"{name} imports {m}" for name, found in client.items() for m in found
+             if m.startswith("tasks.delivery.broker") and not (name == "tasks.delivery.client.local" and m in door)]
+    leaks += [f"{name} imports {m}" for name, found in broker.items() for m in found
+              if m.startswith("tasks.delivery.client")]
+    assert leaks == []
+    for part in ("tasks.delivery.broker", "tasks.delivery.client"):  # each says what it holds
+        assert ast.get_docstring(ast.parse(modules[part].read_text())), part
+
+
+def test_loading_the_config_imports_no_torch():
+    """trainers/config.py holds the trainers' config classes without torch, so a command that
+    needs no training (the broker, ``status``, ``promote``) starts without paying for it."""
+    probe = "import sys, tasks.config; print(sorted(m for m in ('torch', 'trainers.env') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_trainers_import_no_circle():
+    modules = {module_name(p): p for p in sorted((REPO / "trainers").glob("*.py"))}
+    graph = {name: {m for m in imports(path) if m in modules and m not in (name, "trainers")}
+             for name, path in modules.items()}
+    try:
+        order = list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        pytest.fail(f"import circle: {' -> '.join(exc.args[1])}")
+    assert order.index("trainers.config") < order.index("trainers.orders") < order.index("trainers.env")

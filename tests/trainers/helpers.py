@@ -1,9 +1,15 @@
-"""Small hand-made markets for trainer tests."""
+"""Small hand-made markets for trainer tests, and whole runs as the train stage makes them."""
+
+from pathlib import Path
 
 import torch
 
-from trainers.env import EnvConfig, MarketData
+from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
+from trainers.env import MarketData
+from trainers.evolution import Evolution, EvolutionResult, JobRunner, ProgressFn, resume_from, run_serially
+from trainers.population import JobPool
 from trainers.state import StateScales
+from trainers.tournament import Tournament
 
 
 def market(t: int = 40, n: int = 3, k: int = 2, seed: int = 0) -> MarketData:
@@ -25,3 +31,27 @@ def ragged_market() -> MarketData:
 
 def scales(data: MarketData, cfg: EnvConfig) -> StateScales:
     return StateScales(1 / cfg.initial_cash, 1 / cfg.hmax, tuple(data.close[0].tolist()))
+
+
+def evolve(data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig, evo_cfg: EvolutionConfig,
+           train_window: tuple[int, int], val_window: tuple[int, int], *, per_year: float,
+           on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None, resume: bool = False,
+           runner: JobRunner = run_serially, nitro: NitroConfig = NitroConfig()) -> EvolutionResult:
+    """A generational run as the train stage makes one (``tasks/model/train.py``), resumed from
+    ``checkpoint_dir`` with ``resume``."""
+    run = Evolution(data, scales, env_cfg, ppo_cfg, evo_cfg, train_window, val_window, per_year, nitro)
+    if resume:
+        resume_from(run, checkpoint_dir, Evolution.CHECKPOINT)
+    return run.run(on_evaluated, checkpoint_dir, runner)
+
+
+def tournament(data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
+               evo_cfg: EvolutionConfig, tcfg: TournamentConfig, train_window: tuple[int, int],
+               val_window: tuple[int, int], *, per_year: float, on_evaluated: ProgressFn | None = None,
+               checkpoint_dir: Path | None = None, resume: bool = False, pool: JobPool | None = None,
+               nitro: NitroConfig = NitroConfig()) -> EvolutionResult:
+    """A tournament run as the train stage makes one, resumed from ``checkpoint_dir`` with ``resume``."""
+    run = Tournament(data, scales, env_cfg, ppo_cfg, evo_cfg, tcfg, train_window, val_window, per_year, nitro)
+    if resume:
+        resume_from(run, checkpoint_dir, Tournament.CHECKPOINT)
+    return run.run(pool, on_evaluated, checkpoint_dir)

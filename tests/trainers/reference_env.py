@@ -1,4 +1,4 @@
-"""A slow, scalar, plain-Python statement of the MDP (DESIGN §2), to check the batched env.
+"""A slow, scalar, plain-Python statement of the MDP (docs/design.md, The market MDP), to check the batched env.
 
 One account, one stock at a time, floats and loops, written from the rules rather than
 from trainers/env.py: fill at the next bar's open, sells before buys, whole shares, cash

@@ -6,8 +6,10 @@ import dataclasses
 import pytest
 import torch
 
-from trainers.env import EnvConfig, MarketData, MarketEnv
-from trainers.ppo import PPOConfig, PPOLearner
+from trainers.agent import Learner
+from trainers.config import EnvConfig, PPOConfig
+from trainers.env import MarketData, MarketEnv
+from trainers.ppo import PPO
 from trainers.state import StateScales, StockLayout
 
 from .helpers import ragged_market
@@ -84,10 +86,12 @@ def sign_gap(credit: str) -> float:
     cfg = PPOConfig(num_envs=8, horizon=32, batch_size=64, repeat_times=4, net_dims=(8,), lr=3e-3,
                     policy="shared", credit=credit)
     env = MarketEnv(data, scales, env_cfg, cfg.num_envs, (0, 150), seed=1)
-    learner = PPOLearner(env.state_dim, env.action_dim, cfg, seed=1, device=torch.device("cpu"),
-                         layout=StockLayout(data.n_stocks, data.n_features, scales))
+    learner = Learner.fresh(env.state_dim, env.action_dim, cfg, seed=1, device=torch.device("cpu"),
+                            layout=StockLayout(data.n_stocks, data.n_features, scales))
+    ppo = PPO([learner], [env], cfg)
     for _ in range(8):
-        learner.update(learner.collect(env))
+        ppo.train_iteration([0])
+    ppo.write_back()
     state = env.observe()[:1]
     up, down = state.clone(), state.clone()
     first = env.head + data.n_stocks  # the features follow the account and the prices

@@ -3,7 +3,8 @@ import dataclasses
 import pytest
 import torch
 
-from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.config import EnvConfig
+from trainers.env import MarketData, MarketEnv
 from trainers.orders import execute_orders, orders, target_orders
 from trainers.state import build_state, state_dim
 

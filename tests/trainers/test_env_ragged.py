@@ -1,10 +1,11 @@
-"""A ragged universe in the env, by hand (issue 15): untradable stocks are masked from the
+"""A ragged universe in the env, by hand (docs/data.md, Ragged universes): untradable stocks are masked from the
 state, never bought, and a position in a stock that stops trading is closed out at its last
 real close."""
 
 import torch
 
-from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.config import EnvConfig
+from trainers.env import MarketData, MarketEnv
 from trainers.orders import orders
 from trainers.state import StateScales
 

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from trainers.env import EnvConfig, MarketData, MarketEnv
+from trainers.config import EnvConfig
+from trainers.env import MarketData, MarketEnv
 from trainers.state import StateScales
 
 from .reference_env import ReferenceAccount

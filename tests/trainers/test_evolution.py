@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from trainers.env import EnvConfig
+from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
 from trainers.evaluate import run_policy
-from trainers.evolution import Evolution, EvolutionConfig, WarmStart, evolve, run_serially
+from trainers.evolution import Evolution, WarmStart, run_serially
 from trainers.metrics import FITNESS, sharpe
 from trainers.multiplex import run_multiplexed
-from trainers.ppo import Actor, PPOConfig
+from trainers.nets import Actor
 from trainers.selection import explore, initial_population, select
 from trainers.state import state_dim
 
-from .helpers import market, scales
+from .helpers import evolve, market, scales
 
 BOUNDS = {"lr": (1e-5, 1e-3), "entropy_coef": (0.001, 0.1)}
 

@@ -6,7 +6,7 @@ import torch
 from gymnasium.utils.env_checker import check_env, check_space_limit, data_equivalence
 from gymnasium.utils.passive_env_checker import check_action_space, check_observation_space
 
-from trainers.env import EnvConfig
+from trainers.config import EnvConfig
 from trainers.gym_env import MarketGymEnv, MarketVectorEnv
 
 from .helpers import market, scales

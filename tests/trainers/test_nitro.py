@@ -6,23 +6,24 @@ import pytest
 import torch
 
 from trainers.agent import PPOAgent
-from trainers.env import EnvConfig
+from trainers.config import EnvConfig, NitroConfig, PPOConfig
 from trainers.nitro import (
     BoostScore,
     CostLedger,
-    NitroConfig,
     actor_convexity,
     convexity_ratio,
     lanczos_extremes,
     next_env_count,
+    surrogate,
     surrogate_hvp,
 )
-from trainers.ppo import Actor, PPOConfig, surrogate
+from trainers.nets import Actor
+from trainers.ppo import PPO
 
 from .helpers import market, scales
 
 ENV = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
-PPO = PPOConfig(num_envs=4, horizon=12, batch_size=16, repeat_times=2, net_dims=(8,))  # 142 actor parameters
+CFG = PPOConfig(num_envs=4, horizon=12, batch_size=16, repeat_times=2, net_dims=(8,))  # 142 actor parameters
 
 
 def symmetric(b: int, p: int, seed: int) -> torch.Tensor:
@@ -41,9 +42,8 @@ def start(b: int, p: int, seed: int = 1) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def rollout_agent():
     data = market()
-    agent = PPOAgent(data, scales(data, ENV), ENV, PPO, (0, 39), 5)
-    learner = agent.learners[0]
-    return learner.actor, learner.collect(agent.envs[0])
+    agent = PPOAgent(data, scales(data, ENV), ENV, CFG, (0, 39), 5)
+    return agent.actor, PPO(agent.learners, agent.envs, CFG).collect([0])
 
 
 def test_config_validates_and_is_a_strict_pydantic_section():
@@ -195,8 +195,8 @@ def test_actor_convexity_on_the_whole_rollout_matches_the_full_spectrum(rollout_
     r = actor_convexity(actor, rollout, NitroConfig(subset=10**6, lanczos_steps=size), 0.25,
                         torch.Generator().manual_seed(0))
     adv = rollout.advantages.flatten()
-    loss, _ = surrogate(actor, rollout.states.flatten(0, 1), rollout.raw_actions.flatten(0, 1),
-                        rollout.log_probs.flatten(), (adv - adv.mean()) / (adv.std() + 1e-8), 0.25)
+    loss, _ = surrogate(actor, rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1),
+                        rollout.logprobs.flatten(), (adv - adv.mean()) / (adv.std() + 1e-8), 0.25)
     grad = torch.cat([g.reshape(-1) for g in torch.autograd.grad(-loss, params, create_graph=True)])
     rows = [torch.autograd.grad(grad, params, e, retain_graph=True) for e in torch.eye(size)]
     hessian = torch.stack([torch.cat([h.reshape(-1) for h in row]) for row in rows]).double()
@@ -213,7 +213,7 @@ def test_boost_score_first_round_is_neutral_and_extremes_score_d_to_the_k():
     assert score.update(0.0) == pytest.approx(0.9**3)
     assert score.update(2.5) == pytest.approx(0.5 * 0.9**4)  # (5 - 2.5) / (5 - 0)
     assert score.update(2.5) == pytest.approx(0.5 * 0.9**5)
-    assert score.rounds == 6 and score.history == (3.0, 1.0, 5.0, 0.0, 2.5, 2.5)
+    assert score.rounds == 6 and score.state()["history"] == [3.0, 1.0, 5.0, 0.0, 2.5, 2.5]
     with pytest.raises(ValueError):
         score.update(float("nan"))
 
@@ -224,7 +224,7 @@ def test_boost_score_window_forgets_old_rounds():
     assert score.update(0.0) == 1.0
     assert score.update(5.0) == 0.0  # the window is (0, 5): 10 has left it
     assert score.update(5.0) == 0.5  # (5, 5): flat, and 0 has left it
-    assert score.history == (5.0, 5.0)
+    assert score.state()["history"] == [5.0, 5.0]
 
 
 def test_boost_score_state_round_trip_continues_identically():
@@ -251,13 +251,13 @@ def test_cost_ledger_enforces_a_hard_env_step_budget():
     ledger = CostLedger(max_env_steps=100)
     assert ledger.affordable(100) and not ledger.affordable(101) and not ledger.affordable(-1)
     ledger.charge(60, cpu_seconds=1.5, gpu_seconds=0.5)
-    assert ledger.remaining_env_steps == 40 and not ledger.exhausted
+    assert ledger.remaining_env_steps == 40 and ledger.affordable(40)
     with pytest.raises(ValueError):
         ledger.charge(41)
     assert ledger.as_dict() == {"max_env_steps": 100, "max_cpu_seconds": None, "max_gpu_seconds": None,
                                 "env_steps": 60, "cpu_seconds": 1.5, "gpu_seconds": 0.5}
     ledger.charge(40)
-    assert ledger.exhausted and ledger.remaining_env_steps == 0 and ledger.affordable(0)
+    assert not ledger.affordable(1) and ledger.remaining_env_steps == 0 and ledger.affordable(0)
     assert CostLedger(**ledger.as_dict()) == ledger
     with pytest.raises(ValueError):
         CostLedger(max_env_steps=10, env_steps=11)
@@ -266,7 +266,7 @@ def test_cost_ledger_enforces_a_hard_env_step_budget():
 def test_cost_ledger_seconds_budget_stops_further_work():
     ledger = CostLedger(max_cpu_seconds=10.0)
     ledger.charge(1000, cpu_seconds=12.0)  # measured after the fact: recorded even past the budget
-    assert ledger.exhausted and not ledger.affordable(1)
+    assert not ledger.affordable(1) and not ledger.affordable(0)
     with pytest.raises(ValueError):
         ledger.charge(1)
     assert ledger.cpu_seconds == 12.0 and ledger.env_steps == 1000
@@ -275,7 +275,7 @@ def test_cost_ledger_seconds_budget_stops_further_work():
 def test_cost_ledger_unlimited_and_merging():
     free = CostLedger()
     free.charge(10**9, gpu_seconds=3.0)
-    assert free.remaining_env_steps is None and free.affordable(10**12) and not free.exhausted
+    assert free.remaining_env_steps is None and free.affordable(10**12)
     a, b = CostLedger(max_env_steps=100, env_steps=30, cpu_seconds=1.0), CostLedger(max_env_steps=50, env_steps=50)
     total = sum([a, b, CostLedger(max_env_steps=10, gpu_seconds=2.0)])
     assert total == CostLedger(max_env_steps=160, env_steps=80, cpu_seconds=1.0, gpu_seconds=2.0)

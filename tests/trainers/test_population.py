@@ -6,14 +6,12 @@ import dataclasses
 import pytest
 import torch
 
-from trainers.env import EnvConfig
-from trainers.evolution import Evolution, EvolutionConfig, evolve, run_serially
-from trainers.multiplex import run_multiplexed
-from trainers.nitro import NitroConfig
-from trainers.population import AgentJob, run_job
-from trainers.ppo import PPOConfig
+from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig
+from trainers.evolution import Evolution, run_serially
+from trainers.multiplex import run_job, run_multiplexed
+from trainers.population import AgentJob
 
-from .helpers import market, scales
+from .helpers import evolve, market, scales
 
 ENV = EnvConfig(initial_cash=10_000.0, hmax=20, episode_len=8, min_episode_len=4)
 PPO = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=2, net_dims=(8,), lr=3e-3)

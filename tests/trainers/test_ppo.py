@@ -1,44 +1,39 @@
+"""The one PPO (``trainers/ppo.py``) against hand-computed values, CleanRL's loss on plain
+modules with ``torch.optim.Adam``, and the scalar reference MDP."""
+
+import copy
 import dataclasses
+import math
 
 import pytest
 import torch
 
 from trainers.agent import PPOAgent
-from trainers.env import EnvConfig
-from trainers.ppo import PPOConfig, gae_advantages
+from trainers.batched import Layout
+from trainers.config import EnvConfig, PPOConfig
+from trainers.env import MarketEnv
+from trainers.ppo import PPO, clipped, gae_advantages, normalised
 
 from .helpers import market, scales
+from .reference_env import ReferenceAccount
 
 ENV = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
-PPO = PPOConfig(num_envs=4, horizon=12, batch_size=16, repeat_times=2, net_dims=(16,))
+CFG = PPOConfig(num_envs=4, horizon=12, batch_size=16, repeat_times=2, net_dims=(16,))
 
 
-def make_agent(seed: int, cfg: PPOConfig = PPO) -> PPOAgent:
+def population(*seeds: int, cfg: PPOConfig = CFG, envs: tuple[int, ...] = ()) -> PPO:
+    """A batched PPO of one fresh agent per seed (``envs``: their env counts)."""
     data = market()
-    return PPOAgent(data, scales(data, ENV), ENV, cfg, (0, 39), seed)
+    counts = envs or (cfg.num_envs,) * len(seeds)
+    agents = [PPOAgent(data, scales(data, ENV), ENV, dataclasses.replace(cfg, num_envs=n), (0, 39), seed)
+              for seed, n in zip(seeds, counts)]
+    return PPO([lrn for a in agents for lrn in a.learners], [env for a in agents for env in a.envs], cfg)
 
 
-def trained(seed: int, iterations: int = 3, cfg: PPOConfig = PPO) -> PPOAgent:
-    agent = make_agent(seed, cfg)
-    for _ in range(iterations):
-        stats = agent.train_iteration()
-    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
-    return agent
-
-
-def weights(agent: PPOAgent) -> list[torch.Tensor]:
-    return [*agent.actor.state_dict().values(), *agent.learners[0].critic.state_dict().values()]
-
-
-def test_same_seed_gives_bit_identical_weights():
-    a, b, c = trained(1), trained(1), trained(2)
-    assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b)))
-    assert not all(torch.equal(x, z) for x, z in zip(weights(a), weights(c)))
-
-
-def test_training_changes_the_policy():
-    fresh, agent = make_agent(1), trained(1)
-    assert not all(torch.equal(x, y) for x, y in zip(weights(fresh), weights(agent)))
+def weights(ppo: PPO) -> list[torch.Tensor]:
+    ppo.write_back()
+    learner = ppo.learners[0]
+    return [*learner.actor.state_dict().values(), *learner.critic.state_dict().values()]
 
 
 def test_gae_bootstraps_at_truncation_and_cuts_the_recursion():
@@ -56,80 +51,165 @@ def test_gae_bootstraps_at_truncation_and_cuts_the_recursion():
     torch.testing.assert_close(adv, expected)
 
 
-def test_rollout_values_truncated_episodes_from_their_final_state():
+def test_the_clipped_surrogate_is_the_pessimistic_bound_by_hand():
+    ratio = torch.tensor([0.5, 1.0, 1.5, 1.5, 0.5])
+    adv = torch.tensor([1.0, 1.0, 1.0, -1.0, -1.0])
+    # min(ρA, clip(ρ, 0.8, 1.2)·A): a good action gains at most 1.2A, a bad one is charged in full
+    assert clipped(ratio, adv, 0.2, per_action=False).tolist() == pytest.approx([0.5, 1.0, 1.2, -1.5, -0.8])
+    per_action = clipped(torch.tensor([[1.5, 0.5]]), torch.tensor([[1.0, -1.0]]), 0.2, per_action=True)
+    assert per_action.tolist() == pytest.approx([1.2 - 0.8])  # each action clipped alone, then summed
+
+
+def test_advantages_are_normalised_per_learner_with_the_unbiased_std():
+    layout = Layout.of([1, 2], torch.device("cpu"))  # learner 0 has env 0, learner 1 envs 1 and 2
+    adv = torch.tensor([[1.0, 10.0, 20.0], [3.0, 30.0, 50.0]])  # [H = 2, E = 3]
+    out = normalised(adv, layout)
+    first = (torch.tensor([1.0, 3.0]) - 2.0) / (math.sqrt(2.0) + 1e-8)
+    second = (torch.tensor([10.0, 20.0, 30.0, 50.0]) - 27.5) / (math.sqrt(875.0 / 3.0) + 1e-8)
+    torch.testing.assert_close(out[:, 0], first)
+    torch.testing.assert_close(out[:, 1:].flatten(), second)
+
+
+@pytest.mark.parametrize("credit", ["joint", "per_stock"])
+def test_a_gradient_step_is_cleanrls_loss_with_torch_adam(credit):
+    cfg = dataclasses.replace(CFG, credit=credit, entropy_coef=0.05)
+    ppo = population(1, cfg=cfg)
+    rollout = ppo.collect([0])
+    learner = ppo.learners[0]
+    actor, critic = copy.deepcopy(learner.actor), copy.deepcopy(learner.critic)
+    b_adv = normalised(rollout.advantages, ppo.layout([0]))
+    batch = tuple(x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, b_adv, rollout.returns))
+    mb_inds = torch.randperm(len(batch[0]), generator=torch.Generator().manual_seed(0))[: cfg.batch_size]
+
+    # CleanRL's ppo_continuous_action.py on plain modules
+    b_obs, b_actions, b_logprobs, b_advantages, b_returns = (x[mb_inds] for x in batch)
+    dist = actor.distribution(b_obs)
+    newlogprob = dist.log_prob(b_actions)
+    if credit == "joint":
+        newlogprob = newlogprob.sum(-1)
+    ratio = (newlogprob - b_logprobs).exp()
+    pg_loss = torch.max(-b_advantages * ratio, -b_advantages * torch.clamp(ratio, 1 - cfg.clip, 1 + cfg.clip))
+    pg_loss = pg_loss.sum(-1).mean() if credit == "per_stock" else pg_loss.mean()
+    v_loss = ((critic(b_obs) - b_returns) ** 2).mean()
+    loss = pg_loss - cfg.entropy_coef * dist.entropy().sum(-1).mean() + v_loss * cfg.value_coef
+    params = [*actor.parameters(), *critic.parameters()]
+    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+    optimizer.step()
+
+    ppo.gradient_step([0], [0], [mb_inds], batch, ppo.hparam("clip", group=[0]), ppo.hparam("entropy_coef", group=[0]))
+    ppo.write_back()
+    for ours, theirs in zip([*learner.actor.parameters(), *learner.critic.parameters()], params):
+        assert not torch.equal(ours, torch.zeros_like(ours))
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+    state = learner.optimizer["state"]
+    for k, p in enumerate(params):
+        torch.testing.assert_close(state[k]["exp_avg"], optimizer.state[p]["exp_avg"], atol=1e-7, rtol=1e-4)
+        torch.testing.assert_close(state[k]["exp_avg_sq"], optimizer.state[p]["exp_avg_sq"], atol=1e-9, rtol=1e-4)
+
+
+def test_rollout_values_truncated_episodes_from_their_final_state(monkeypatch):
     """At a truncation the env has already reset; the TD target must use the critic's value
     of the finished episode's last state (which the env reports), not of the fresh account."""
-    agent = make_agent(3)
-    learner, env = agent.learners[0], agent.envs[0]
+    ppo = population(3)
     finals = []
-    step = env.step
+    step = MarketEnv.step
 
-    def spy(*args, **kwargs):
-        out = step(*args, **kwargs)
+    def spy(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
         finals.append((out.final.index.clone(), out.final.states.clone()))
         return out
 
-    env.step = spy
-    rollout = learner.collect(env)
+    monkeypatch.setattr(MarketEnv, "step", spy)
+    rollout = ppo.collect([0])
+    critic = ppo.learners[0].critic  # collect leaves the weights as they were
     assert rollout.truncated.any()  # 12 steps of 4..8-bar episodes
-    assert rollout.states.is_contiguous() and rollout.states.device == env.device
+    assert rollout.obs.is_contiguous() and rollout.obs.device == ppo.device
     checked = 0
     with torch.no_grad():
         for i, (index, states) in enumerate(finals):
             for e, final in zip(index.tolist(), states):
-                value, bootstrap = learner.critic(rollout.states[i, e]), learner.critic(final)
-                expected = rollout.rewards[i, e] + PPO.gamma * bootstrap - value  # GAE stops at a truncation
+                value, bootstrap = critic(rollout.obs[i, e]), critic(final)
+                expected = rollout.rewards[i, e] + CFG.gamma * bootstrap - value  # GAE stops at a truncation
                 torch.testing.assert_close(rollout.advantages[i, e], expected)
-                if i + 1 < PPO.horizon:  # the next state is the new episode's, which differs from the final one
-                    assert rollout.states[i + 1, e, 0].item() == pytest.approx(1.0)  # cash / initial cash
-                    assert not torch.equal(rollout.states[i + 1, e], final)
+                if i + 1 < CFG.horizon:  # the next state is the new episode's, which differs from the final one
+                    assert rollout.obs[i + 1, e, 0].item() == pytest.approx(1.0)  # cash / initial cash
+                    assert not torch.equal(rollout.obs[i + 1, e], final)
                 checked += 1
     assert checked == int(rollout.truncated.sum())
 
 
-def test_copy_from_duplicates_weights_and_optimizer_without_sharing():
-    a, b = trained(1), trained(2)
-    b.copy_from(a)
-    assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b)))
-    state_a = a.learners[0].optimizer.state_dict()["state"][0]["exp_avg"]
-    state_b = b.learners[0].optimizer.state_dict()["state"][0]["exp_avg"]
-    assert torch.equal(state_a, state_b) and state_a.data_ptr() != state_b.data_ptr()
+def test_a_populations_rollout_follows_the_reference_mdp_env_by_env(monkeypatch):
+    """Two learners of 2 and 3 envs step one stacked env; replayed account by account through
+    the scalar reference (``reference_env.py``), each env's rewards, truncations and cash
+    are the MDP's for the actions the rollout recorded."""
+    ppo = population(1, 2, envs=(2, 3))
+    clocks = []  # (t, t_end) of every env before each step
+    step = MarketEnv.step
+
+    def spy(self, *args, **kwargs):
+        clocks.append((self.t.tolist(), self.t_end.tolist()))
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(MarketEnv, "step", spy)
+    rollout = ppo.collect([0, 1])
+    data = ppo.envs[0].data
+    assert rollout.rewards.shape == (CFG.horizon, 5) and rollout.truncated.any()
+    for e in range(5):
+        acct = ReferenceAccount(data.open.tolist(), data.close.tolist(), ENV.hmax, ENV.cost_pct, ENV.reward_scale,
+                                ENV.initial_cash)
+        for i, (t, end) in enumerate(clocks):
+            if i == 0 or rollout.truncated[i - 1, e]:
+                acct.reset(t[e])
+            assert rollout.obs[i, e, 0].item() == pytest.approx(acct.cash / ENV.initial_cash, rel=1e-6)
+            ref = acct.decide(torch.tanh(rollout.actions[i, e]).tolist(), ENV.decide_every, end[e])
+            if ref.near_boundary:
+                break  # a last-bit rounding tie: the two may legitimately part ways here
+            assert math.isclose(float(rollout.rewards[i, e]), ref.reward, rel_tol=1e-6, abs_tol=1e-9)
+            assert bool(rollout.truncated[i, e]) == (acct.t >= end[e])
 
 
-@pytest.mark.parametrize("learners", [1, 2])
-def test_resuming_a_checkpoint_is_bit_identical(tmp_path, learners):
-    cfg = dataclasses.replace(PPO, learners=learners)
-    straight = trained(5, iterations=4, cfg=cfg)
-    first = trained(5, iterations=2, cfg=cfg)
-    first.save(tmp_path / "ckpt.pt")
-    resumed = make_agent(77, cfg)  # other seeds: everything must come from the checkpoint
-    resumed.load(tmp_path / "ckpt.pt")
-    for _ in range(2):
-        resumed.train_iteration()
-    assert all(torch.equal(x, y) for x, y in zip(weights(straight), weights(resumed)))
-    assert torch.equal(straight.envs[0].cash, resumed.envs[0].cash)
+def test_same_seed_gives_bit_identical_weights_and_training_moves_them():
+    def trained(seed: int) -> list[torch.Tensor]:
+        ppo = population(seed)
+        for _ in range(3):
+            ppo.train_iteration([0])
+        return weights(ppo)
+
+    a, b, c = trained(1), trained(1), trained(2)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not all(torch.equal(x, z) for x, z in zip(a, c))
+    assert not all(torch.equal(x, y) for x, y in zip(weights(population(1)), a))
 
 
-def test_parallel_learners_are_fused_by_parameter_averaging():
-    agent = trained(4, iterations=1, cfg=dataclasses.replace(PPO, learners=3))
-    first, *others = agent.learners
-    for other in others:  # after each epoch every learner holds the average
-        assert all(torch.equal(x, y) for x, y in zip(first.actor.parameters(), other.actor.parameters()))
-    # ...while their seeds keep their rollouts (and so their updates) different
-    a, b = (learner.collect(env) for learner, env in zip(agent.learners[:2], agent.envs[:2]))
-    assert not torch.equal(a.raw_actions, b.raw_actions)
-    assert agent.samples_per_iteration == 3 * PPO.num_envs * PPO.horizon
+def test_fusing_averages_the_learners_parameters():
+    ppo = population(4, cfg=dataclasses.replace(CFG, learners=3))
+    rows = [0, 1, 2]
+    rollouts = ppo.train_iteration(rows)
+    assert not torch.equal(rollouts[0].actions, rollouts[1].actions)  # their own seeds, their own samples
+    before = [p.clone() for p in ppo.nets.params]
+    assert not torch.equal(before[1][0], before[1][1])  # their updates differ too
+    ppo.fuse(rows)
+    for old, new in zip(before, ppo.nets.params):
+        for row in rows:
+            torch.testing.assert_close(new[row], old.mean(dim=0), rtol=0, atol=1e-7)
 
 
-def test_the_cuda_step_path_gives_the_same_rollout():
+def test_the_cuda_step_path_gives_the_same_rollout(monkeypatch):
     """CUDA steps never ask the device which envs truncated; run that path on the CPU and
     check it matches the CPU path (states, rewards and truncations exactly)."""
-    cpu, cuda_like = make_agent(3), make_agent(3)
-    for env in cuda_like.envs:
+    cpu = population(3, 5).collect([0, 1])
+    stack = MarketEnv.stack.__func__
+
+    def cuda_like(cls, envs):
+        env = stack(cls, envs)
         env.host_sync_free = False
-    a = cpu.learners[0].collect(cpu.envs[0])
-    b = cuda_like.learners[0].collect(cuda_like.envs[0])
-    assert a.truncated.any()
-    for name in ("states", "raw_actions", "rewards", "truncated"):
-        assert torch.equal(getattr(a, name), getattr(b, name)), name
-    torch.testing.assert_close(a.advantages, b.advantages)
+        return env
+
+    monkeypatch.setattr(MarketEnv, "stack", classmethod(cuda_like))
+    other = population(3, 5).collect([0, 1])
+    assert cpu.truncated.any()
+    for name in ("obs", "actions", "rewards", "truncated"):
+        assert torch.equal(getattr(cpu, name), getattr(other, name)), name
+    torch.testing.assert_close(cpu.advantages, other.advantages)

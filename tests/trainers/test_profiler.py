@@ -1,3 +1,4 @@
+import contextlib
 import csv
 import statistics
 import time
@@ -20,7 +21,7 @@ MS = 1e-3
 def fresh_profiler() -> Iterator[None]:
     set_phase("main")
     yield
-    if profiler.is_enabled():
+    with contextlib.suppress(RuntimeError):  # a test that failed inside a profiled region
         profiler.disable()
     set_phase("main")
 

@@ -1,10 +1,10 @@
-"""The shared policy's per-stock view of the state (issue 14): weights by hand, and a
+"""The shared policy's per-stock view of the state (docs/training.md): weights by hand, and a
 scorer that cannot tell stocks apart by their place or price."""
 
 import torch
 
 from trainers.batched import BatchedNets
-from trainers.ppo import Actor, Critic
+from trainers.nets import Actor, Critic
 from trainers.state import StateScales, StockLayout, build_state, state_dim
 
 SCALES = StateScales(cash_scale=1e-3, shares_scale=0.1, price_ref=(10.0, 40.0))

@@ -7,21 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from trainers.env import EnvConfig
-from trainers.evolution import EvolutionConfig
-from trainers.population import AgentJob, Setting, run_job
-from trainers.ppo import PPOConfig
-from trainers.tournament import (
-    Entry,
-    SimulatedPool,
-    Tournament,
-    TournamentConfig,
-    tournament,
-    tournament_select,
-    update_board,
-)
+from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, TournamentConfig
+from trainers.multiplex import Multiplexed, run_job
+from trainers.population import AgentJob, Setting
+from trainers.tournament import Entry, SimulatedPool, Tournament, tournament_select, update_board
 
-from .helpers import market, scales
+from .helpers import market, scales, tournament
 
 DATA = market(t=60)
 ENV = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)
@@ -207,7 +198,7 @@ def test_the_result_is_the_best_validation_snapshot_over_all_jobs(straight):
     setting = make().setting
     agent = setting.agent(result.best_hparams, 0)
     agent.actor.load_state_dict(result.best_actor)
-    assert setting.evaluate(agent) == result.best_fitness
+    assert Multiplexed(setting, [agent]).evaluate() == [result.best_fitness]
     assert {r.agent for r in tiny_run(jobs=5)().history} == set(range(5))
 
 

@@ -1,4 +1,4 @@
-"""Market-data sources behind one interface (issue 3, DESIGN §2 bars contract).
+"""Market-data sources behind one interface (docs/data.md, sources and the bars contract).
 
 Every adapter turns a :class:`Request` into a frame in the bars contract
 (:func:`tasks.data.bars.to_contract`) or raises :class:`SourceError`, whose one-line message

@@ -1,4 +1,4 @@
-"""The arch-demo source: real daily S&P 500 and NASDAQ Composite bars, offline (DESIGN §4, §2).
+"""The arch-demo source: real daily S&P 500 and NASDAQ Composite bars, offline (docs/data.md, sources).
 
 The ``arch`` package ships daily OHLCV of two US indices for 1999-01-04..2018-12-31
 (5031 NYSE sessions each), read with ``arch.data.sp500.load()`` and
@@ -55,10 +55,10 @@ class ArchDemoSource:
     symbols = tuple(DATASETS)
 
     def fetch(self, request: Request) -> pd.DataFrame:
-        """Bars for ``request`` in the bars contract (DESIGN §2), from the files ``arch`` ships.
+        """Bars for ``request`` in the bars contract (docs/data.md, contracts), from the files ``arch`` ships.
 
         An empty ``request.symbols`` means both symbols. Raises :class:`SourceError` for a
-        1min request (no package ships minute bars, DESIGN §4), an unknown symbol, or a
+        1min request (no package ships minute bars), an unknown symbol, or a
         range with no rows (the data covers 1999-01-04..2018-12-31); a range that only
         partly overlaps returns the rows it has.
         """

@@ -1,4 +1,4 @@
-"""WRDS source: CRSP daily bars and TAQ bars built in SQL, over WRDS PostgreSQL (issue 3).
+"""WRDS source: CRSP daily bars and TAQ bars built in SQL, over WRDS PostgreSQL (docs/data.md, sources).
 
 Connection. The ``wrds`` package's :class:`wrds.Connection`, configured only through its
 documented keywords (``wrds_hostname``, ``wrds_port``, ``wrds_dbname``, ``wrds_username``,

@@ -1,6 +1,6 @@
 """Yahoo Finance source adapter (yfinance 1.x): daily and 1-minute bars in the bars contract.
 
-How it differs from FinRL's Yahoo processor (DESIGN §3): every request sends ALL tickers in
+How it differs from FinRL's Yahoo processor (docs/data.md, sources): every request sends ALL tickers in
 one ``yf.download`` call per date window, never one request per ticker per day. Daily bars
 are one window; 1-minute bars are cut into windows of at most 7 days (Yahoo's per-request
 limit), and a 1-minute request starting more than 30 days ago is refused up front because

@@ -9,7 +9,17 @@ import pandas as pd
 import pytest
 
 from tasks.caching import current_version
-from tasks.data.arrivals import ARRIVED, Arrival, _future_seed, append_bars, emit_arrival, future_bars, simulate
+from tasks.data.arrivals import (
+    ARRIVED,
+    Arrival,
+    _future_seed,
+    append_bars,
+    emit_arrival,
+    future_bars,
+    polled_arrival,
+    simulate,
+    unprocessed,
+)
 from tasks.data.bars import read_parquet
 from tasks.data.ingest import MANIFEST, ingest
 from tasks.data.synthetic_daily import daily_market
@@ -154,3 +164,12 @@ def test_the_arrival_event_is_emitted_only_with_a_prefect_server(ingested, monke
     assert sent[0]["payload"] == {"bars": 4, "sessions": 1, "first": "2021-07-06", "last": "2021-07-06",
                                   "data_version": arrival.data_version,
                                   "previous_version": arrival.previous_version, "source": "synthetic"}
+
+
+def test_bars_no_cycle_finished_on_are_announced_again_only_after_something_was_processed(tiny):
+    assert unprocessed("v2", "v1") == ("v2", "v1")  # a cycle crashed, failed, or its event was lost
+    assert unprocessed("v2", "v2") is None  # caught up
+    assert unprocessed("v1", None) is None  # nothing processed yet: the first champion is `podracer run`'s
+    event = polled_arrival(tiny, "v2", "v1")
+    assert event["event"] == ARRIVED and event["resource"]["prefect.resource.id"] == "podracer.dataset.synthetic"
+    assert event["payload"] == {"data_version": "v2", "previous_version": "v1", "source": "synthetic", "via": "poll"}

@@ -4,6 +4,7 @@ import pytest
 
 from tasks.config import FeatureParams
 from tasks.data import features
+from tasks.data.arrivals import simulate
 from tasks.data.bars import read_parquet
 from tasks.data.ingest import ingest
 from tasks.data.validate import VALIDATED, validate
@@ -83,3 +84,32 @@ def test_an_env_window_starts_at_the_bar_before_its_split():
             tradable=np.ones((6, 1), bool))
     # The first fill lands on the split's first open; every marked close lies inside the split.
     assert (fs.window("train"), fs.window("validation"), fs.window("test")) == ((0, 1), (1, 3), (3, 5))
+
+
+def test_new_bars_are_appended_to_the_stored_rows_and_equal_a_full_recompute(built_copy):
+    params = built_copy
+    before = features.load(params.dirs.features)
+    stored = {a: np.array(getattr(before, a)) for a in features.ARRAYS}
+    simulate(params, 3)
+    validate(params)
+    result = features.features(params)
+    fs = features.load(params.dirs.features)
+    full = features.build(params)  # everything recomputed from the validated bars
+    assert result.appended == 3 and len(fs.timestamps) == len(stored["timestamps"]) + 3 == result.bars
+    for name in features.ARRAYS:
+        assert np.array_equal(getattr(fs, name), getattr(full, name)), name  # bit for bit
+        assert np.array_equal(getattr(fs, name)[: len(stored[name])], stored[name]), name
+    assert np.array_equal(fs.mean, before.mean) and np.array_equal(fs.std, before.std)  # train-only stats kept
+    assert fs.splits["train"] == before.splits["train"] and fs.splits["test"][1] == before.splits["test"][1] + 3
+    assert features.features(params).appended == 0  # nothing new: nothing appended
+
+
+def test_a_revised_history_is_replaced_whole_and_counts_every_bar(built_copy, caplog):
+    params = built_copy
+    old = features.load(params.dirs.features)
+    revised = features.FeatureSet(**{**old.__dict__, "prices": np.array(old.prices) * 1.01})
+    assert features.appended_bars(None, old) == len(old.timestamps)  # no stored set
+    assert features.appended_bars(old, old) == 0
+    with caplog.at_level("WARNING", logger="podracer.features"):
+        assert features.appended_bars(revised, old) == len(old.timestamps)
+    assert "revised history" in caplog.text

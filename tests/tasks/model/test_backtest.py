@@ -10,7 +10,7 @@ from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE, backtest
 from tests.conftest import tiny_params
 from tests.tasks.handmade import feature_set, policy
-from trainers.env import EnvConfig
+from trainers.config import EnvConfig
 from trainers.metrics import METRICS, performance
 
 
@@ -58,7 +58,7 @@ def test_backtest_of_a_handmade_policy_by_hand(tmp_path):
     for name, values in (("agent", agent), ("buy_and_hold", hold)):
         expected = performance(np.array(values), 252.0, 0.05)
         assert saved[name] == pytest.approx(expected, rel=1e-12)
-    assert result.metrics == saved["agent"] and result.buy_and_hold == saved["buy_and_hold"]
+    assert result.metrics["agent"] == saved["agent"] and result.buy_and_hold == saved["buy_and_hold"]
     assert (saved["start"], saved["end"]) == ("2022-01-04", "2022-01-05")
     assert result.plot == params.dirs.backtest / PLOT_FILE and result.metrics_file == params.dirs.backtest / METRICS_FILE
 

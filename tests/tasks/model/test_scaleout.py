@@ -20,11 +20,10 @@ from tasks.config import TrainParams, load_params
 from tasks.errors import ConfigError
 from tasks.model.scaleout import DaskPool, job_pool, job_runner
 from tests.trainers.helpers import market, scales
-from trainers.env import EnvConfig
-from trainers.evolution import Evolution, EvolutionConfig, run_serially
-from trainers.multiplex import run_multiplexed
-from trainers.population import AgentJob, Setting, run_job
-from trainers.ppo import PPOConfig
+from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
+from trainers.evolution import Evolution, run_serially
+from trainers.multiplex import run_job, run_multiplexed
+from trainers.population import AgentJob, Setting
 
 DATA = market(t=60)
 ENV = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)

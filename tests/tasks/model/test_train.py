@@ -8,7 +8,7 @@ import torch
 
 from tasks.model import bundle
 from tasks.model.leaderboard import LEADERBOARD, PLOT
-from tasks.model.train import SUMMARY, TrainResult, train
+from tasks.model.train import SUMMARY, GenerationLog, TrainResult, train
 
 
 def test_train_writes_a_bundle_serving_can_load(built):
@@ -80,3 +80,24 @@ def test_a_resumed_runs_summary_rates_only_the_steps_it_ran():
                                  "79,584 of them after resuming in 9s (generational on multiplexed, cpu)")
     fresh = TrainResult(Path("m"), 1.5, 2, 3, {}, env_steps=1_000, seconds=4.0, device="cpu")
     assert fresh.env_steps_per_second == 250.0 and "after resuming" not in fresh.describe()
+
+
+def test_training_logs_one_line_per_generation_once_its_evaluations_are_in(tiny, caplog):
+    evo = dataclasses.replace(tiny.evolution, population=3, generations=4, iterations_per_generation=2,
+                              eval_interval=1)  # two evaluations per agent per generation
+    lines = GenerationLog(evo, tournament=False)
+    with caplog.at_level("INFO", logger="podracer.train"):
+        for agent, fitness in [(0, 0.1), (0, 0.2), (1, 0.9), (1, 0.5), (2, 0.3)]:
+            lines.add(0, agent, fitness)
+        assert caplog.messages == []  # not before the generation's last evaluation
+        lines.add(0, 2, 0.3)
+        lines.add(1, 0, 0.7)
+        lines.flush()  # a generation cut short still gets its line
+    assert caplog.messages == ["generation 1/4: best validation sharpe 0.900 (agent 1), mean 0.383",
+                               "generation 2/4: best validation sharpe 0.700 (agent 0), mean 0.700"]
+    caplog.clear()
+    jobs = GenerationLog(evo, tournament=True)
+    with caplog.at_level("INFO", logger="podracer.train"):
+        jobs.add(2, 5, 0.4)
+        jobs.add(2, 5, 0.6)
+    assert caplog.messages == ["job 5 (lineage depth 2): best validation sharpe 0.600"]

@@ -1,15 +1,21 @@
-"""The CT cycle's walk-forward windows, worked out by hand on a ten-bar feature set, and its warm start."""
+"""The CT cycle's walk-forward windows, worked out by hand on a ten-bar feature set, its warm
+start and its training plans (the challenger resumes from its checkpoint; the refit trains
+through the window)."""
 
 import pytest
 import torch
 
+from tasks.data.arrivals import simulate
+from tasks.data.features import features, load
+from tasks.data.validate import validate
 from tasks.errors import DataError
 from tasks.model import bundle
-from tasks.model.train import state_scales
-from tasks.model.walkforward import seen_bars, warm_start, windows
+from tasks.model.train import checkpoint_dir, state_scales, train
+from tasks.model.walkforward import Champion, challenger_plan, refit_plan, seen_bars, warm_start, windows
 from tests.conftest import tiny_params
+from trainers.evolution import CHECKPOINT
 from tests.tasks.handmade import feature_set, policy
-from trainers.env import EnvConfig
+from trainers.config import EnvConfig
 
 DATES = [f"2024-01-{d:02d}" for d in (2, 3, 4, 5, 8, 9, 10, 11, 12, 16)]  # bars 0..9
 
@@ -72,3 +78,36 @@ def test_a_champion_of_other_symbols_or_scaling_is_no_warm_start(tmp_path):
         folder.mkdir()
         bundle.save(folder, actor.state_dict(), meta, params.ppo.hparams())
         assert warm_start(params, fs, folder) == (None, why)
+
+
+def test_the_challenger_warm_starts_from_a_fitting_champion_and_resumes_its_own_checkpoint(built_copy):
+    params = built_copy
+    simulate(params, 3)
+    validate(params)
+    features(params)
+    w = windows(load(params.dirs.features), 20)
+    cold = challenger_plan(params, w, None)
+    assert (cold.warm, cold.start, cold.warm_id) == (None, "no champion: cold start", "")
+    champion = Champion("7", params.dirs.models, None, None)
+    plan = challenger_plan(params, w, champion)
+    assert plan.start == "warm start from the champion" and plan.warm_id == "7" and plan.warm is not None
+    assert (plan.train_window, plan.val_window, plan.out) == (w.train, w.select, params.dirs.ct / "challenger")
+    configured = plan.configure(params, "v")
+    assert configured.evolution.generations == params.ct.generations and configured.train.resume is False
+    folder = checkpoint_dir(configured, "v", plan)
+    folder.mkdir(parents=True)
+    (folder / CHECKPOINT).touch()
+    assert plan.configure(params, "v").train.resume is True  # a retried cycle continues where it stopped
+
+
+def test_a_refit_trains_the_challenger_through_the_window_and_moves_its_cutoff_to_the_last_bar(built_copy):
+    params = built_copy
+    simulate(params, 3)
+    validate(params)
+    features(params)
+    fs = load(params.dirs.features)
+    w = windows(fs, 20)
+    refit = train(params, "v-refit", refit_plan(params, "v-refit", w, params.dirs.models))
+    before, after = bundle.load(params.dirs.models)[0].state_dict(), bundle.load(refit.model_dir)[0].state_dict()
+    assert refit.model_dir == params.dirs.ct / "refit" and any(not torch.equal(before[k], after[k]) for k in before)
+    assert refit.cutoff == w.last == str(fs.timestamps[-1])[:10] and refit.start.startswith("refit")

@@ -5,8 +5,8 @@ import torch
 from mlflow import MlflowClient
 
 from tasks.data import features
-from tasks.delivery.deliver import deliver
-from tasks.delivery.loop import NoChampion
+from tasks.delivery.client.deliver import deliver
+from tasks.delivery.client.loop import NoChampion
 from tasks.model import bundle
 from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, promote
 from tasks.registry.register import register

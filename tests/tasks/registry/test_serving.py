@@ -15,9 +15,9 @@ from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.registry.serving import PolicyModel, decide, policy_input, turbulence_gate
 from tests.tasks.handmade import policy
-from trainers.env import EnvConfig
+from trainers.config import EnvConfig
+from trainers.nets import Actor
 from trainers.orders import fill_orders
-from trainers.ppo import Actor
 
 SYMBOLS, CLOSE = ["AAA", "BBB"], np.array([10.0, 20.0])
 

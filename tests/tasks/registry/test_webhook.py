@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 import warnings
+from functools import partial
 from typing import Any
 
 import pytest
@@ -19,7 +20,17 @@ with warnings.catch_warnings():  # starlette 1.10 nudges towards httpx2; httpx 0
     from fastapi.testclient import TestClient
 
 from tasks.registry import webhook
-from tasks.registry.webhook import PROMOTED, Poller, promotion_event, receiver_app, sign, verify
+from tasks.registry.webhook import (
+    MAX_WAITS,
+    PROMOTED,
+    Poller,
+    polled_promotion,
+    promotion_event,
+    receiver_app,
+    sign,
+    undelivered,
+    verify,
+)
 
 SECRET = "s3cret-key"
 MODEL = "podracer-policy"
@@ -235,16 +246,24 @@ class Registry:
         self.delivered: str | None = "1"
         self.now = 1000.0
         self.down = False
+        self.busy = False
         self.emitted: list[dict[str, Any]] = []
 
-    def read_champion(self) -> str | None:
+    def lag(self) -> tuple[str, str | None] | None:
         if self.down:
             raise ConnectionError("mlflow is down")
-        return self.champion
+        return undelivered(self.champion, self.delivered)
 
     def poller(self, interval_s: float = 60.0) -> Poller:
-        return Poller(self.read_champion, lambda: self.delivered, self.emitted.append, MODEL, interval_s,
-                      clock=lambda: self.now)
+        return Poller(f"{MODEL}@champion", self.lag, partial(polled_promotion, MODEL), self.emitted.append,
+                      interval_s, busy=lambda: self.busy, clock=lambda: self.now)
+
+
+def test_undelivered_is_a_champion_that_has_not_traded() -> None:
+    assert undelivered(None, None) is None and undelivered(None, "1") is None  # no champion: nothing to deliver
+    assert undelivered("2", "2") is None and undelivered(2, "2") is None  # type: ignore[arg-type]
+    assert undelivered("2", None) == ("2", None)  # never delivered
+    assert undelivered("3", "2") == ("3", "2")
 
 
 def test_poller_quiet_while_delivered_matches_champion() -> None:
@@ -260,7 +279,7 @@ def test_poller_quiet_while_delivered_matches_champion() -> None:
     assert reg.emitted == []
 
 
-def test_poller_emits_after_an_interval_then_retries_until_delivered() -> None:
+def test_poller_emits_after_an_interval_then_retries_ever_less_often_until_delivered() -> None:
     reg = Registry()
     poller = reg.poller(interval_s=60)
     reg.champion = "2"
@@ -274,16 +293,51 @@ def test_poller_emits_after_an_interval_then_retries_until_delivered() -> None:
     assert reg.emitted[0]["event"] == PROMOTED
     assert (payload["version"], payload["via"]) == ("2", "poll")
     assert payload["delivery_id"].startswith("poll-2-")
-    reg.now += 30
-    assert poller.tick() is None  # not again within the interval
-    reg.now += 30
-    assert poller.tick() == "2"  # still undelivered after another interval: retry
-    assert len(reg.emitted) == 2
+    reg.now += 119
+    assert poller.tick() is None  # the second wait is twice the first
+    reg.now += 1
+    assert poller.tick() == "2"  # still undelivered: retry
+    reg.now += 239
+    assert poller.tick() is None
+    reg.now += 1
+    assert poller.tick() == "2"  # and the third twice that
+    for _ in range(10):  # the wait stops growing at MAX_WAITS intervals
+        reg.now += 60 * MAX_WAITS
+        assert poller.tick() == "2"
+    assert len(reg.emitted) == 13
     reg.delivered = "2"
     for _ in range(3):
-        reg.now += 60
+        reg.now += 60 * MAX_WAITS
         assert poller.tick() is None
-    assert len(reg.emitted) == 2
+    assert len(reg.emitted) == 13
+    reg.champion = "3"  # a new mismatch waits one interval again
+    assert poller.tick() is None
+    reg.now += 60
+    assert poller.tick() == "3"
+
+
+def test_poller_waits_while_the_mismatch_is_worked_on_then_one_interval_after() -> None:
+    reg = Registry()
+    poller = reg.poller(interval_s=60)
+    reg.champion, reg.busy = "2", True
+    assert poller.tick() is None
+    for _ in range(5):  # however long the work takes
+        reg.now += 100
+        assert poller.tick() is None
+    reg.busy = False  # it ended (crashed, failed) without catching up
+    assert poller.tick() is None
+    reg.now += 59
+    assert poller.tick() is None
+    reg.now += 1
+    assert poller.tick() == "2"
+    reg.busy = True  # the emitted event started the work again
+    reg.now += 1000
+    assert poller.tick() is None
+    reg.busy = False
+    reg.now += 60
+    assert poller.tick() is None  # a retry after a retry waits twice as long
+    reg.now += 60
+    assert poller.tick() == "2"
 
 
 def test_poller_restarts_the_wait_for_a_new_version_and_after_catching_up() -> None:
@@ -349,7 +403,7 @@ def test_poller_run_loops_and_stops() -> None:
     thread.start()
     thread.join(timeout=5)
     assert not thread.is_alive()
-    assert ticks == [None, None, None]  # raising champion() did not end the loop
+    assert ticks == [None, None, None]  # raising lag() did not end the loop
 
 
 def test_poller_run_survives_emit_failures() -> None:
@@ -359,17 +413,17 @@ def test_poller_run_survives_emit_failures() -> None:
     polls: list[int] = []
     attempts: list[dict[str, Any]] = []
 
-    def champion() -> str:
+    def lag() -> tuple[str, str]:
         polls.append(1)
         if len(polls) >= 4:
             stop.set()
-        return "2"
+        return "2", "1"
 
     def emit(event: dict[str, Any]) -> None:
         attempts.append(event)
         raise ConnectionError("prefect is down")
 
-    poller = Poller(champion, lambda: "1", emit, MODEL, interval_s=0.0, clock=lambda: 0.0)
+    poller = Poller(MODEL, lag, partial(polled_promotion, MODEL), emit, interval_s=0.0, clock=lambda: 0.0)
     thread = threading.Thread(target=poller.run, args=(stop,), daemon=True)
     thread.start()
     thread.join(timeout=5)

@@ -1,0 +1,73 @@
+"""Rule-based portfolios the benchmarks compare the agents with: a momentum rule and the
+synthetic market's oracle (docs/results.md), and the schedule any rule trades on.
+
+They trade under the env's rules (next-open fills, whole shares, costs) through
+:func:`trainers.evaluate.market_fill`, like the agents and buy-and-hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from trainers.config import EnvConfig
+from trainers.env import MarketData
+from trainers.evaluate import market_fill
+from trainers.orders import rebalance_orders
+
+Orders = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""``(t, cash [1], shares [1, n]) -> (sold, bought)`` ``[1, n]`` orders decided at close t."""
+
+
+def scheduled_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], decide: Orders,
+                        every: int = 1) -> tuple[np.ndarray, float]:
+    """Account value at each close of ``window`` for a rule whose orders ``decide`` returns
+    at every ``every``-th close (holding in between), filled at the next open by
+    :func:`trainers.evaluate.market_fill` with the env's costs: the same rules as the agents and buy-and-hold.
+    Also the notional traded over the window, as a sum of fractions of the account value."""
+    t_lo, t_hi = window
+    cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
+    shares = torch.zeros((1, data.n_stocks), dtype=torch.float64)
+    none = torch.zeros_like(shares)
+    values, traded = [cfg.initial_cash], 0.0
+    for t in range(t_lo, t_hi):
+        sold, bought = decide(t, cash, shares) if (t - t_lo) % every == 0 else (none, none)
+        fill = market_fill(data, t, sold, bought, cash, shares, cfg.cost_pct)
+        traded += float(((fill.shares - shares).abs() * fill.price).sum()) / values[-1]
+        cash, shares = fill.cash, fill.shares
+        values.append(float(cash[0] + (shares[0] * data.close[t + 1].cpu()).sum()))
+    return np.asarray(values, dtype=np.float64), traded
+
+
+def ranked_portfolio(
+    data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor, every: int = 5,
+    top: float = 1 / 3,
+) -> np.ndarray:
+    """Account value at each close of ``window`` for a rule that holds the top ``top`` share
+    of stocks by ``scores[t]`` ``[T, n]`` (known at close t), long only and equal weight,
+    rebalanced every ``every`` bars (:func:`scheduled_portfolio`). Only stocks tradable at t
+    are ranked. The momentum baseline and the synthetic market's oracle are this rule with
+    different scores (docs/results.md).
+    """
+    n = data.n_stocks
+
+    def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        score = scores[t].cpu()
+        live = torch.ones(n, dtype=torch.bool) if data.tradable is None else data.tradable[t].cpu()
+        held = min(max(1, round(n * top)), int(live.sum()))
+        weights = torch.zeros((1, n), dtype=torch.float64)
+        ranked = torch.argsort(torch.where(live, score, -torch.inf), descending=True, stable=True)[:held]
+        weights[0, ranked] = 1.0 / max(held, 1)
+        return rebalance_orders(weights * (1 - cfg.cost_pct), cash, shares, data.close[t].cpu().unsqueeze(0))
+
+    return scheduled_portfolio(data, cfg, window, decide, every)[0]
+
+
+def momentum_scores(data: MarketData, lookback: int = 20) -> torch.Tensor:
+    """``[T, n]`` trailing ``lookback``-bar return at each close (−inf before there is one)."""
+    close = data.close.cpu()
+    scores = torch.full_like(close, -torch.inf)
+    scores[lookback:] = close[lookback:] / close[:-lookback] - 1.0
+    return scores

@@ -1,0 +1,292 @@
+"""The trading loop: the champion trades a bar through alpaca-py, on either broker.
+
+One cycle (``podracer trade``; the pipeline's deliver stage is one cycle):
+
+1. resolve ``models:/<name>@champion`` afresh, and load the new version when the alias moved;
+2. read the account and positions from the broker, never from memory (reconciliation);
+3. build the state with the training env's ``build_state`` and take the pyfunc's orders;
+4. run the pre-trade risk checks (:mod:`tasks.delivery.client.risk`);
+5. journal the planned orders, then submit them with deterministic client order ids
+   (model version, bar, symbol), so a loop killed and restarted resubmits nothing;
+6. poll for the fills, and record the cycle (orders, fills, equity, model version) in
+   the journal and as metrics of the trading session's MLflow run.
+
+The broker is reached through alpaca-py only, so the same loop trades on the local broker
+and on Alpaca (docs/delivery.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+from alpaca.common.exceptions import APIError
+from alpaca.trading.client import TradingClient
+from alpaca.trading.enums import OrderSide, TimeInForce
+from alpaca.trading.requests import GetOrdersRequest, MarketOrderRequest
+
+from tasks.config import Params
+from tasks.data import features
+from tasks.delivery.client.journal import Journal
+from tasks.delivery.client.risk import PlannedOrder, check_orders, daily_loss, halt, halted
+from tasks.errors import DataError, PodracerError
+from tasks.registry.gate import CHAMPION, champion_version
+from tasks.registry.serving import policy_input
+
+log = logging.getLogger("podracer.trade")
+NEW_YORK = ZoneInfo("America/New_York")
+"""The exchange's time zone: a bar's date is its New York session date."""
+PENDING = ("new", "partially_filled", "pending_new", "accepted_for_bidding")
+"""Statuses worth polling for: the order may fill in this session (``accepted`` waits for the next open)."""
+
+
+class NoChampion(PodracerError):
+    """No model version carries the ``champion`` alias yet."""
+
+
+def client_order_id(version: str, bar: str, symbol: str) -> str:
+    """Deterministic: the same model version, bar and symbol always give the same id."""
+    return f"pdr-v{version}-{bar.replace('-', '')}-{symbol}"
+
+
+@dataclass
+class CycleResult:
+    """What one cycle did: the record the journal and the run summary show."""
+
+    bar: str
+    version: str
+    model_uri: str
+    orders: list[dict[str, Any]] = field(default_factory=list)
+    blocked: list[dict[str, Any]] = field(default_factory=list)
+    flagged: list[dict[str, Any]] = field(default_factory=list)
+    """Orders a risk check would have blocked, sent anyway because the loop only shadows its checks (a replay)."""
+    cash: float = 0.0
+    equity: float = 0.0
+    halted: str | None = None
+    swapped_from: str | None = None
+    resumed: bool = False
+    decided: bool = True
+    """False on a bar between two decisions (``env.decide_every``): only the gate and close-outs traded."""
+
+    def body(self) -> dict[str, Any]:
+        return {"model_uri": self.model_uri, "orders": self.orders, "blocked": self.blocked, "flagged": self.flagged,
+                "cash": self.cash, "equity": self.equity, "halted": self.halted, "decided": self.decided}
+
+
+class Champion:
+    """The champion pyfunc, resolved on every call and reloaded only when the alias has moved."""
+
+    def __init__(self, params: Params) -> None:
+        self.registry = params.registry
+        self.version: str | None = None
+        self.model: Any = None
+
+    def current(self) -> tuple[str, Any, str | None]:
+        """(version, model, the version it replaced or None)."""
+        import mlflow
+
+        version = champion_version(self.registry)
+        if version is None:
+            raise NoChampion(f"no version of {self.registry.model_name} has alias '{CHAMPION}' yet "
+                             "(the gate refused every version); nothing delivered")
+        swapped = None
+        if version != self.version:
+            swapped = self.version
+            self.model = mlflow.pyfunc.load_model(f"models:/{self.registry.model_name}/{version}")
+            if swapped is not None:
+                log.info("champion moved from version %s to %s: trading with the new one", swapped, version)
+            self.version = version
+        return version, self.model, swapped
+
+
+def order_summary(order: Any) -> dict[str, Any]:
+    price = order.filled_avg_price
+    return {"id": str(order.id), "client_order_id": order.client_order_id, "symbol": order.symbol,
+            "side": order.side.value, "qty": int(float(order.qty)), "status": order.status.value,
+            "filled_qty": int(float(order.filled_qty or 0)), "filled_avg_price": float(price) if price else None}
+
+
+class TradingLoop:
+    """Cycles of the champion on one broker account (``client``), journaled in ``journal``."""
+
+    def __init__(self, params: Params, client: TradingClient, journal: Journal,
+                 on_cycle: Callable[[CycleResult, int], None] | None = None, enforce_risk: bool = True) -> None:
+        """``enforce_risk=False`` shadows the risk checks: what they would block is recorded as
+        ``flagged`` and sent anyway (a replay, whose job is to prove serving equals training)."""
+        self.params, self.client, self.journal = params, client, journal
+        self.enforce_risk = enforce_risk
+        self.champion = Champion(params)
+        self.halt_folder = params.dirs.broker
+        self.on_cycle = on_cycle
+
+    # --- one cycle -------------------------------------------------------------------------
+    def cycle(self, bar: int | None = None, after_submit: Callable[[], None] | None = None) -> CycleResult:
+        """Trade bar ``bar`` of the feature set (default: the latest) with the current champion."""
+        version, model, swapped = self.champion.current()
+        meta = model.unwrap_python_model().meta
+        fs = features.load(self.params.dirs.features)
+        if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
+            raise DataError(f"champion version {version} trades {len(meta.symbols)} symbols with "
+                            f"{meta.feature_names}; data/features has other symbols or indicators")
+        t = len(fs.timestamps) - 1 if bar is None else bar
+        day = str(fs.timestamps[t])[:10]
+        self._check_not_ahead(day)
+        uri = f"models:/{self.params.registry.model_name}/{version}"
+        result = CycleResult(day, version, uri, swapped_from=swapped)
+        done = {r["state"]: r for r in self.journal.cycles(day) if r["model_version"] == version}
+        if "recorded" in done:
+            log.info("bar %s already traded by version %s; nothing to do", day, version)
+            return self._finish(result, done["recorded"]["body"], record=False)
+        reason = halted(self.halt_folder) if self.enforce_risk else None
+        if reason is None and "planned" not in done:
+            reason = self._daily_loss(result)
+        if reason is not None:
+            result.halted = reason
+            log.warning("trading halted: %s", reason)
+            return self._finish(result, {}, record=True, state="halted")
+        if "planned" in done:  # a killed cycle: send what it planned, nothing new
+            orders = [PlannedOrder(**o) for o in done["planned"]["body"]["planned"]]
+            result.blocked, result.resumed = done["planned"]["body"]["blocked"], True
+            result.decided = done["planned"]["body"].get("decided", True)
+        else:
+            result.decided = self._due(fs, t, version, meta.env.decide_every)
+            if not result.decided:
+                log.info("bar %s: version %s holds its last decision (env.decide_every %d); only the gate and "
+                         "close-outs trade", day, version, meta.env.decide_every)
+            orders, checked = self._decide(model, meta, fs, t, day, version, result.decided)
+            if self.enforce_risk:
+                orders = [o for o in orders if o.client_order_id not in {b["client_order_id"] for b in checked}]
+                result.blocked = checked
+            else:
+                result.flagged += checked
+            self._replace_other_versions(day, version)
+            self.journal.put({"bar": day, "model_version": version, "state": "planned",
+                              "body": {"planned": [o.as_dict() for o in orders], "blocked": result.blocked,
+                                       "decided": result.decided}})
+        submitted = [self._submit(o) for o in orders]
+        if after_submit is not None:
+            after_submit()
+        result.orders = self._wait(submitted)
+        return self._finish(result, {}, record=True)
+
+    def _check_not_ahead(self, day: str) -> None:
+        """Refuse a bar whose close the broker's clock has not reached: its orders would fill at
+        an open that came before the prices the policy saw (look-ahead)."""
+        clock = self.client.get_clock()
+        today, bar = clock.timestamp.astimezone(NEW_YORK).date(), date.fromisoformat(day)
+        if bar > today or (bar == today and (clock.is_open or clock.next_open.astimezone(NEW_YORK).date() == bar)):
+            raise DataError(f"bar {day} is after the broker's clock ({clock.timestamp.isoformat()}): trading it "
+                            "would use prices from after the fills")
+
+    def _daily_loss(self, result: CycleResult) -> str | None:
+        """Halt (and cancel the open orders) when the day's loss passes the limit; a loop that
+        only shadows its checks records the breach and trades on."""
+        account = self.client.get_account()
+        reason = daily_loss(float(account.equity), float(account.last_equity), self.params.trade.risk)
+        if reason is None:
+            return None
+        if not self.enforce_risk:
+            result.flagged.append({"reason": reason})
+            return None
+        halt(self.halt_folder, reason)
+        self.client.cancel_orders()
+        return reason
+
+    def _due(self, fs: features.FeatureSet, t: int, version: str, every: int) -> bool:
+        """Whether bar ``t`` is a decision bar of ``version`` under ``env.decide_every``: the
+        first bar it trades, then every ``every``-th bar after the last one it decided on (the
+        journal's record), which is the env's schedule, so a replay of the backtest window
+        decides on the bars the backtest did."""
+        if every == 1:
+            return True
+        index = {str(ts)[:10]: i for i, ts in enumerate(fs.timestamps[:t])}
+        decided = [index[r["bar"]] for r in self.journal.cycles() if r["model_version"] == version
+                   and r["bar"] in index and r["state"] != "halted" and r["body"].get("decided", True)]
+        return not decided or t - max(decided) >= every
+
+    def _decide(self, model: Any, meta: Any, fs: features.FeatureSet, t: int, day: str,
+                version: str, decide: bool = True) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
+        """The champion's orders for bar ``t`` (sells first), and those a risk check objects to;
+        on a held bar (``decide`` false), only the gate's and close-outs' orders.
+
+        The feature set's tradable row goes with the state (docs/data.md): the champion never buys
+        a symbol that is not tradable at bar t and sells a position in one that stopped
+        trading. Its price there is the last real close, which the risk checks value it at."""
+        account = self.client.get_account()
+        held = {p.symbol: int(float(p.qty)) for p in self.client.get_all_positions()}
+        shares = np.array([held.get(s, 0) for s in meta.symbols], dtype=np.float64)
+        frame = policy_input(meta, fs.prices[t], fs.features[t], shares, float(account.cash), fs.tradable[t], decide)
+        decision = model.predict(frame)
+        wanted = [(str(s), int(q)) for s, q in zip(decision["symbol"], decision["order_qty"]) if int(q) != 0]
+        orders = [PlannedOrder(s, "sell" if q < 0 else "buy", abs(q), client_order_id(version, day, s))
+                  for s, q in sorted(wanted, key=lambda sq: sq[1] > 0)]  # sells first
+        prices = dict(zip(fs.symbols, fs.prices[t].tolist()))
+        return orders, check_orders(orders, prices, held, float(account.equity), self.params.trade.risk)[1]
+
+    def _replace_other_versions(self, day: str, version: str) -> None:
+        """A new champion trading a bar replaces the open orders an earlier champion placed for it."""
+        marker, mine = f"-{day.replace('-', '')}-", f"pdr-v{version}-"
+        for order in self.client.get_orders(GetOrdersRequest(status="open", limit=500)):
+            cid = order.client_order_id
+            if cid.startswith("pdr-v") and marker in cid and not cid.startswith(mine):
+                self.client.cancel_order_by_id(order.id)
+                log.info("canceled %s: replaced by version %s's orders for %s", cid, version, day)
+
+    def _submit(self, order: PlannedOrder) -> Any:
+        request = MarketOrderRequest(symbol=order.symbol, qty=order.qty, side=OrderSide(order.side),
+                                     time_in_force=TimeInForce.DAY, client_order_id=order.client_order_id)
+        try:
+            return self.client.submit_order(request)
+        except APIError as err:
+            if _status(err) == 422 and "client_order_id" in message(err):  # sent before a restart
+                return self.client.get_order_by_client_id(order.client_order_id)
+            log.warning("order %s refused: HTTP %s %s", order.client_order_id, _status(err), message(err))
+            return {"client_order_id": order.client_order_id, "symbol": order.symbol, "side": order.side,
+                    "qty": order.qty, "status": "refused", "reason": message(err)}
+
+    def _wait(self, submitted: list[Any]) -> list[dict[str, Any]]:
+        """Poll the cycle's orders (one list request a round) until none can still fill in this
+        session, or the timeout; orders queued for the next open are not waited for."""
+        deadline = time.monotonic() + self.params.trade.fill_timeout_seconds
+        out = [s for s in submitted if isinstance(s, dict)]
+        live = {o.client_order_id: o for o in submitted if not isinstance(o, dict)}
+        while live:
+            since = min(o.submitted_at for o in live.values()) - timedelta(seconds=1)
+            listed = self.client.get_orders(GetOrdersRequest(status="all", after=since, limit=500, direction="asc"))
+            live.update({o.client_order_id: o for o in listed if o.client_order_id in live})
+            if not any(o.status.value in PENDING for o in live.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(self.params.trade.poll_seconds)
+        return out + [order_summary(o) for o in live.values()]
+
+    def _finish(self, result: CycleResult, body: dict[str, Any], record: bool, state: str = "recorded") -> CycleResult:
+        if body:
+            result.orders, result.blocked, result.flagged = body["orders"], body["blocked"], body.get("flagged", [])
+        account = self.client.get_account()
+        result.cash, result.equity = float(account.cash), float(account.equity)
+        if record:
+            self.journal.put({"bar": result.bar, "model_version": result.version, "state": state,
+                              "body": result.body()})
+            if self.on_cycle is not None:
+                self.on_cycle(result, int(np.datetime64(result.bar, "D").astype(np.int64)))
+        for order in result.orders:
+            log.info("%s %s %d %s: %s", order.get("client_order_id"), order.get("side"), order.get("qty"),
+                     order.get("symbol"), order.get("status"))
+        return result
+
+
+def _status(err: APIError) -> int | None:
+    return err.status_code
+
+
+def message(err: APIError) -> str:
+    try:
+        return str(err.message)
+    except (ValueError, KeyError, TypeError):
+        return str(err)[:200]

@@ -1,0 +1,91 @@
+"""Pre-trade risk checks of the trading loop (NautilusTrader's order path: policy → risk → broker).
+
+Each check is configured in ``params.yaml`` (``trade.risk``). An order that fails a check
+is not sent and the cycle records why; the daily loss limit halts the loop instead, and
+``podracer trade --halt`` is the kill switch it obeys (a halt file beside the ledger).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tasks.config import RiskParams
+
+HALT_FILE = "HALT"
+
+
+@dataclass(frozen=True)
+class PlannedOrder:
+    """One order a cycle means to send: whole shares, with its deterministic client order id."""
+
+    symbol: str
+    side: str
+    qty: int
+    client_order_id: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"symbol": self.symbol, "side": self.side, "qty": self.qty, "client_order_id": self.client_order_id}
+
+
+def check_orders(orders: list[PlannedOrder], prices: dict[str, float], held: dict[str, int], equity: float,
+                 limits: RiskParams) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
+    """Split ``orders`` into those that pass every check and those blocked, each with its reason.
+
+    ``prices`` are the last closes the policy saw; a position's weight after a buy is its
+    value at that price over the account's ``equity``. Sells only reduce risk and always pass.
+    """
+    passed, blocked = [], []
+    for order in orders:
+        price = prices[order.symbol]
+        notional = order.qty * price
+        reason = None
+        if notional > limits.max_order_notional:
+            reason = f"order notional {notional:,.0f} > max_order_notional {limits.max_order_notional:,.0f}"
+        elif order.side == "buy" and equity > 0:
+            weight = (held.get(order.symbol, 0) + order.qty) * price / equity
+            if weight > limits.max_position_weight:
+                reason = f"position weight {weight:.1%} > max_position_weight {limits.max_position_weight:.1%}"
+        if reason is None:
+            passed.append(order)
+        else:
+            blocked.append({**order.as_dict(), "reason": reason})
+    return passed, blocked
+
+
+def daily_loss(equity: float, last_equity: float, limits: RiskParams) -> str | None:
+    """The reason to halt when equity fell more than ``daily_loss_limit`` below the previous close."""
+    if last_equity > 0 and equity < last_equity * (1.0 - limits.daily_loss_limit):
+        return (f"daily loss {1.0 - equity / last_equity:.1%} exceeds daily_loss_limit {limits.daily_loss_limit:.1%} "
+                f"(equity {equity:,.2f}, previous close {last_equity:,.2f})")
+    return None
+
+
+def halt(folder: Path, reason: str) -> Path:
+    """Set the kill switch: every cycle refuses to trade until :func:`unhalt`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / HALT_FILE
+    path.write_text(json.dumps({"reason": reason, "at": datetime.now(timezone.utc).isoformat()}))
+    return path
+
+
+def unhalt(folder: Path) -> bool:
+    """Clear the kill switch; False if it was not set."""
+    path = folder / HALT_FILE
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return existed
+
+
+def halted(folder: Path) -> str | None:
+    """Why trading is halted, or None."""
+    path = folder / HALT_FILE
+    if not path.exists():
+        return None
+    try:
+        return str(json.loads(path.read_text())["reason"])
+    except (ValueError, KeyError, TypeError):
+        return "halted (unreadable halt file)"

@@ -1,0 +1,103 @@
+"""A trading session: the broker client, its journal and an MLflow run, for the loop's cycles.
+
+``trade.broker: local`` talks to the paper broker at ``trade.url``, else to a
+``podracer broker`` answering on ``broker.port``, else to one started in this process
+over ``data/broker/broker.db`` for the session (:mod:`tasks.delivery.client.local`).
+``trade.broker: alpaca`` talks to Alpaca's paper API with the keys from the environment.
+Either way the client is alpaca-py's ``TradingClient`` and the journal is the client's own
+``data/broker/journal.db``: one code path (docs/delivery.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+import requests
+from alpaca.common.exceptions import APIError
+from alpaca.trading.client import TradingClient
+
+from tasks.config import Params
+from tasks.delivery.client.journal import JOURNAL, Journal
+from tasks.delivery.client.local import local_broker
+from tasks.delivery.client.loop import CycleResult, TradingLoop, message
+from tasks.delivery.keys import KEY_VARS, Keys, load_keys, local_keys
+from tasks.errors import PodracerError
+from tasks.registry.store import connect
+
+log = logging.getLogger("podracer.trade")
+ALPACA_KEY_FILE = "alpaca-keys.json"
+
+
+class BrokerFailure(PodracerError):
+    """The broker refused a request the loop cannot go on without, or could not be reached."""
+
+
+@dataclass(frozen=True)
+class Session:
+    loop: TradingLoop
+    client: TradingClient
+    url: str
+    keys: Keys
+
+
+def log_cycle(result: CycleResult, step: int) -> None:
+    """The cycle as metrics of the active MLflow run (one run per trading session)."""
+    import mlflow
+
+    if mlflow.active_run() is None:
+        return
+    filled = sum(1 for o in result.orders if o.get("status") == "filled")
+    mlflow.log_metrics({"equity": result.equity, "cash": result.cash, "orders": len(result.orders),
+                        "orders_filled": filled, "orders_blocked": len(result.blocked),
+                        "model_version": float(result.version), "halted": float(result.halted is not None)},
+                       step=step)
+
+
+@contextmanager
+def trading_session(params: Params, run_name: str | None = None, url: str | None = None,
+                    log_to_mlflow: bool = True) -> Iterator[Session]:
+    """The loop on the configured broker, inside an MLflow run of the ``trade.experiment``."""
+    with ExitStack() as stack:
+        if params.trade.broker == "alpaca":
+            keys = load_keys(params.dirs.broker / ALPACA_KEY_FILE)
+            url = url or params.trade.url
+            where = url or "Alpaca paper"
+        else:
+            keys = local_keys(params)
+            url = where = stack.enter_context(local_broker(
+                params, url or params.trade.url or f"http://127.0.0.1:{params.broker.port}"))
+        client = TradingClient(keys.key_id, keys.secret, paper=True, url_override=url)
+        if log_to_mlflow:
+            stack.enter_context(mlflow_run(params, run_name or f"trade {params.trade.broker} {date.today()}", where))
+        try:
+            journal = Journal.of(client, params.dirs.broker / JOURNAL)
+            yield Session(TradingLoop(params, client, journal, log_cycle), client, where, keys)
+        except APIError as err:
+            hint = f" (check {' / '.join(KEY_VARS)})" if err.status_code in (401, 403) and \
+                params.trade.broker == "alpaca" else ""
+            raise BrokerFailure(f"broker {where}: HTTP {err.status_code} {message(err)}{hint}") from None
+        except requests.RequestException as err:
+            raise BrokerFailure(f"broker {where}: unreachable ({type(err).__name__})") from None
+
+
+@contextmanager
+def mlflow_run(params: Params, name: str, where: str) -> Iterator[Any]:
+    """An MLflow run of ``trade.experiment`` (created on first use) holding a session's params."""
+    import mlflow
+
+    connect(params.registry)
+    experiment = mlflow.get_experiment_by_name(params.trade.experiment)
+    experiment_id = experiment.experiment_id if experiment else mlflow.create_experiment(
+        params.trade.experiment, artifact_location=params.registry.artifact_root.resolve().as_uri())
+    with mlflow.start_run(experiment_id=experiment_id, run_name=name) as run:
+        risk = params.trade.risk
+        mlflow.log_params({"broker": params.trade.broker, "broker_url": where,
+                           "model": params.registry.model_name, "risk.max_order_notional": risk.max_order_notional,
+                           "risk.max_position_weight": risk.max_position_weight,
+                           "risk.daily_loss_limit": risk.daily_loss_limit})
+        yield run

@@ -1,0 +1,308 @@
+"""The local paper broker driven by the unmodified alpaca-py SDK: its lifecycle and fills by hand.
+
+Every number below is worked out from the hand-priced market in ``market.py`` (cash 10,000,
+costs 1%). Orders placed at a close fill at the next open as one batch: sells first, then
+buys, scaled pro rata with whole shares when the cash is short (the env's rule).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pandas as pd
+import pytest
+from alpaca.common.exceptions import APIError
+from alpaca.trading.enums import OrderSide, OrderStatus, QueryOrderStatus, TimeInForce
+from alpaca.trading.requests import (
+    ClosePositionRequest,
+    GetCalendarRequest,
+    GetOrdersRequest,
+    LimitOrderRequest,
+    MarketOrderRequest,
+)
+
+from tasks.data.bars import write_parquet
+from tests.tasks.delivery.broker.books import assert_books_balance
+from tests.tasks.delivery.broker.market import CASH, PRICES, SESSIONS, SYMBOLS, market, write_bars
+
+BUY, SELL = OrderSide.BUY, OrderSide.SELL
+
+
+def order(client, symbol, qty, side=BUY, tif=TimeInForce.DAY, limit=None, cid=None):
+    kind = LimitOrderRequest if limit is not None else MarketOrderRequest
+    extra = {"limit_price": limit} if limit is not None else {}
+    return client.submit_order(kind(symbol=symbol, qty=qty, side=side, time_in_force=tif, client_order_id=cid,
+                                    **extra))
+
+
+def holdings(client) -> dict[str, tuple[int, float]]:
+    return {p.symbol: (int(p.qty), float(p.avg_entry_price)) for p in client.get_all_positions()}
+
+
+def api_error(call) -> APIError:
+    with pytest.raises(APIError) as err:
+        call()
+    return err.value
+
+
+def test_orders_placed_at_a_close_fill_at_the_next_open_as_one_batch(tmp_path):
+    with market(tmp_path) as m:
+        a, b = order(m.client, "AAA", 100), order(m.client, "BBB", 100)
+        assert (a.status, b.status) == (OrderStatus.ACCEPTED, OrderStatus.ACCEPTED)
+        account = m.client.get_account()
+        assert (float(account.cash), float(account.buying_power)) == (CASH, CASH - (1000 + 2000) * 1.01)
+        assert m.advance("open").json()["timestamp"] == "2023-07-03T13:30:00+00:00"
+        filled = m.client.get_order_by_id(a.id)
+        assert (filled.status, filled.filled_qty, filled.filled_avg_price) == (OrderStatus.FILLED, "100", "11.0")
+        assert float(m.client.get_account().cash) == pytest.approx(CASH - (1100 + 2100) * 1.01, abs=1e-9)
+        assert holdings(m.client) == {"AAA": (100, 11.0), "BBB": (100, 21.0)}
+        m.advance("close")
+        account = m.client.get_account()
+        assert float(account.equity) == pytest.approx(6768.0 + 100 * 11.2 + 100 * 20.8, abs=1e-9)
+        assert float(account.last_equity) == CASH  # the previous close
+        position = m.client.get_open_position("AAA")
+        assert (position.market_value, position.current_price, position.cost_basis) == ("1120.0", "11.2", "1100.0")
+
+
+def test_sells_fund_the_buys_and_short_cash_scales_every_buy_by_the_same_ratio(tmp_path):
+    with market(tmp_path) as m:
+        order(m.client, "AAA", 100), order(m.client, "BBB", 100)
+        m.advance("bar")  # cash 6768, AAA 100, BBB 100
+        sell, more, new = order(m.client, "AAA", 100, SELL), order(m.client, "BBB", 50), order(m.client, "CCC", 150)
+        m.advance("open")  # opens 12, 19, 51
+        # the sell first: 6768 + 1200 - 12 = 7956; the buys need (50·19 + 150·51)·1.01 = 8686, so the ratio is
+        # 7956 / 8686 and the buys become floor(45.80) = 45 and floor(137.39) = 137
+        cash = 7956 - (45 * 19 + 137 * 51) * 1.01
+        assert float(m.client.get_account().cash) == pytest.approx(cash, abs=1e-9)
+        assert holdings(m.client) == {"BBB": (145, (100 * 21 + 45 * 19) / 145), "CCC": (137, 51.0)}
+        got = {o.symbol: (o.status, o.filled_qty) for o in (m.client.get_order_by_id(x.id) for x in (sell, more, new))}
+        assert got == {"AAA": (OrderStatus.FILLED, "100"), "BBB": (OrderStatus.CANCELED, "45"),
+                       "CCC": (OrderStatus.CANCELED, "137")}
+
+
+def test_a_sell_beyond_the_free_shares_and_a_buy_without_buying_power_are_403(tmp_path):
+    with market(tmp_path) as m:
+        err = api_error(lambda: order(m.client, "AAA", 1, SELL))
+        assert (err.status_code, err.code) == (403, 40310000)
+        order(m.client, "AAA", 10)
+        m.advance("bar")
+        order(m.client, "AAA", 6, SELL)
+        err = api_error(lambda: order(m.client, "AAA", 5, SELL))  # 4 of the 10 are free
+        assert err.message == "insufficient qty available for order (requested: 5, available: 4)"
+    with market(tmp_path / "poor", cash=0.0) as m:
+        assert api_error(lambda: order(m.client, "AAA", 1)).status_code == 403
+
+
+def test_during_a_session_a_market_order_fills_at_once_at_the_open_or_is_refused(tmp_path):
+    with market(tmp_path) as m:
+        m.advance("open")
+        filled = order(m.client, "CCC", 10)
+        assert (filled.status, filled.filled_avg_price) == (OrderStatus.FILLED, "52.0")
+        assert float(m.client.get_account().cash) == pytest.approx(CASH - 520 * 1.01, abs=1e-9)
+        err = api_error(lambda: order(m.client, "CCC", 200))  # 10,504 with costs, more than the cash
+        assert (err.status_code, err.code) == (403, 40310000) and "insufficient buying power" in err.message
+        assert api_error(lambda: order(m.client, "AAA", 1, tif=TimeInForce.OPG)).status_code == 422
+
+
+def test_limit_orders_fill_at_the_open_when_marketable_else_at_their_limit_when_touched(tmp_path):
+    with market(tmp_path) as m:
+        touched = order(m.client, "AAA", 10, limit=10.6)  # open 11 is above; the day's low 10.5 reaches it
+        patient = order(m.client, "BBB", 10, tif=TimeInForce.GTC, limit=20.0)  # 07-03's low 20.2: not yet
+        never = order(m.client, "CCC", 10, limit=40.0)
+        m.advance("bar")
+        status = {o.symbol: (o.status, o.filled_avg_price) for o in
+                  (m.client.get_order_by_id(x.id) for x in (touched, patient, never))}
+        assert status == {"AAA": (OrderStatus.FILLED, "10.6"), "BBB": (OrderStatus.ACCEPTED, None),
+                          "CCC": (OrderStatus.EXPIRED, None)}
+        m.advance("open")  # 07-05 opens BBB at 19: marketable, filled at the open (better than the limit)
+        assert m.client.get_order_by_id(patient.id).filled_avg_price == "19.0"
+
+
+def test_on_open_and_on_close_orders(tmp_path):
+    with market(tmp_path) as m:
+        opg = order(m.client, "AAA", 10, tif=TimeInForce.OPG)
+        opg_limit = order(m.client, "BBB", 10, tif=TimeInForce.OPG, limit=15.0)  # not marketable at 21
+        cls = order(m.client, "CCC", 10, tif=TimeInForce.CLS)
+        m.advance("open")
+        assert m.client.get_order_by_id(opg.id).filled_avg_price == "11.0"
+        assert m.client.get_order_by_id(opg_limit.id).status == OrderStatus.CANCELED
+        assert m.client.get_order_by_id(cls.id).status == OrderStatus.ACCEPTED
+        m.advance("close")
+        assert m.client.get_order_by_id(cls.id).filled_avg_price == "52.5"  # the close
+
+
+def test_client_order_ids_are_unique_for_good_and_orders_can_be_found_listed_and_canceled(tmp_path):
+    with market(tmp_path) as m:
+        first = order(m.client, "AAA", 5, cid="mine-1")
+        m.client.cancel_order_by_id(first.id)
+        err = api_error(lambda: order(m.client, "AAA", 5, cid="mine-1"))  # even after the cancel
+        assert (err.status_code, err.code) == (422, 40010001)
+        assert m.client.get_order_by_client_id("mine-1").status == OrderStatus.CANCELED
+        second, third = order(m.client, "BBB", 5), order(m.client, "CCC", 5)
+        assert m.raw("DELETE", f"/v2/orders/{first.id}").status_code == 422  # already canceled
+        assert m.raw("DELETE", "/v2/orders/00000000-0000-4000-8000-000000000000").status_code == 404
+        open_ids = [o.id for o in m.client.get_orders(GetOrdersRequest(status=QueryOrderStatus.OPEN))]
+        assert open_ids == [third.id, second.id]  # newest first
+        listed = m.client.get_orders(GetOrdersRequest(status=QueryOrderStatus.ALL, direction="asc", limit=2))
+        assert [o.id for o in listed] == [first.id, second.id]
+        only = m.client.get_orders(GetOrdersRequest(status=QueryOrderStatus.ALL, symbols=["CCC"]))
+        assert [o.id for o in only] == [third.id]
+        closed = m.client.get_orders(GetOrdersRequest(status=QueryOrderStatus.CLOSED))
+        assert [o.id for o in closed] == [first.id]
+        after = m.client.get_orders(GetOrdersRequest(status=QueryOrderStatus.ALL,
+                                                     after=datetime(2023, 7, 1, tzinfo=timezone.utc)))
+        assert after == []  # all were placed at the 2023-06-30 close
+        response = m.raw("DELETE", "/v2/orders")
+        assert response.status_code == 207 and {r["id"] for r in response.json()} == {str(second.id), str(third.id)}
+        assert m.client.get_orders(GetOrdersRequest(status=QueryOrderStatus.OPEN)) == []
+
+
+def test_closing_positions(tmp_path):
+    with market(tmp_path) as m:
+        order(m.client, "AAA", 10), order(m.client, "BBB", 7)
+        m.advance("bar")
+        part = m.client.close_position("AAA", ClosePositionRequest(percentage="35"))
+        assert (part.side, part.qty) == (OrderSide.SELL, "3")  # floor(3.5)
+        assert m.client.close_position("AAA", ClosePositionRequest(qty="2")).qty == "2"
+        assert m.raw("DELETE", "/v2/positions/CCC").status_code == 404
+        closed = m.client.close_all_positions(cancel_orders=True)
+        assert {(c.symbol, c.status) for c in closed} == {("AAA", 200), ("BBB", 200)}
+        m.advance("open")
+        assert holdings(m.client) == {}
+
+
+def test_clock_calendar_and_assets_follow_the_nyse_and_the_feed(tmp_path):
+    with market(tmp_path) as m:
+        clock = m.client.get_clock()
+        assert (clock.is_open, clock.timestamp.isoformat()) == (False, "2023-06-30T20:00:00+00:00")
+        assert clock.next_open.isoformat() == "2023-07-03T13:30:00+00:00"
+        assert clock.next_close.isoformat() == "2023-07-03T17:00:00+00:00"  # a half day
+        days = m.raw("GET", "/v2/calendar", params={"start": "2023-07-01", "end": "2023-07-06"}).json()
+        assert days == [{"date": "2023-07-03", "open": "09:30", "close": "13:00"},
+                        {"date": "2023-07-05", "open": "09:30", "close": "16:00"},
+                        {"date": "2023-07-06", "open": "09:30", "close": "16:00"}]
+        assert len(m.client.get_calendar(GetCalendarRequest(start="2023-07-01", end="2023-07-06"))) == 3
+        assert m.client.get_asset("BBB").symbol == "BBB"
+        assert [a.symbol for a in m.client.get_all_assets()] == ["AAA", "BBB", "CCC"]
+        assert m.raw("GET", "/v2/assets/ZZZ").status_code == 404
+        assert m.raw("POST", "/podracer/v1/clock/advance", params={"to": "bar"}).status_code == 200
+        while m.raw("POST", "/podracer/v1/clock/advance").status_code == 200:
+            pass
+        assert m.raw("POST", "/podracer/v1/clock/advance").json()["code"] == 40010001  # 409: the feed ends
+
+
+def test_the_books_survive_a_restart(tmp_path):
+    with market(tmp_path) as m:
+        placed = order(m.client, "AAA", 10)
+        m.advance("open")
+        before = (m.client.get_account().cash, holdings(m.client), m.client.get_clock().timestamp)
+    with market(tmp_path) as m:  # same ledger file: the start date only applies to a new account
+        assert (m.client.get_account().cash, holdings(m.client), m.client.get_clock().timestamp) == before
+        assert m.client.get_order_by_id(placed.id).status == OrderStatus.FILLED
+
+
+def test_a_wall_clock_fills_queued_orders_once_the_next_bar_arrives(tmp_path):
+    """With the time of day far past 07-05, orders placed at the 07-03 close still wait for its bar."""
+    from tasks.delivery.broker.paper import PaperBroker
+
+    bars = tmp_path / "bars.parquet"
+    write_bars(bars, sessions=["2023-06-30", "2023-07-03"])
+    now = datetime(2023, 7, 7, 12, tzinfo=timezone.utc)
+    broker = PaperBroker.open(tmp_path / "b.db", bars, initial_cash=CASH, cost_pct=0.01, mode="wall",
+                              now=lambda: now)
+    placed = broker.submit({"symbol": "AAA", "qty": 10, "side": "buy", "type": "market", "time_in_force": "day"})
+    assert placed["status"] == "accepted" and broker.order(placed["id"])["status"] == "accepted"
+    write_bars(bars)  # the nightly ingest lands 07-05..07-10
+    assert broker.order(placed["id"])["filled_avg_price"] == "12.0"  # 07-05's open, not a later one
+    assert broker.ledger.clock()["day"] == "2023-07-06"  # caught up to what the time of day allows
+    assert broker.clock()["is_open"] is False
+
+
+def test_serving_the_broker_leaves_the_host_process_logging_alone(tmp_path):
+    """Embedded in `podracer run`'s deliver stage, the broker must not reconfigure logging:
+    uvicorn's dictConfig would close every handler, and closing Prefect's API log handler
+    inside a flow run deadlocked `make run`."""
+    import logging
+
+    class Kept(logging.Handler):
+        closed = False
+
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed = True
+            super().close()
+
+    kept = Kept()
+    root = logging.getLogger()
+    root.addHandler(kept)
+    try:
+        with market(tmp_path) as m:
+            assert m.client.get_clock() is not None
+        assert kept in root.handlers and not kept.closed
+    finally:
+        root.removeHandler(kept)
+
+
+def test_an_account_left_from_another_market_says_how_to_start_a_new_one(tmp_path):
+    """`-s data.source=arch-demo` after `make run`: the paper account's clock stands on a day
+    the new market's feed does not have. The error names the ledger file to remove."""
+    from tasks.delivery.broker.paper import BrokerError, PaperBroker
+
+    bars, db = tmp_path / "bars.parquet", tmp_path / "b.db"
+    write_bars(bars, sessions=["2023-06-30", "2023-07-03"])
+    PaperBroker.open(db, bars, initial_cash=CASH, cost_pct=0.01, mode="simulated").ledger.close()
+    write_bars(bars, sessions=["2023-06-30"])  # another market: its feed ends before the clock
+    broker = PaperBroker.open(db, bars, initial_cash=CASH, cost_pct=0.01, mode="simulated")
+    with pytest.raises(BrokerError, match=f"stands at 2023-07-03.*another market.*remove {db}"):
+        broker.advance("next")
+
+
+def test_a_symbol_without_a_bar_in_the_session_fills_nothing_and_is_marked_at_its_last_real_close(tmp_path):
+    """A ragged feed (docs/data.md): CCC has no bar on 07-05 (a halt). The panel carries its 07-03
+    close 52.5 there, a price nobody traded at: no CCC order fills in that session, a ``day``
+    one expires at its close, a ``cls`` one is canceled there, a ``gtc`` one waits for 07-06's
+    real open, and the CCC position
+    stays marked at 52.5. AAA, in the same batch, fills at its real open 12."""
+    rows = [{"symbol": s, "ts": pd.Timestamp(day, tz="UTC"), "open": o, "high": h, "low": lo, "close": c,
+             "volume": 1e5} for s in SYMBOLS for day, (o, h, lo, c) in zip(SESSIONS, PRICES[s])
+            if (s, day) != ("CCC", "2023-07-05")]
+    write_parquet(pd.DataFrame(rows), tmp_path / "bars.parquet", "1d")
+    with market(tmp_path) as m:
+        assert m.broker.feed.current().real[:, 2].tolist() == [True, True, False, True, True, True]
+        order(m.client, "CCC", 10)
+        m.advance("bar")  # 07-03: 10 CCC at 52, cash 10,000 − 520·1.01 = 9,474.8; CCC closes at 52.5
+        sell = order(m.client, "CCC", 10, SELL)  # market, day
+        buy = order(m.client, "AAA", 100)
+        limit = order(m.client, "CCC", 5, limit=60.0)  # marketable at the carried 52.5, were it a price
+        patient = order(m.client, "CCC", 3, tif=TimeInForce.GTC)
+        closing = order(m.client, "CCC", 2, tif=TimeInForce.CLS)  # 07-05's closing auction, which CCC misses
+        m.advance("open")  # 07-05
+        status = {x.client_order_id: (o.status, o.filled_qty, o.filled_avg_price) for x, o in
+                  ((x, m.client.get_order_by_id(x.id)) for x in (sell, buy, limit, patient))}
+        assert status == {sell.client_order_id: (OrderStatus.ACCEPTED, "0", None),
+                          buy.client_order_id: (OrderStatus.FILLED, "100", "12.0"),
+                          limit.client_order_id: (OrderStatus.ACCEPTED, "0", None),
+                          patient.client_order_id: (OrderStatus.ACCEPTED, "0", None)}
+        assert float(m.client.get_account().cash) == pytest.approx(9474.8 - 1200 * 1.01, abs=1e-9)  # 8,262.8
+        during = order(m.client, "CCC", 1)  # in the session: no bar to fill at, so it rests
+        assert (during.status, during.filled_qty) == (OrderStatus.NEW, "0")
+        position = m.client.get_open_position("CCC")
+        assert (position.qty, position.current_price, position.market_value) == ("10", "52.5", "525.0")
+        account = m.client.get_account()
+        assert float(account.equity) == pytest.approx(8262.8 + 100 * 12.0 + 10 * 52.5, abs=1e-9)
+        assert float(account.last_equity) == pytest.approx(9474.8 + 10 * 52.5, abs=1e-9)  # 07-03's close
+        m.advance("close")  # 07-05 closes: the day orders expire unfilled, the cls one is canceled, the gtc one waits
+        got = {x.client_order_id: m.client.get_order_by_id(x.id).status
+               for x in (sell, limit, patient, during, closing)}
+        assert got == {sell.client_order_id: OrderStatus.EXPIRED, limit.client_order_id: OrderStatus.EXPIRED,
+                       patient.client_order_id: OrderStatus.ACCEPTED, during.client_order_id: OrderStatus.EXPIRED,
+                       closing.client_order_id: OrderStatus.CANCELED}
+        assert holdings(m.client) == {"AAA": (100, 12.0), "CCC": (10, 52.0)}
+        assert float(m.client.get_account().equity) == pytest.approx(8262.8 + 100 * 12.4 + 10 * 52.5, abs=1e-9)
+        m.advance("open")  # 07-06: CCC trades again, at 50
+        filled = m.client.get_order_by_id(patient.id)
+        assert (filled.status, filled.filled_avg_price) == (OrderStatus.FILLED, "50.0")
+        assert float(m.client.get_account().cash) == pytest.approx(8262.8 - 150 * 1.01, abs=1e-9)
+    assert_books_balance(tmp_path / "broker.db")

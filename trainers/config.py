@@ -1,0 +1,242 @@
+"""The trainers' configs: plain frozen dataclasses, and no torch import.
+
+``tasks/config.py`` validates them as sections of ``params.yaml`` (pydantic reads each
+class's ``__pydantic_config__``, so an unknown key is an error), and every command that
+loads the config without training (the broker, ``status``, ``promote``) starts without
+paying for torch. Defaults follow finrl-podracer.txt Table 3 (PPO), §4.2 (evolution),
+elegantrl-podracers.txt §3 (tournament) and nitro-serverless-boosting.txt §5.3 (Nitro).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from trainers._checks import require
+
+HPARAMS = ("lr", "entropy_coef", "clip", "gamma", "gae_lambda", "repeat_times", "num_envs", "net_width")
+"""Hyperparameters that may differ between agents of a population and be evolved;
+``net_width`` is the first hidden layer's width (the others keep their proportions)."""
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyperparameters (finrl-podracer.txt Table 3 defaults)."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    lr: float = 2**-14
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.25
+    entropy_coef: float = 0.02
+    value_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    batch_size: int = 2**10
+    repeat_times: int = 2**3
+    """Passes (epochs) over each rollout."""
+    num_envs: int = 2**5
+    horizon: int = 2**7
+    """Steps per env per rollout; ``num_envs × horizon`` is the buffer size (2^12)."""
+    net_dims: tuple[int, ...] = (128, 64)
+    init_log_std: float = -0.5
+    learners: int = 1
+    """Parallel learners per agent, from one set of weights, each with its own seed and envs;
+    their parameters are averaged at the end of every epoch (finrl-podracer.txt §4.4)."""
+    policy: Literal["mlp", "shared"] = "mlp"
+    """``mlp``: one network over the whole state (the paper's). ``shared``: one per-stock
+    scorer applied to every stock (:class:`trainers.state.StockLayout`); the critic stays
+    an MLP over the whole state."""
+    credit: Literal["joint", "per_stock"] = "joint"
+    """``joint``: one GAE(λ) advantage for the whole action (the paper's). ``per_stock``:
+    each stock's action gets its own advantage, the env's difference reward
+    (:meth:`trainers.env.MarketEnv._credit`), and its own clipped ratio; the critic still
+    learns the GAE returns."""
+
+    def __post_init__(self) -> None:
+        require(self.lr > 0, "lr must be > 0")
+        require(0 < self.gamma <= 1, "gamma must be in (0, 1]")
+        require(0 <= self.gae_lambda <= 1, "gae_lambda must be in [0, 1]")
+        require(0 < self.clip < 1, "clip must be in (0, 1)")
+        require(self.entropy_coef >= 0, "entropy_coef must be >= 0")
+        require(self.batch_size >= 1, "batch_size must be >= 1")
+        require(self.repeat_times >= 1, "repeat_times must be >= 1")
+        require(self.num_envs >= 1 and self.horizon >= 1, "num_envs and horizon must be >= 1")
+        require(len(self.net_dims) >= 1 and min(self.net_dims) >= 1, "net_dims must be positive")
+        require(self.learners >= 1, "learners must be >= 1")
+
+    @property
+    def net_width(self) -> int:
+        return self.net_dims[0]
+
+    def hparams(self) -> dict[str, float]:
+        """The evolvable hyperparameters as a plain dict."""
+        return {name: float(getattr(self, name)) for name in HPARAMS}
+
+    def with_hparams(self, values: Mapping[str, float]) -> PPOConfig:
+        """This config with ``values`` applied (integers rounded; ``net_width`` rescales
+        ``net_dims``)."""
+        changes: dict[str, Any] = {k: float(values[k]) for k in ("lr", "entropy_coef", "clip", "gamma", "gae_lambda")
+                                   if k in values}
+        changes.update({k: int(round(values[k])) for k in ("repeat_times", "num_envs") if k in values})
+        if "net_width" in values:
+            scale = values["net_width"] / self.net_dims[0]
+            changes["net_dims"] = tuple(max(1, int(round(d * scale))) for d in self.net_dims)
+        return replace(self, **changes)
+
+
+TURBULENCE = "turbulence"
+"""The indicator the turbulence gate reads, raw (not normalised)."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Trading constants of the MDP; saved with every model so serving uses the same."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    initial_cash: float = 1_000_000.0
+    hmax: int = 100
+    """Largest trade per stock per bar, in shares (paper §3: k ≤ h_max)."""
+    cost_pct: float = 0.002
+    """Transaction cost as a fraction of traded notional (0.2%, paper Fig. 4)."""
+    reward_scale: float = 1e-4
+    """Multiplies the change of account value to give the reward."""
+    episode_len: int = 256
+    """Longest training episode in bars; episodes also end (truncate) at the end of data."""
+    min_episode_len: int = 64
+    """Shortest training episode; each episode's length is drawn in [min, episode_len]."""
+    turbulence_threshold: float | None = None
+    """Turbulence gate: at or above this turbulence index, block buys and liquidate.
+    ``None`` turns it off. The index is about n_stocks on an average bar (a χ²_n distance)."""
+    action: Literal["shares", "weights"] = "shares"
+    """``shares``: a ∈ (-1, 1)^n trades ``trunc(a · hmax)`` shares per stock (finrl-podracer
+    §3, eq. 3). ``weights``: a is a target allocation, ``softmax(WEIGHT_LOGITS · a, 0)`` over
+    the stocks and cash, reached in whole shares at the next open (hmax does not apply)."""
+    rebalance_band: float = 0.0
+    """``action: weights``: an order smaller than this fraction of the account value is not
+    sent (a no-trade band, :func:`trainers.orders.target_orders`); 0 trades every difference."""
+    decide_every: int = 1
+    """Bars each decision is held. The agent decides at every ``decide_every``-th close and
+    its orders fill at the next open; in between nothing is traded but the turbulence gate's
+    liquidation and the close-out of a stock that stops trading. One env step is one decision:
+    its reward is the account's change over those bars (docs/training.md). 1: every bar."""
+    reward: Literal["value", "log", "excess"] = "value"
+    """``value``: Δ account value × reward_scale. ``log``: log(V_t+1 / V_t) × initial_cash ×
+    reward_scale, the same size at the start but proportional to returns, not dollars.
+    ``excess``: the log return minus the equal-weight market's, log(mean_i close_t+1 / close_t),
+    on the same scale: the market's move, which no allocation escapes, leaves the reward,
+    so what is left credits the allocation (a benchmark-relative reward)."""
+
+    def __post_init__(self) -> None:
+        require(self.initial_cash > 0, "initial_cash must be > 0")
+        require(self.hmax >= 1, "hmax must be >= 1")
+        require(0 <= self.cost_pct < 0.5, "cost_pct must be in [0, 0.5)")
+        require(self.reward_scale > 0, "reward_scale must be > 0")
+        require(0 <= self.rebalance_band < 1, "rebalance_band must be in [0, 1)")
+        require(self.decide_every >= 1, "decide_every must be >= 1")
+        require(self.min_episode_len >= 1, "min_episode_len must be >= 1")
+        require(self.episode_len >= self.min_episode_len, "episode_len must be >= min_episode_len")
+        require(self.turbulence_threshold is None or self.turbulence_threshold > 0,
+                "turbulence_threshold must be > 0 (or null for no gate)")
+
+
+@dataclass(frozen=True)
+class EvolutionConfig:
+    """Population size, schedule, evaluator, selector and hyperparameter search space."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    population: int = 8
+    generations: int = 5
+    iterations_per_generation: int = 8
+    """PPO iterations (rollout + update) each agent runs per generation."""
+    eval_interval: int = 8
+    """Evaluate every this many iterations (and always at the end of a generation)."""
+    mode: Literal["generational", "tournament"] = "generational"
+    """Generations with a selector (finrl-podracer.txt §4.2), or an asynchronous training pool
+    with a leaderboard (elegantrl-podracers.txt §3, :mod:`trainers.tournament`)."""
+    fitness: Literal["sharpe", "sortino", "cumulative_return"] = "sharpe"
+    patience: int = 0
+    """Stop an agent once its fitness has fallen this many evaluations in a row (0: never)."""
+    quantile: float = 0.25
+    """Bottom fraction of the population replaced by copies of top agents."""
+    perturb_factors: tuple[float, float] = (0.8, 1.2)
+    resample_p: float = 0.25
+    """Probability that a copy resamples a hyperparameter instead of perturbing it (PBT)."""
+    search_space: dict[str, tuple[float, float]] = field(default_factory=lambda: {
+        "lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.1, 0.3), "gamma": (0.95, 0.999),
+        "gae_lambda": (0.9, 0.99), "repeat_times": (4, 16), "num_envs": (16, 64), "net_width": (64, 256)})
+    """Bounds of the searched hyperparameters; agent 0 starts from the PPO defaults."""
+    budget_env_steps: int | None = None
+    """Hard budget on the run's env steps (nitro §5.3's cost ledger), shared equally by its
+    jobs (an agent's generation, or a tournament job); None: the schedule alone decides."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.population >= 1, "population must be >= 1")
+        require(self.generations >= 1, "generations must be >= 1")
+        require(self.iterations_per_generation >= 1, "iterations_per_generation must be >= 1")
+        require(self.eval_interval >= 1, "eval_interval must be >= 1")
+        require(self.patience >= 0, "patience must be >= 0")
+        require(0 <= self.quantile <= 0.5, "quantile must be in [0, 0.5]")
+        require(min(self.perturb_factors) > 0, "perturb_factors must be > 0")
+        require(0 <= self.resample_p <= 1, "resample_p must be in [0, 1]")
+        require(self.budget_env_steps is None or self.budget_env_steps >= 1, "budget_env_steps must be >= 1")
+        for name, (lo, hi) in self.search_space.items():
+            require(name in HPARAMS, f"search_space.{name} is not one of {', '.join(HPARAMS)}")
+            require(0 < lo <= hi, f"search_space.{name} needs 0 < low <= high")
+
+
+@dataclass(frozen=True)
+class TournamentConfig:
+    """Size of the training pool and the leaderboard, and the number of jobs to run."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    workers: int = 4
+    """Jobs trained concurrently in the pool."""
+    jobs: int | None = None
+    """Jobs in all; ``None``: ``population × generations``, the generational mode's compute."""
+    leaderboard_size: int = 4
+    """Entries the updater keeps."""
+    tournament_size: int = 2
+    """The generator samples this many leaderboard entries and copies the fittest."""
+
+    def __post_init__(self) -> None:
+        require(self.workers >= 1, "workers must be >= 1")
+        require(self.jobs is None or self.jobs >= 1, "jobs must be >= 1 (or unset)")
+        require(self.leaderboard_size >= 1, "leaderboard_size must be >= 1")
+        require(1 <= self.tournament_size <= self.leaderboard_size, "tournament_size must be in [1, leaderboard_size]")
+
+
+@dataclass(frozen=True)
+class NitroConfig:
+    """Nitro's knobs (§5.3 defaults: window n = 6; the decay d and actor range [I_min, I_max] are per budget)."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    enabled: bool = False
+    window: int = 6
+    """n: rounds of R in the sliding window that normalises the score."""
+    decay: float = 0.96
+    """d: the score is annealed by d^k at round k; 1 disables the annealing."""
+    min_envs: int = 8
+    """I_min: envs per rollout in the least boosted round."""
+    max_envs: int = 64
+    """I_max: envs per rollout in the most boosted round."""
+    lanczos_steps: int = 12
+    """Lanczos iterations (Hessian-vector products) per detection."""
+    subset: int = 256
+    """Rollout samples the Hessian is taken on (§6.2: a subset of the trajectories)."""
+    eps: float = 1e-6
+    """Guard for λmin ≈ 0, relative to the spectrum's scale (see :func:`convexity_ratio`)."""
+
+    def __post_init__(self) -> None:
+        require(self.window >= 1, "nitro window must be >= 1")
+        require(0 < self.decay <= 1, "nitro decay must be in (0, 1]")
+        require(1 <= self.min_envs <= self.max_envs, "nitro needs 1 <= min_envs <= max_envs")
+        require(self.lanczos_steps >= 2, "nitro lanczos_steps must be >= 2")
+        require(self.subset >= 1, "nitro subset must be >= 1")
+        require(self.eps > 0, "nitro eps must be > 0")

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # pytest-xdist workers for `make test`: the suite's budget is 2 cores (docs/testing.md)
 TEST_WORKERS ?= 2
 
-# Quiet and offline settings (shared/DESIGN.md §4) live in .env; export them to every recipe.
+# Quiet and offline settings live in .env; export them to every recipe.
 include .env
 export
 

@@ -335,9 +335,6 @@ class Params(_Section):
     def _check(self) -> Params:
         if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
             raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
-        if self.train.engine == "multiplexed" and self.ppo.learners > 1:
-            raise ValueError("train.engine multiplexed trains one learner per agent: set ppo.learners: 1 "
-                             "or train.engine: serial")
         return self
 
     @property

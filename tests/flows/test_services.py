@@ -214,8 +214,10 @@ def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_
         pids.append(runner)
         assert "runner answers" in podracer(tmp_path, "up", *p.overrides)
         wait_for("the cycle to run again by itself and register", lambda: len(set(p.versions()) - known) == 1, 300)
-        assert any(r["state_type"] == "COMPLETED" and r["start_time"] > crashed["start_time"]
-                   for r in p.flow_runs("ct-cycle")[before:])
+        # the version is registered a moment before the run ends: wait for its state too
+        wait_for("the rerun to complete", lambda: any(
+            r["state_type"] == "COMPLETED" and r["start_time"] > crashed["start_time"]
+            for r in p.flow_runs("ct-cycle")[before:]), 60)
         assert set(checkpoints.iterdir()) == folders, "the rerun did not resume the crashed cycle's checkpoint"
 
         pids += [r["pid"] for r in p.recorded()]  # the restarted receiver, mlflow and runner too

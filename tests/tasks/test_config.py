@@ -31,7 +31,6 @@ def write(tmp_path: Path, text: str) -> Path:
         ("features:\n  train_end: 2023-01-01\n  val_end: 2022-01-01\n", "train_end must be before val_end"),
         ("evolution:\n  search_space: {momentum: [0.1, 0.2]}\n", "search_space.momentum is not one of"),
         ("data: [1, 2\n", "not valid YAML"),
-        ("ppo:\n  learners: 2\n", "train.engine multiplexed trains one learner per agent"),
         ("train:\n  engine: gpu\n", "train.engine: Input should be 'multiplexed', 'serial' or 'dask'"),
         ("tournament:\n  leaderboard_size: 2\n  tournament_size: 3\n",
          "tournament_size must be in [1, leaderboard_size]"),

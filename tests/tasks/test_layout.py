@@ -1,4 +1,4 @@
-"""The folder tree reads as the data flow (DESIGN §1): a lower part never imports a higher one.
+"""The folder tree reads as the data flow: a lower part never imports a higher one.
 
 Every ``tasks`` import is read from the source with ``ast``, including imports inside
 functions and under ``TYPE_CHECKING``, so a lazy import cannot hide an upward edge or a circle.

@@ -1,5 +1,5 @@
 """The bad-input corpus: every malformed input ends in one line or in quarantine, never in a
-traceback or a half-written output (issue 3 §6)."""
+traceback or a half-written output (docs/data.md)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_unsorted_raw_rows_are_quarantined(tmp_path):
     assert "ts not increasing" in str(err.value) and "SYN001.parquet: 1 (" in str(err.value)
 
 
-# Files as people have them (issue 15): each shape imports correctly, or ends in one line
+# Files as people have them (docs/data.md, ragged universes): each shape imports correctly, or ends in one line
 # naming the file, the line and the field, or in a quarantine entry with its reason.
 
 def imported(tmp_path: Path, path: Path, *overrides: str) -> pd.DataFrame:
@@ -361,7 +361,7 @@ def test_an_absurd_close_is_quarantined_by_the_hard_limit_naming_symbol_ts_and_v
 
 def ragged_universe() -> pd.DataFrame:
     """A year of bars: BBB lists in July, CCC stops after September, DDD has one row in June and
-    EEE halts for 3 sessions in August (issue 15 §1)."""
+    EEE halts for 3 sessions in August (docs/data.md, ragged universes)."""
     days = nyse_sessions(pd.Timestamp("2021-01-04").date(), pd.Timestamp("2021-12-31").date())
     keep = {"AAA": days == days, "BBB": days >= "2021-07-01", "CCC": days <= "2021-09-30",
             "DDD": days == "2021-06-15", "EEE": ~((days >= "2021-08-10") & (days <= "2021-08-12"))}

@@ -1,4 +1,4 @@
-"""A ragged universe through the features stage (issue 15): no cut to a common start, each
+"""A ragged universe through the features stage (docs/data.md, ragged universes): no cut to a common start, each
 symbol's indicators on its own real bars, the tradable mask, and nothing invented."""
 
 import json

@@ -57,7 +57,7 @@ def test_signal_adds_predictable_momentum():
     assert abs(predictability(0.0)) < 0.02
 
 
-# --- 1-minute bars (DESIGN §5: NYSE sessions and half days, U-shapes, overnight gaps) ---
+# --- 1-minute bars (docs/data.md: NYSE sessions and half days, U-shapes, overnight gaps) ---
 
 # Thanksgiving week 2021 (Fri 26 Nov closes at 13:00 New York = 18:00 UTC) and the DST
 # switch in March 2021 (New York moved to UTC-4 on Sun 14 Mar).

@@ -1,4 +1,4 @@
-"""The validation report's Coverage section (issue 15): on a hand-made ragged universe, every
+"""The validation report's Coverage section (docs/data.md, ragged universes): on a hand-made ragged universe, every
 symbol-bar the tradable mask will hide is counted, by cause, with hand-computed numbers."""
 
 from __future__ import annotations

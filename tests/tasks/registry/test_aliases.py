@@ -13,15 +13,10 @@ from tasks.registry.store import client
 
 
 @pytest.fixture
-def registry(tmp_path) -> RegistryParams:
-    """A store with versions 1..3 of a bare registered model, version 2 tagged with its data version."""
-    params = RegistryParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", artifact_root=tmp_path / "artifacts")
-    store = client(params)
-    store.create_registered_model(params.model_name)
-    for _ in range(3):
-        store.create_model_version(params.model_name, source=str(tmp_path))
-    store.set_model_version_tag(params.model_name, "2", DATA_VERSION, "d2")
-    return params
+def registry(registry: RegistryParams) -> RegistryParams:
+    """The shared store (conftest.py), version 2 tagged with its data version."""
+    client(registry).set_model_version_tag(registry.model_name, "2", DATA_VERSION, "d2")
+    return registry
 
 
 def aliases(registry: RegistryParams) -> dict[str, str]:

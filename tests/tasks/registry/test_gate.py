@@ -52,17 +52,6 @@ def test_the_gate_reads_the_configured_metric_only():
                            "buy_and_hold": {"sharpe": -5.0, "calmar": 1.1}})[0] is False
 
 
-@pytest.fixture
-def registry(tmp_path) -> RegistryParams:
-    """A store with versions 1..3 of a bare registered model, and no aliases."""
-    params = RegistryParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", artifact_root=tmp_path / "artifacts")
-    store = client(params)
-    store.create_registered_model(params.model_name)
-    for _ in range(3):
-        store.create_model_version(params.model_name, source=str(tmp_path))
-    return params
-
-
 def aliases(registry: RegistryParams) -> dict[str, str]:
     return {a: str(v) for a, v in client(registry).get_registered_model(registry.model_name).aliases.items()}
 

@@ -1,4 +1,4 @@
-"""What the data layer dropped or masked goes to the MLflow run (issue 15: nothing is silent)."""
+"""What the data layer dropped or masked goes to the MLflow run (docs/data.md: nothing is silent)."""
 
 from __future__ import annotations
 

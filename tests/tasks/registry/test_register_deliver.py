@@ -31,7 +31,7 @@ def test_gate_refusal_keeps_challenger_and_deliver_says_why(built_copy):
     run = mlflow.get_run(refused.run_id)
     assert run.data.params["data_version"] == bundle.load(built_copy.dirs.models)[1].data_version
     assert "test_sharpe" in run.data.metrics and "buy_and_hold_sharpe" in run.data.metrics
-    # what the data layer masked or dropped (issue 15): the tiny market is gap-free, so nothing
+    # what the data layer masked or dropped (docs/data.md): the tiny market is gap-free, so nothing
     assert (run.data.metrics["data_masked_cells"], run.data.metrics["data_dropped_symbols"]) == (0.0, 0.0)
     assert {"data/coverage.json"} == {a.path for a in MlflowClient().list_artifacts(refused.run_id, "data")}
     with pytest.raises(NoChampion, match="nothing delivered"):

@@ -31,6 +31,7 @@ from tasks.model import bundle
 from tasks.model.backtest import BacktestResult, load_result
 from tasks.model.leaderboard import LEADERBOARD, PLOT, log_nested_runs
 from tasks.model.train import PROFILE_FILES, SUMMARY, TrainResult
+from tasks.registry.aliases import DATA_VERSION
 from tasks.registry.gate import CHALLENGER, CHAMPION, promote
 from tasks.registry.report import GateVerdict, gate_report
 from tasks.registry.serving import policy_input
@@ -180,7 +181,7 @@ def register(params: Params, candidate: Candidate | None = None) -> RegisterResu
     experiment_id = connect(registry)
     drop_incomplete(registry)
     verdict = "passed" if candidate.passed else "refused"
-    version_tags = {"data_version": meta.data_version, CUTOFF: candidate.cutoff, "origin": candidate.origin,
+    version_tags = {DATA_VERSION: meta.data_version, CUTOFF: candidate.cutoff, "origin": candidate.origin,
                     "gate": verdict, "gate_reason": candidate.reason, **dict(candidate.tags)}
     with mlflow.start_run(experiment_id=experiment_id, run_name=candidate.run_name) as run:
         mlflow.log_params({**params.flat(), "data_version": meta.data_version})

@@ -132,10 +132,10 @@ def _describe_register(r: Any) -> str:
             f"({escape(r.reason)}); run {r.run_id}")
 
 
-def _describe_deliver(r: Any) -> Table:
-    from flows.summary import orders_table
+def _describe_deliver(r: Any) -> Group:
+    from flows.summary import traded
 
-    return orders_table(r)
+    return traded(r)
 
 
 def _ingest(p: Params) -> Any:
@@ -323,8 +323,8 @@ def trade(
     halt: Annotated[bool, typer.Option("--halt", help="Kill switch: cancel open orders, stop all trading.")] = False,
     unhalt: Annotated[bool, typer.Option("--unhalt", help="Clear the kill switch.")] = False,
 ) -> None:
-    """The trading loop: the champion trades each new bar on trade.broker (local or alpaca)."""
-    from flows.summary import orders_table
+    """The trading loop: the champion (and the shadow, in its own account) trades each new bar on trade.broker."""
+    from flows.summary import traded
     from tasks.delivery.client import live
     from tasks.delivery.client import replay as replays
     from tasks.delivery.client.deliver import deliver
@@ -338,9 +338,9 @@ def trade(
         console.print(f"[green]✓ replay[/] {result.start}..{result.end}: {result.bars} bars, final paper equity "
                       f"{result.final_equity:,.2f}; {replays.verdict(result)}; plot {result.plot}")
     elif once:
-        console.print(orders_table(_stage("trade", lambda: deliver(cfg))))
+        console.print(traded(_stage("trade", lambda: deliver(cfg))))
     else:
-        _stage("trade", lambda: live.forever(cfg, lambda r: console.print(orders_table(r))))
+        _stage("trade", lambda: live.forever(cfg, lambda r: console.print(traded(r))))
 
 
 def _broker_headers(cfg: Params) -> dict[str, str]:
@@ -373,12 +373,32 @@ def down(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None
 
 @app.command()
 def status(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """What `podracer up` started: each service's PID, URL, and whether it answers."""
+    """What `podracer up` started: each service's PID, URL, and whether it answers; the registry's aliases."""
     from tasks import services
 
     cfg = _stage("config", lambda: _params(params, set_, clients=False))
     rows = _stage("status", lambda: services.status(cfg, _broker_headers(cfg)))
     console.print(_services_table(rows) if rows else "no services recorded (start them with `podracer up`)")
+    for line in _stage("status", lambda: _registry_lines(cfg, rows)):
+        console.print(line, soft_wrap=True, highlight=False)
+
+
+def _registry_lines(cfg: Params, rows: list) -> list[str]:
+    """The registry's aliases and, under them, the shadow's version, record and paper equity
+    (docs/delivery.md, Shadow accounts); nothing when there is no registry yet."""
+    from tasks.delivery.client import standing
+    from tasks.delivery.keys import SHADOW
+
+    aliases = standing.registry_aliases(cfg.registry)
+    if not aliases:
+        return []
+    lines = [f"[bold]registry[/] {cfg.registry.model_name}: "
+             + ", ".join(f"{alias} version {version}" for alias, version in sorted(aliases.items()))]
+    if SHADOW in aliases:
+        broker = next((s.url for s, _, healthy in rows if s.name == "broker" and healthy),
+                      f"http://127.0.0.1:{cfg.broker.port}")
+        lines.append("  " + escape(standing.shadow_standing(cfg, aliases[SHADOW], broker).line()))
+    return lines
 
 
 def _services_table(rows: list) -> Table:

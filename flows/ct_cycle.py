@@ -2,10 +2,11 @@
 
 Wiring only: the same stage tasks as :mod:`flows.pipeline`, on walk-forward windows and
 against the champion. New bars → validation → features → a population warm-started from
-the champion → challenger, champion and buy-and-hold on the same evaluation window → the
-gate → registration with the gate report (a Prefect artifact, and MLflow artifacts beside
-the version). Promotion moves the ``champion`` alias, and the ``deliver/on-promotion``
-deployment delivers it (:mod:`flows.deployments`).
+the champion → challenger, champion and buy-and-hold on the same evaluation window, and
+the standing shadow's record → the gate → registration with the gate report (a Prefect
+artifact, and MLflow artifacts beside the version). The challenger can only enter shadow;
+a shadow whose record passes the test is promoted, which moves the ``champion`` alias, and
+the ``deliver/on-promotion`` deployment delivers it (:mod:`flows.deployments`).
 
 At most one cycle runs at a time: both ct-cycle deployments share the global concurrency
 limit ``ct-cycle`` (one slot), so a second data event queues its run instead of losing it.
@@ -28,9 +29,10 @@ from tasks.data.ingest import ingest_task, nothing_new, record_processed
 from tasks.data.validate import validate_task
 from tasks.model.backtest import backtest_task
 from tasks.model.train import train_task
-from tasks.model.walkforward import challenger_plan, refit_plan, windows
+from tasks.model.walkforward import challenger_plan, windows
 from tasks.registry.register import RegisterResult, cycle_candidate, register_task
 from tasks.registry.report import gate_task
+from tasks.registry.shadow import record_task, shadow_task
 from tasks.registry.store import check_tracking
 from tasks.registry.versions import champion_task
 
@@ -80,15 +82,13 @@ def ct_cycle(params: Params | None = None, data_version: str | None = None) -> C
         version = ingested.data_version
         trained = train_task.with_options(**RETRIED)(params, version, challenger_plan(params, w, champion))
         tested = backtest_task(params, w, champion)
-        verdict = gate_task(params, tested)
+        shadow = shadow_task(params)
+        record = record_task(params, shadow, champion) if shadow else None
+        verdict = gate_task(params, tested, shadow, record)
         create_markdown_artifact(markdown=verdict.report_markdown, key="gate-report",
                                  description=f"Challenger vs champion vs buy-and-hold, {w.first} to {w.last}")
-        refit = None
-        if verdict.passed and params.ct.refit:
-            refit = train_task(params, version, refit_plan(params, version, w, trained.model_dir))
         check_tracking(params.registry)
-        registered = register_task(params, cycle_candidate(version, trained, tested, verdict, refit))
-        record_processed(params, version, {"version": registered.version, "promoted": verdict.passed})
-        outcome = "promoted to champion" if verdict.passed else "stays challenger"
-        return CycleSummary(version, f"version {registered.version} {outcome}: {verdict.reason}", registered,
+        registered = register_task(params, cycle_candidate(version, trained, tested, verdict))
+        record_processed(params, version, {"version": registered.version, "champion": registered.champion_now})
+        return CycleSummary(version, f"version {registered.version}: {verdict.reason}", registered,
                             featured.appended, trained.describe())

@@ -33,7 +33,7 @@ def deliver_champion(params: Params | None = None, version: str | None = None) -
         return None
     if version is not None and str(version) != current:
         log.info("champion moved on from version %s to %s: delivering %s", version, current, current)
-    note_hand_move(params.registry, delivered_version(params))  # what a rollback restores
+    note_hand_move(params.registry, delivered_version(params))  # a hand move: aliases as `promote` leaves them
     return deliver_task(params)
 
 

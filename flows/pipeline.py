@@ -22,7 +22,7 @@ from tasks.delivery.client.deliver import deliver_task
 from tasks.delivery.client.loop import CycleResult
 from tasks.model.backtest import BacktestResult, backtest_task
 from tasks.model.train import TrainResult, train_task
-from tasks.registry.gate import champion_version
+from tasks.registry.gate import SHADOW, alias_version, champion_version
 from tasks.registry.register import RegisterResult, pipeline_candidate, register_task
 from tasks.registry.report import GateVerdict, gate_task
 from trainers.metrics import METRICS
@@ -48,7 +48,7 @@ def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
     ``params`` defaults to ``params.yaml`` in the working directory. Validate and features
     are cached on the data version (``tasks/caching.py``). The validation report and the
     backtest metrics are Prefect artifacts. Delivery runs only when some version holds the
-    ``champion`` alias.
+    ``champion`` or the ``shadow`` alias (each trades its own paper account).
     """
     params = params or load_params()
     ingested = ingest_task(params)
@@ -64,8 +64,8 @@ def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
     )
     verdict = gate_task(params, tested)
     registered = register_task(params, pipeline_candidate(params, tested, verdict))
-    if champion_version(params.registry) is None:
+    if champion_version(params.registry) is None and alias_version(params.registry, SHADOW) is None:
         return PipelineSummary(ingested, validated, featured, trained, tested, verdict, registered, None,
-                               "no champion yet: nothing delivered")
+                               "no champion or shadow yet: nothing delivered")
     delivered = deliver_task(params)
     return PipelineSummary(ingested, validated, featured, trained, tested, verdict, registered, delivered, "")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
 
 from flows.pipeline import PipelineSummary
 from tasks.delivery.client.loop import CycleResult
+from tasks.delivery.keys import CHAMPION
 from tasks.errors import PodracerError
 from tasks.model.backtest import BacktestResult
 from trainers.metrics import METRICS
@@ -53,13 +55,29 @@ def orders_table(result: CycleResult) -> Table:
     return table
 
 
+def traded(result: CycleResult) -> Group:
+    """A delivery cycle: the champion's orders, then the shadow's (its own account), or the
+    shadow's alone with the line that no champion traded."""
+    shown: list[RenderableType] = []
+    for cycle in (result, result.shadow):
+        if cycle is not None:
+            table = orders_table(cycle)
+            if cycle.role != CHAMPION:
+                table.title = f"{cycle.role.capitalize()} account: {table.title}"
+            shown.append(table)
+    if result.role != CHAMPION:
+        shown.append(f"[yellow]no champion traded[/] (no version has alias 'champion'): only the {result.role} "
+                     "traded, in its own account")
+    return Group(*shown)
+
+
 def render(console: Console, s: PipelineSummary) -> None:
     """Print the end-of-run summary."""
     console.print(metrics_table(s.backtest))
     reg = s.register
-    verdict = "[green]promoted to champion[/]" if reg.promoted else "[yellow]stays challenger[/]"
-    console.print(f"[bold]model[/] {reg.model_name} version {reg.version} "
-                  f"(alias {', '.join(reg.aliases)}): {verdict}: {reg.reason}")
+    colour = "green" if reg.promoted else "yellow"
+    console.print(f"[bold]model[/] {reg.model_name} version {reg.version} (alias {', '.join(reg.aliases)})")
+    console.print(f"[bold]gate[/] [{colour}]{escape(reg.reason)}[/]")
     console.print(f"[bold]MLflow run[/] {reg.run_id}   [bold]data version[/] {s.ingest.data_version}"
                   f"{' (reused)' if s.ingest.reused else ''}")
     console.print(f"[bold]training[/] {s.train.describe()}")
@@ -67,7 +85,7 @@ def render(console: Console, s: PipelineSummary) -> None:
                   f"validation report {s.validate.report}, model bundle {s.train.model_dir}, "
                   f"run artifacts {reg.artifact_uri}")
     if s.deliver is not None:
-        console.print(orders_table(s.deliver))
+        console.print(traded(s.deliver))
     else:
         console.print(f"[yellow]deliver:[/] {s.note}")
 

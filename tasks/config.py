@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tasks.errors import ConfigError
 from trainers.config import TURBULENCE, EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
-from trainers.metrics import METRICS
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -217,9 +216,12 @@ class RegistryParams(_Section):
     artifact_root: Path = Path("mlflow/artifacts")
     experiment: str = "podracer"
     model_name: str = "podracer-ppo"
-    gate_metric: Literal[METRICS] = "sharpe"  # type: ignore[valid-type]
-    gate_margin: float = Field(0.0, description="pipeline: a new model needs test metric > buy-and-hold's + margin; "
-                               "CT cycle: window metric > the champion's + margin, and > buy-and-hold's")
+    gate_alpha: float = Field(0.05, gt=0, lt=1, description="promote only when the one-sided p-value of the "
+                              "paired Sharpe difference is below this against every benchmark (docs/operations.md)")
+    gate_margin: float = Field(0.0, description="H0: the annualised Sharpe edge over a benchmark is at most this "
+                               "(0: any edge; negative values are for tests that must promote)")
+    gate_resamples: int = Field(2000, ge=99, description="stationary-bootstrap resamples per paired test")
+    gate_seed: int = Field(0, description="the bootstrap's seed: the same returns give the same verdict")
 
 
 class BrokerParams(_Section):
@@ -287,8 +289,8 @@ class CTParams(_Section):
     generations: int = Field(2, ge=1, description="generations of the warm-started population per cycle")
     eval_bars: int = Field(63, ge=5, description="the latest bars: the window challenger, champion and "
                            "buy-and-hold are compared on; the challenger never sees them")
-    refit: bool = Field(False, description="after a promotion, train the challenger on (and through) the "
-                        "window too before it goes live; the live model is then unscored on held-out data")
+    shadow_bars: int = Field(21, ge=1, description="bars a shadow's record must grow between two tests of "
+                             "it: at most 252 / shadow_bars tests a year (docs/operations.md, the gate)")
 
 
 class ScheduleParams(_Section):

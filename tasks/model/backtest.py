@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -127,21 +127,12 @@ def load_result(folder: Path) -> BacktestResult:
     return BacktestResult(saved, start, end, folder, curve)
 
 
-def backtest(params: Params, w: Windows | None = None, champion: Champion | None = None) -> BacktestResult:
-    """Backtest policies beside equal-weight buy-and-hold on one window.
-
-    By default (the pipeline, ``podracer backtest``): the trained policy of ``data/models/``,
-    as ``agent``, on the test split, into ``data/backtest/``. A continuous-training cycle
-    passes its windows ``w``: its challenger (``data/ct/challenger/``) and the ``champion``,
-    if there is one, on the evaluation window, into ``data/ct/backtest/``, with the count of
-    window bars the champion had seen.
-    """
+def compare(params: Params, folders: dict[str, Path], window: tuple[int, int], out: Path, label: str,
+            ) -> BacktestResult:
+    """The policy bundles in ``folders`` (arm name → folder) beside buy-and-hold on one env
+    ``window`` of the feature set, written into ``out`` (``metrics.json``, ``equity.csv``,
+    ``equity.png``)."""
     fs = features.load(params.dirs.features)
-    if w is None:
-        folders, window, out, label = {"agent": params.dirs.models}, fs.window("test"), params.dirs.backtest, "Test"
-    else:
-        folders = {"challenger": params.dirs.ct / CHALLENGER, **({"champion": champion.folder} if champion else {})}
-        window, out, label = w.eval, params.dirs.ct / CT_FOLDER, "Evaluation"
     policies = {name: bundle.load(folder) for name, folder in folders.items()}
     for name, (_, meta) in policies.items():
         check_fits(meta, fs, folders[name])
@@ -151,11 +142,40 @@ def backtest(params: Params, w: Windows | None = None, champion: Champion | None
     with atomic_dir(out) as staging:
         (staging / METRICS_FILE).write_text(json.dumps({**metrics, "start": start, "end": end}, indent=1))
         curve.to_csv(staging / CURVE_FILE)
-        plot_equity(curve, staging / PLOT_FILE, f"{label} window {start} to {end} (costs {cost:.1%})")
-    log.info("%s window Sharpe: %s", label, ", ".join(  # pragma: no mutate
+        plot_equity(curve, staging / PLOT_FILE, f"{label} {start} to {end} (costs {cost:.1%})")
+    log.info("%s Sharpe: %s", label, ", ".join(  # pragma: no mutate
         f"{name.replace('_', '-')} {m['sharpe']:.2f}" for name, m in metrics.items()))
-    seen = None if w is None or champion is None else seen_bars(fs, w, champion.cutoff)
-    return BacktestResult(metrics, start, end, out, curve, seen)
+    return BacktestResult(metrics, start, end, out, curve)
+
+
+def backtest(params: Params, w: Windows | None = None, champion: Champion | None = None) -> BacktestResult:
+    """Backtest policies beside equal-weight buy-and-hold on one window.
+
+    By default (the pipeline, ``podracer backtest``): the trained policy of ``data/models/``,
+    as ``agent``, on the test split, into ``data/backtest/``. A continuous-training cycle
+    passes its windows ``w``: its challenger (``data/ct/challenger/``) and the ``champion``,
+    if there is one, on the evaluation window, into ``data/ct/backtest/``, with the count of
+    window bars the champion had seen.
+    """
+    if w is None:
+        fs = features.load(params.dirs.features)
+        return compare(params, {"agent": params.dirs.models}, fs.window("test"), params.dirs.backtest, "Test window")
+    folders = {CHALLENGER: params.dirs.ct / CHALLENGER, **({"champion": champion.folder} if champion else {})}
+    tested = compare(params, folders, w.eval, params.dirs.ct / CT_FOLDER, "Evaluation window")
+    if champion is None:
+        return tested
+    return replace(tested, seen=seen_bars(features.load(params.dirs.features), w, champion.cutoff))
+
+
+def since_window(fs: features.FeatureSet, since: str) -> tuple[int, int] | None:
+    """The env window of the bars after the date ``since`` up to the last bar (starting one
+    bar before the first, as every window does); None when no bar follows ``since``."""
+    dates = np.array([str(t)[:10] for t in fs.timestamps])
+    first = int(np.searchsorted(dates, since, side="right"))
+    last = len(dates) - 1
+    if first > last:
+        return None
+    return max(first - 1, 0), last
 
 
 backtest_task = task(backtest, name="backtest", cache_policy=NO_CACHE)

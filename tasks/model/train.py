@@ -4,7 +4,7 @@ Loads the feature set, trains with :class:`trainers.evolution.Evolution` (or a t
 on the train split, selects on the validation split only, and writes the best validation
 snapshot as a policy bundle under ``data/models/`` with the leaderboard of every agent and
 generation. A :class:`Plan` changes the windows, the start, the length and the output: the
-continuous-training cycle's challenger and refit (:mod:`tasks.model.walkforward`).
+continuous-training cycle's challenger (:mod:`tasks.model.walkforward`).
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
 
     ``data_version`` (the raw data's content hash) is recorded in the bundle; by default it
     is computed from ``data/raw/``. ``plan`` changes the windows, the start, the length and
-    the output folder (the continuous-training cycle's challenger and refit).
+    the output folder (the continuous-training cycle's challenger).
     """
     fs = features.load(params.dirs.features)
     if data_version is None:

@@ -26,8 +26,8 @@ from tasks.model.train import Plan, state_scales
 from trainers.evolution import WarmStart
 
 log = logging.getLogger("podracer.ct")
-CHALLENGER, REFIT = "challenger", "refit"
-"""The folders under ``data/ct/`` the challenger and its refit are written to."""
+CHALLENGER = "challenger"
+"""The folder under ``data/ct/`` the challenger is written to."""
 
 
 @dataclass(frozen=True)
@@ -132,16 +132,3 @@ def challenger_plan(params: Params, w: Windows, champion: Champion | None) -> Pl
     return Plan(train_window=w.train, val_window=w.select, warm=warm, out=params.dirs.ct / CHALLENGER,
                 warm_id=champion.version if champion and warm else "", generations=params.ct.generations,
                 resume=True, start=how)
-
-
-def refit_plan(params: Params, data_version: str, w: Windows, challenger: Path) -> Plan:
-    """``ct.refit``: continue the promoted challenger through the evaluation window, so the
-    live model has seen the latest bars. Its best snapshot is picked on that same window,
-    which it trains on: the live model is no longer scored on held-out data, and its data
-    cutoff is the window's last bar."""
-    warm, how = warm_start(params, features.load(params.dirs.features), challenger)
-    if warm is None:
-        raise DataError(f"ct.refit: the challenger cannot be refit ({how})")
-    return Plan(train_window=(w.train[0], w.eval[1]), val_window=w.eval, warm=warm, out=params.dirs.ct / REFIT,
-                warm_id=f"refit-{data_version}", generations=params.ct.generations, resume=False,
-                start="refit through the evaluation window")

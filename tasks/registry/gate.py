@@ -1,51 +1,132 @@
-"""The champion gate and the registry aliases it moves (docs/design.md, registry and delivery).
+"""The champion gate, shadow trading, and the registry aliases they move (docs/operations.md, the gate).
 
-A new version gets the alias ``challenger``. It becomes ``champion`` only if it beats
-buy-and-hold on ``registry.gate_metric`` by more than ``registry.gate_margin`` on the test
-window; the champion it replaces becomes ``previous_champion``. Aliases, not stages:
-MLflow has deprecated stages. These are the registry's decisions, kept apart from the
-logging in :mod:`tasks.registry.register` so that they can be tested on their own.
+The gate decides on evidence, not on point estimates: a model is promoted only when its
+paired Sharpe difference beats every benchmark with a one-sided p-value below
+``registry.gate_alpha`` (:mod:`tasks.registry.evidence`). A model that is not worse than
+its benchmarks on its window (the weak screen) but has not shown a significant edge trades
+in **shadow**: it keeps the ``shadow`` alias, trades a paper account of its own, and its
+record over the bars it trades live is tested again as it grows.
+
+Repeated looks are what make a nightly gate promote on noise, so a cycle never promotes the
+challenger it has just trained: it can only enter shadow, when the seat is free. A shadow's
+record is tested once every ``ct.shadow_bars`` bars it has traded (promoted, kept, or
+retired when it is behind), and only one shadow trades at a time, so a year of daily bars
+holds at most ``252 / ct.shadow_bars`` tests; at ``gate_alpha`` each,
+the expected number of false promotions a year is at most ``gate_alpha × 252 / shadow_bars``
+(a union bound, whatever the tests' correlation). The record leaves out the window that
+chose the shadow: bars that selected a model would flatter it (the winner's curse).
+
+Aliases, not stages (MLflow has deprecated stages): ``challenger`` (the newest version),
+``champion`` (trades), ``previous_champion`` (``podracer rollback``) and ``shadow``. These
+are the registry's decisions, kept apart from the logging in :mod:`tasks.registry.register`
+so that they can be tested on their own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
 from tasks.config import RegistryParams
 from tasks.errors import MissingInput
+from tasks.registry.evidence import Evidence, evidence_line
 from tasks.registry.store import client
 
-CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous_champion"
+CHAMPION, CHALLENGER, PREVIOUS, SHADOW = "champion", "challenger", "previous_champion", "shadow"
+Action = Literal["promote", "shadow", "refuse"]
+Outcome = Literal["promote", "retire", "keep"]
 
 
-def gate(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tuple[bool, str]:
-    """Does the challenger beat buy-and-hold on the gate metric by more than the margin?
+def screened(evidence: Sequence[Evidence]) -> bool:
+    """The weak screen: on the point estimate, at least ``gate_margin`` above every benchmark
+    (at the default margin 0: not worse than any)."""
+    return all(e.diff >= e.margin for e in evidence)
 
-    ``metrics`` holds the backtest's ``agent`` and ``buy_and_hold`` metrics. Returns the
-    verdict and the one line that says why, as the register stage logs it.
+
+@dataclass(frozen=True)
+class ShadowFate:
+    """What a cycle did with the standing shadow."""
+
+    version: str
+    outcome: Outcome
+    record: tuple[Evidence, ...]
+    """Its record (the bars it traded since entering shadow) against each benchmark."""
+    tested: int
+    """Record bars at its latest test (0: not tested yet)."""
+
+    @property
+    def line(self) -> str:
+        said = {"promote": "promoted to champion", "retire": "retired", "keep": "stays in shadow"}[self.outcome]
+        return f"shadow version {self.version} {said}: {evidence_line(self.record)}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The gate's decision on a new model and, in a cycle, on the standing shadow."""
+
+    action: Action
+    """For the new model: the pipeline's agent, or a cycle's challenger (never ``promote``)."""
+    evidence: tuple[Evidence, ...]
+    """The new model on its window, against each benchmark."""
+    shadow: ShadowFate | None = None
+
+    @property
+    def line(self) -> str:
+        """The verdict in one line: the version description's first line, the run summary's
+        gate line and the ``gate_reason`` tag."""
+        said = {"promote": "promoted", "shadow": "enters shadow", "refuse": "refused"}[self.action]
+        if self.action == "shadow" and all(e.passed for e in self.evidence):
+            said += " (promoted on the record it trades, not on the window that chose it)"
+        head = f"{said}: {evidence_line(self.evidence)}"
+        return head if self.shadow is None else f"{self.shadow.line} | new model {head}"
+
+    @property
+    def promoted(self) -> str | None:
+        """``"new"`` when the new model is promoted, the shadow's version when it is, else None."""
+        if self.action == "promote":
+            return "new"
+        return self.shadow.version if self.shadow and self.shadow.outcome == "promote" else None
+
+
+def decide(evidence: Sequence[Evidence]) -> Decision:
+    """The pipeline's gate on its test window: promote when every benchmark is beaten
+    significantly; shadow when none is beaten on the point estimate; else refuse."""
+    evidence = tuple(evidence)
+    if all(e.passed for e in evidence):
+        return Decision("promote", evidence)
+    return Decision("shadow" if screened(evidence) else "refuse", evidence)
+
+
+def decide_cycle(window: Sequence[Evidence], standing: tuple[str, int] | None,
+                 record: Sequence[Evidence] | None, every: int) -> Decision:
+    """A cycle's gate. ``window`` is the challenger's evidence on the evaluation window;
+    ``standing`` the shadow's version and the record length at its latest test, and
+    ``record`` its record's evidence (both None without a shadow); ``every`` is
+    ``ct.shadow_bars``.
+
+    The shadow is tested when its record has grown by ``every`` bars since its latest
+    test: promoted when it passes, retired when it fails the screen, else kept. The
+    challenger enters shadow when it passes the screen and the seat is free: no shadow
+    stands, or this cycle promoted or retired it. A standing shadow is not displaced by a
+    newer challenger between its tests: on the development seeds, replacing it whenever a
+    challenger's window looked stronger kept every shadow too young to be tested
+    (docs/results.md, the gate).
     """
-    name, margin = registry.gate_metric, registry.gate_margin
-    agent, hold = metrics["agent"][name], metrics["buy_and_hold"][name]
-    verdict = agent > hold + margin
-    relation = ">" if verdict else "<="
-    return verdict, f"test {name} {agent:.3f} {relation} buy-and-hold {hold:.3f} + margin {margin:g}"
-
-
-def challenge(registry: RegistryParams, metrics: dict[str, dict[str, float]]) -> tuple[bool, str]:
-    """The continuous-training gate, on one evaluation window (docs/operations.md, the CT cycle).
-
-    ``metrics`` holds ``challenger``, ``buy_and_hold`` and, unless this is the first model,
-    ``champion``. The challenger must beat the champion by more than ``registry.gate_margin``
-    on the gate metric *and* beat buy-and-hold; without a champion it faces buy-and-hold
-    alone, as the pipeline's gate does. Returns the verdict and the line that says why.
-    """
-    name, margin = registry.gate_metric, registry.gate_margin
-    if "champion" not in metrics:
-        verdict, reason = gate(registry, {"agent": metrics["challenger"], "buy_and_hold": metrics["buy_and_hold"]})
-        return verdict, f"no champion yet: {reason.replace('test ', 'window ', 1)}"
-    new, old, hold = (metrics[k][name] for k in ("challenger", "champion", "buy_and_hold"))
-    beats_champion, beats_hold = new > old + margin, new > hold
-    reason = (f"window {name}: challenger {new:.3f} {'>' if beats_champion else '<='} champion {old:.3f} "
-              f"+ margin {margin:g}, and {'>' if beats_hold else '<='} buy-and-hold {hold:.3f}")
-    return beats_champion and beats_hold, reason
+    window = tuple(window)
+    fate = None
+    if standing is not None and record is not None:
+        version, tested = standing
+        record = tuple(record)
+        bars = record[0].bars
+        outcome: Outcome = "keep"
+        if bars - tested >= every:
+            tested = bars
+            outcome = "promote" if all(e.passed for e in record) else "keep" if screened(record) else "retire"
+        fate = ShadowFate(version, outcome, record, tested)
+    if not screened(window) or (fate is not None and fate.outcome == "keep"):
+        return Decision("refuse", window, fate)
+    return Decision("shadow", window, fate)
 
 
 def alias_version(registry: RegistryParams, alias: str) -> str | None:
@@ -79,7 +160,8 @@ def promote(registry: RegistryParams, version: str) -> str | None:
     """Give ``version`` the champion alias; the old champion becomes ``previous_champion``.
 
     Returns the previous champion's version, if there was one. A version that was the
-    challenger stops being one. An unknown version is a one-line :class:`MissingInput`.
+    challenger or the shadow stops being one. An unknown version is a one-line
+    :class:`MissingInput`.
     """
     import mlflow
 
@@ -92,6 +174,13 @@ def promote(registry: RegistryParams, version: str) -> str | None:
     if previous is not None and previous != version:
         store.set_registered_model_alias(name, PREVIOUS, previous)
     store.set_registered_model_alias(name, CHAMPION, version)
-    if alias_version(registry, CHALLENGER) == version:
-        store.delete_registered_model_alias(name, CHALLENGER)
+    drop_roles(registry, version)
     return previous if previous != version else None
+
+
+def drop_roles(registry: RegistryParams, version: str) -> list[str]:
+    """Take ``challenger`` and ``shadow`` off ``version``, a champion now; returns those it carried."""
+    dropped = [alias for alias in (CHALLENGER, SHADOW) if alias_version(registry, alias) == version]
+    for alias in dropped:
+        client(registry).delete_registered_model_alias(registry.model_name, alias)
+    return dropped

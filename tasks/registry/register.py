@@ -5,8 +5,9 @@ backtest metrics next to buy-and-hold, what the data layer dropped or masked
 (``data_masked_cells``, ``data_dropped_symbols``, the features' ``coverage.json``;
 docs/data.md, what is counted), and the artifacts (equity plot, validation report,
 leaderboard). The policy is logged as a :class:`tasks.registry.serving.PolicyModel` pyfunc
-and registered. The new version gets the alias ``challenger``, and ``champion`` when it
-passed the gate (:mod:`tasks.registry.gate`, :func:`tasks.registry.report.gate_report`).
+and registered. The new version gets the alias ``challenger``; the gate's decision
+(:mod:`tasks.registry.gate`, :func:`tasks.registry.report.gate_report`) then makes it
+``champion`` or ``shadow``, and settles the standing shadow (:func:`tasks.registry.shadow.settle`).
 """
 
 from __future__ import annotations
@@ -32,15 +33,18 @@ from tasks.model.backtest import BacktestResult, load_result
 from tasks.model.leaderboard import LEADERBOARD, PLOT, log_nested_runs
 from tasks.model.train import PROFILE_FILES, SUMMARY, TrainResult
 from tasks.registry.aliases import DATA_VERSION
-from tasks.registry.gate import CHALLENGER, CHAMPION, promote
+from tasks.registry.gate import CHALLENGER, CHAMPION, SHADOW, Decision
 from tasks.registry.report import GateVerdict, gate_report
 from tasks.registry.serving import policy_input
+from tasks.registry.shadow import settle
 from tasks.registry.store import client, connect
 from tasks.registry.versions import CUTOFF
 
 log = logging.getLogger("podracer.register")
 POLICY_MODEL_CODE = Path(__file__).with_name("policy_model.py")
 COMPLETE = "podracer.complete"
+MAX_TAG = 5000
+"""MLflow caps a tag value's length."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class RegisterResult:
     promoted: bool
     reason: str
     artifact_uri: str
+    champion_now: str | None = None
+    """The version this registration made champion: this one, or the shadow it promoted."""
 
 
 def _requirements() -> list[str]:
@@ -70,8 +76,9 @@ class Candidate:
     model_dir: Path
     metrics: dict[str, dict[str, float]]
     """Logged as ``<key>_<metric>``: ``test`` and ``buy_and_hold`` for the pipeline."""
-    passed: bool
-    reason: str
+    decision: Decision
+    since: str
+    """Date of the last bar of the window the gate judged it on: a shadow's record starts after it."""
     cutoff: str
     """Date of the last bar training and selection saw (the version's ``data_cutoff`` tag)."""
     run_name: str
@@ -82,6 +89,10 @@ class Candidate:
     artifacts: tuple[tuple[str, Path], ...] = ()
     """(artifact folder, file) pairs logged beside the model."""
     tags: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def reason(self) -> str:
+        return self.decision.line
 
 
 def pipeline_candidate(params: Params, tested: BacktestResult | None = None,
@@ -96,23 +107,22 @@ def pipeline_candidate(params: Params, tested: BacktestResult | None = None,
     fs = features.load(dirs.features)
     return Candidate(
         model_dir=dirs.models, metrics={"test": tested.metrics["agent"], "buy_and_hold": tested.buy_and_hold},
-        passed=verdict.passed, reason=verdict.reason, cutoff=str(fs.timestamps[fs.splits["validation"][1]])[:10],
+        decision=verdict.decision, since=tested.end, cutoff=str(fs.timestamps[fs.splits["validation"][1]])[:10],
         run_name=f"pipeline {date.today()} data {meta.data_version[:8]}", origin="pipeline",
         report=verdict.report_markdown, artifacts=tuple(("backtest", path) for path in tested.files))
 
 
-def cycle_candidate(data_version: str, challenger: TrainResult, tested: BacktestResult, verdict: GateVerdict,
-                    refit: TrainResult | None = None) -> Candidate:
-    """A continuous-training cycle's candidate: the ``challenger`` as trained, or its
-    ``refit`` when ``ct.refit`` retrained it through the window (docs/operations.md)."""
-    live = refit or challenger
+def cycle_candidate(data_version: str, challenger: TrainResult, tested: BacktestResult,
+                    verdict: GateVerdict) -> Candidate:
+    """A continuous-training cycle's candidate: the challenger, judged on its evaluation
+    window, and what the gate decided for the standing shadow (docs/operations.md)."""
     return Candidate(
-        model_dir=live.model_dir, metrics={f"window_{arm}": m for arm, m in tested.metrics.items()},
-        passed=verdict.passed, reason=verdict.reason, cutoff=live.cutoff,
+        model_dir=challenger.model_dir, metrics={f"window_{arm}": m for arm, m in tested.metrics.items()},
+        decision=verdict.decision, since=tested.end, cutoff=challenger.cutoff,
         run_name=f"ct {date.today()} data {data_version[:8]}", origin="ct", report=verdict.report_markdown,
         artifacts=tuple(("gate", path) for path in (*verdict.files, *tested.files)),
         tags=(("eval_window", f"{tested.start}..{tested.end}"), ("champion_seen_bars", str(tested.seen)),
-              ("warm_start", challenger.start), ("refit", str(refit is not None).lower())),
+              ("warm_start", challenger.start)),
     )
 
 
@@ -158,13 +168,13 @@ def log_coverage(features_dir: Path) -> dict[str, float]:
     metrics = {"data_masked_cells": float(summary["masked_cells"]), "data_dropped_symbols": float(len(dropped))}
     mlflow.log_metrics(metrics)
     if dropped:
-        mlflow.set_tag("data.dropped_symbols", ", ".join(dropped)[:5000])  # MLflow caps tag values
+        mlflow.set_tag("data.dropped_symbols", ", ".join(dropped)[:MAX_TAG])
     mlflow.log_artifact(str(path), artifact_path="data")
     return metrics
 
 
 def register(params: Params, candidate: Candidate | None = None) -> RegisterResult:
-    """Log the run and register the model; promote it if it passed its gate.
+    """Log the run and register the model; carry out the gate's decision.
 
     The version carries its gate verdict, reason, data version and data cutoff as tags and
     its gate report as its description. The ``podracer.complete`` tag is written last: a
@@ -180,9 +190,9 @@ def register(params: Params, candidate: Candidate | None = None) -> RegisterResu
     store = client(registry)
     experiment_id = connect(registry)
     drop_incomplete(registry)
-    verdict = "passed" if candidate.passed else "refused"
+    decision = candidate.decision
     version_tags = {DATA_VERSION: meta.data_version, CUTOFF: candidate.cutoff, "origin": candidate.origin,
-                    "gate": verdict, "gate_reason": candidate.reason, **dict(candidate.tags)}
+                    "gate": decision.action, "gate_reason": candidate.reason[:MAX_TAG], **dict(candidate.tags)}
     with mlflow.start_run(experiment_id=experiment_id, run_name=candidate.run_name) as run:
         mlflow.log_params({**params.flat(), "data_version": meta.data_version})
         mlflow.set_tags({**version_tags, "podracer.stage": "register", COMPLETE: "pending"})
@@ -216,15 +226,12 @@ def register(params: Params, candidate: Candidate | None = None) -> RegisterResu
     store.set_registered_model_alias(name, CHALLENGER, version)
     store.set_model_version_tag(name, version, COMPLETE, "true")
     store.set_tag(run.info.run_id, COMPLETE, "true")
-    aliases = [CHALLENGER]
-    if candidate.passed:
-        promote(registry, version)
-        aliases = [CHAMPION]
-        log.info("version %s promoted to champion: %s", version, candidate.reason)
-    else:
-        log.warning("version %s stays challenger, gate refused: %s", version, candidate.reason)
-    return RegisterResult(run.info.run_id, name, version, aliases, candidate.passed, candidate.reason,
-                          run.info.artifact_uri)
+    settle(registry, decision, version, candidate.since)
+    aliases = {"promote": [CHAMPION], "shadow": [CHALLENGER, SHADOW], "refuse": [CHALLENGER]}[decision.action]
+    said = {"promote": "promoted to champion", "shadow": "trades in shadow", "refuse": "stays challenger"}
+    log.info("version %s %s: %s", version, said[decision.action], candidate.reason)
+    return RegisterResult(run.info.run_id, name, version, aliases, decision.action == "promote", candidate.reason,
+                          run.info.artifact_uri, decision.promoted if decision.promoted != "new" else version)
 
 
 def drop_incomplete(registry: RegistryParams) -> list[str]:

@@ -35,7 +35,9 @@ from tasks.config import Params
 from tasks.data import features
 from tasks.model.backtest import BacktestResult
 from tasks.model.walkforward import CHALLENGER
-from tasks.registry.gate import challenge, gate
+from tasks.registry.evidence import against, evidence_line
+from tasks.registry.gate import Decision, decide, decide_cycle
+from tasks.registry.shadow import ARM, Shadow
 from trainers.metrics import METRICS, performance, periods_per_year
 
 PERCENT = frozenset({"cumulative_return", "annual_return", "annual_volatility", "max_drawdown"})
@@ -52,15 +54,24 @@ CT_FOLDER, GATE_FILE, TEARSHEET_FILE = "report", "gate.md", "tearsheet.html"
 class GateVerdict:
     """What the gate decided, why, and the report that shows it."""
 
-    passed: bool
-    reason: str
-    """One line: the gate metric of each arm against the margin."""
+    decision: Decision
     report_markdown: str
-    """The version's description in the MLflow UI (and a cycle's Prefect artifact)."""
+    """The version's description in the MLflow UI, whose first line is the verdict line (and a cycle's
+    Prefect artifact)."""
     report_file: Path | None = None
     """``gate.md`` (a cycle's)."""
     tearsheet: Path | None = None
     """The quantstats HTML tearsheet (a cycle's)."""
+
+    @property
+    def passed(self) -> bool:
+        """The new model itself is promoted (only the pipeline's gate can say so)."""
+        return self.decision.action == "promote"
+
+    @property
+    def reason(self) -> str:
+        """The verdict in one line (:attr:`tasks.registry.gate.Decision.line`)."""
+        return self.decision.line
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -98,32 +109,31 @@ def _cell(metric: str, value: float | None) -> str:
     return f"{value * 100:.1f}" if metric in PERCENT else f"{value:.3f}"
 
 
-def _label(metric: str, gate_metric: str) -> str:
+def _label(metric: str) -> str:
     label = f"{metric} (%)" if metric in PERCENT else metric
-    return f"**{label}** (gate)" if metric == gate_metric else label
+    return f"**{label}** (gate)" if metric == "sharpe" else label
 
 
-def metrics_table(arms: list[Arm], gate_metric: str = "") -> str:
+def metrics_table(arms: list[Arm]) -> str:
     """The markdown table: one row per metric of ``METRICS``, one column per arm."""
     lines = ["| metric | " + " | ".join(arm.name for arm in arms) + " |",
              "|---|" + "---:|" * len(arms)]
     for metric in METRICS:
         cells = (_cell(metric, arm.metrics.get(metric)) for arm in arms)
-        lines.append(f"| {_label(metric, gate_metric)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_label(metric)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def gate_table(arms: list[Arm], gate_metric: str, margin: float, verdict: bool, reason: str,
-               window: tuple[str, str], champion_seen_bars: int | None) -> str:
-    """The gate report in markdown.
+def gate_table(arms: list[Arm], line: str, window: tuple[str, str], champion_seen_bars: int | None) -> str:
+    """The gate report in markdown: the arms' metrics side by side and the verdict ``line``.
 
     ``arms`` is ``[challenger, champion, buy-and-hold]``, or ``[challenger, buy-and-hold]``
-    when there is no champion yet (the first model). ``window`` is the first and last date
-    of the evaluation window; its bar count is the arms' number of returns (each equity
-    curve starts with the account's value at the close before the window).
-    ``champion_seen_bars`` is how many of those bars the champion was trained on: a
-    positive count is said aloud, since it tilts the comparison towards the champion
-    (it is ignored when there is no champion).
+    when there is no champion yet (the first model), or a shadow's record
+    (``[shadow, ...]``). ``window`` is the first and last date of the window; its bar
+    count is the arms' number of returns (each equity curve starts with the account's value
+    at the close before the window). ``champion_seen_bars`` is how many of those bars the
+    champion was trained on: a positive count is said aloud, since it tilts the comparison
+    towards the champion (it is ignored when there is no champion).
     """
     if len(arms) not in (2, 3):
         raise ValueError(f"gate_table needs 2 or 3 arms (challenger, [champion,] buy-and-hold), got {len(arms)}")
@@ -131,9 +141,8 @@ def gate_table(arms: list[Arm], gate_metric: str, margin: float, verdict: bool, 
     if any(len(arm.equity) != bars + 1 for arm in arms):
         raise ValueError("the arms were not evaluated on the same window: their equity lengths differ")
     lines = [f"## Gate report: {' vs '.join(arm.name for arm in arms)}", "",
-             f"Evaluation window: {window[0]} → {window[1]} ({bars} bars)", "",
-             metrics_table(arms, gate_metric), "",
-             f"Gate on {gate_metric} (margin {margin:g}): **{'passed' if verdict else 'refused'}**: {reason}"]
+             f"Window: {window[0]} → {window[1]} ({bars} bars)", "",
+             metrics_table(arms), "", f"Gate: {line}"]
     if len(arms) == 2:
         lines += ["", "No champion yet: gated against buy-and-hold only."]
     elif champion_seen_bars is not None and champion_seen_bars > 0:
@@ -185,7 +194,7 @@ def _quiet(style: dict[str, Any]) -> Iterator[None]:
 def _plain_page(arms: list[Arm], title: str, days: int) -> str:
     """A minimal HTML page: the metrics table and why there is no tearsheet."""
     head = "".join(f"<th>{html.escape(arm.name)}</th>" for arm in arms)
-    rows = "".join(f"<tr><td>{html.escape(_label(metric, ''))}</td>"
+    rows = "".join(f"<tr><td>{html.escape(_label(metric))}</td>"
                    + "".join(f"<td>{_cell(metric, arm.metrics.get(metric))}</td>" for arm in arms) + "</tr>"
                    for metric in METRICS)
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title></head>"
@@ -229,34 +238,48 @@ def tearsheet(challenger: Arm, benchmark: Arm | None, out: Path, title: str) -> 
     return out
 
 
-def gate_report(params: Params, tested: BacktestResult) -> GateVerdict:
-    """The gate's verdict on ``tested`` and its report.
+def _arms(params: Params, tested: BacktestResult) -> list[Arm]:
+    per_year = periods_per_year(params.data.freq)
+    return [Arm.of(name, tested.curve[name], per_year, params.backtest.risk_free) for name in tested.curve.columns]
+
+
+def gate_report(params: Params, tested: BacktestResult, shadow: Shadow | None = None,
+                record: BacktestResult | None = None) -> GateVerdict:
+    """The gate's decision on ``tested`` and its report.
 
     The pipeline's test split (arms ``agent`` and ``buy_and_hold``) faces buy-and-hold
-    (:func:`tasks.registry.gate.gate`), in two lines of markdown. A cycle's evaluation window
-    (``challenger``, ``champion`` unless this is the first model, ``buy_and_hold``) faces the
-    champion and buy-and-hold (:func:`tasks.registry.gate.challenge`): the side-by-side table,
-    written to ``data/ct/report/gate.md``, and the tearsheet beside it.
+    (:func:`tasks.registry.gate.decide`). A cycle's evaluation window (``challenger``,
+    ``champion`` unless this is the first model, ``buy_and_hold``) and the standing
+    ``shadow``'s ``record`` face the champion and buy-and-hold
+    (:func:`tasks.registry.gate.decide_cycle`): the side-by-side tables, written to
+    ``data/ct/report/gate.md``, and the challenger's tearsheet beside it.
     """
-    registry = params.registry
+    registry, per_year, risk_free = params.registry, periods_per_year(params.data.freq), params.backtest.risk_free
     if CHALLENGER not in tested.metrics:
-        passed, reason = gate(registry, tested.metrics)
+        decision = decide(against(tested.curve, "agent", registry, per_year, risk_free))
         fs = features.load(params.dirs.features)
         cutoff = str(fs.timestamps[fs.splits["validation"][1]])[:10]
-        return GateVerdict(passed, reason, f"**Gate {'passed' if passed else 'refused'}**: {reason}\n\n"
+        return GateVerdict(decision, f"{decision.line}\n\n"
                            f"Test window {tested.start} to {tested.end}; trained and selected on data to {cutoff}.")
-    passed, reason = challenge(registry, tested.metrics)
-    per_year = periods_per_year(params.data.freq)
-    arms = [Arm.of(name, tested.curve[name], per_year, params.backtest.risk_free) for name in tested.curve.columns]
+    window = against(tested.curve, CHALLENGER, registry, per_year, risk_free)
+    standing = kept = None
+    if shadow is not None and record is not None:
+        standing = (shadow.version, shadow.tested)
+        kept = against(record.curve, ARM, registry, per_year, risk_free)
+    decision = decide_cycle(window, standing, kept, params.ct.shadow_bars)
+    arms = _arms(params, tested)
     dates = (tested.start, tested.end)
-    markdown = gate_table(arms, registry.gate_metric, registry.gate_margin, passed, reason, dates, tested.seen)
+    markdown = f"{decision.line}\n\n" + gate_table(arms, f"**{decision.action}**: {evidence_line(window)}", dates,
+                                                   tested.seen)
+    if decision.shadow is not None and record is not None:
+        markdown += "\n" + gate_table(_arms(params, record), decision.shadow.line, (record.start, record.end), None)
     out = params.dirs.ct / CT_FOLDER
     out.mkdir(parents=True, exist_ok=True)
     (out / GATE_FILE).write_text(markdown)
     benchmark = arms[1] if len(arms) == 3 else arms[-1]
     sheet = tearsheet(arms[0], benchmark, out / TEARSHEET_FILE,
                       f"Challenger vs {benchmark.name}, {dates[0]} to {dates[1]}")
-    return GateVerdict(passed, reason, markdown, out / GATE_FILE, sheet)
+    return GateVerdict(decision, markdown, out / GATE_FILE, sheet)
 
 
 gate_task = task(gate_report, name="gate", cache_policy=NO_CACHE)

@@ -67,3 +67,78 @@ def test_importing_the_cli_or_the_runner_reads_no_settings_and_imports_no_prefec
     from tasks.settings import ENV_FILE
 
     assert "DO_NOT_TRACK=1" in ENV_FILE.read_text()  # so importing would have set it, had it read .env
+
+
+def test_status_shows_the_shadow_under_the_registry_aliases(built_copy, tmp_path):
+    """One line for the shadow: its version, its record from the CT cycle's tags ("no record yet"
+    before one), and the equity of its own paper account, which has bought 10 SYN000 at the last
+    bar's open where the champion's has traded nothing."""
+    import requests
+    from alpaca.trading.client import TradingClient
+    from alpaca.trading.enums import OrderSide, TimeInForce
+    from alpaca.trading.requests import MarketOrderRequest
+    from mlflow import MlflowClient
+
+    from tasks.data import features
+    from tasks.delivery.client.local import local_broker
+    from tasks.delivery.keys import SHADOW, local_keys
+    from tests.conftest import TINY, tiny_params
+    from tests.tasks.delivery.client.test_shadow import CHAMPION_BIAS, SHADOW_BIAS, with_aliases
+    from tests.tasks.delivery.client.test_loop import champion as register_biased
+
+    paths = [f"data_dir={tmp_path / 'data'}", f"registry.tracking_uri=sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}",
+             f"registry.artifact_root={tmp_path / 'mlflow' / 'artifacts'}"]
+    params = tiny_params(tmp_path, "registry.gate_margin=-1000")
+    first, second = register_biased(params, CHAMPION_BIAS), register_biased(params, SHADOW_BIAS)
+    with_aliases(params, champion=first, shadow=second)  # shadow_since 2021-12-30
+    fs = features.load(params.dirs.features)
+    day = str(fs.timestamps[-2])[:10]
+    keys = local_keys(params, SHADOW)
+    with local_broker(params, ledger=params.dirs.broker / "broker.db", clock="simulated",
+                      day=pd.Timestamp(day).date()) as url:
+        TradingClient(keys.key_id, keys.secret, url_override=url).submit_order(MarketOrderRequest(
+            symbol="SYN000", qty=10, side=OrderSide.BUY, time_in_force=TimeInForce.DAY))
+        assert requests.post(f"{url}/podracer/v1/clock/advance", params={"to": "open"}, headers=keys.headers(),
+                             timeout=30).status_code == 200
+        # marked at the open it filled at: the cash paid 10·open·(1 + cost), the shares are worth 10·open
+        opened = float(fs.opens[-1, fs.symbols.index("SYN000")])  # the broker's open is the env's, bit for bit
+        equity = params.env.initial_cash - 10 * opened * params.env.cost_pct
+        assert f"{equity:,.2f}" != f"{params.env.initial_cash:,.2f}"  # what the champion's account holds
+
+        def status() -> str:
+            args = [a for o in [*TINY, *paths, f"broker.port={url.rsplit(':', 1)[1]}"] for a in ("-s", o)]
+            result = runner.invoke(app, ["status", "-p", "/nonexistent/params.yaml", *args])
+            assert result.exit_code == 0, result.output
+            return " ".join(result.output.split())
+
+        shown = status()
+        assert "no services recorded" in shown and f"champion version {first}" in shown
+        assert f"shadow version {second} (record after 2021-12-30): no record yet; paper equity {equity:,.2f}" in shown
+        for tag, value in (("shadow_bars", "21"), ("shadow_sharpe_diff", "0.3174"), ("shadow_p", "0.0841")):
+            MlflowClient().set_model_version_tag(params.registry.model_name, second, tag, value)
+        assert (f"shadow version {second} (record after 2021-12-30): 21 bars of record, Sharpe difference +0.32, "
+                f"p 0.084; paper equity {equity:,.2f}") in status()
+
+
+def test_trade_shows_the_shadows_orders_after_the_champions_and_says_when_no_champion_traded():
+    from rich.console import Console
+
+    from flows.cli import _traded
+    from tasks.delivery.client.loop import CycleResult
+
+    def shown(result: CycleResult) -> str:
+        console = Console(width=200, record=True)
+        console.print(_traded(result))
+        return " ".join(console.export_text().split())
+
+    order = {"side": "buy", "symbol": "SYN000", "qty": 99, "status": "accepted"}
+    both = CycleResult("2021-12-31", "1", "models:/podracer-ppo/1", orders=[order])
+    both.shadow = CycleResult("2021-12-31", "2", "models:/podracer-ppo/2", "shadow")
+    text = shown(both)
+    assert text.index("Paper orders for bar 2021-12-31 from models:/podracer-ppo/1") < text.index(
+        "Shadow account: Paper orders for bar 2021-12-31 from models:/podracer-ppo/2")
+    assert "no champion traded" not in text
+    alone = shown(CycleResult("2021-12-31", "2", "models:/podracer-ppo/2", "shadow", orders=[order]))
+    assert alone.startswith("Shadow account: Paper orders for bar 2021-12-31 from models:/podracer-ppo/2")
+    assert alone.endswith("no champion traded (no version has alias 'champion'): only the shadow traded, in its "
+                          "own account")

@@ -93,7 +93,8 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
     tested = command("backtest")
     assert "Backtest 2021-09-01 to 2021-12-31" in tested and "buy-and-hold" in tested
     assert tested.endswith("✓ backtest plot data/backtest/equity.png")
-    assert re.search(r"✓ register podracer-ppo version 1 alias champion \(test sharpe .* \+ margin -1000\); "
+    assert re.search(r"✓ register podracer-ppo version 1 alias champion \(promoted: vs buy-and-hold: ΔSharpe "
+                     r"[-+]\d+\.\d\d \[90% CI [-+]\d+\.\d\d, [-+]\d+\.\d\d\], p 0\.000 < α 0\.05 over 85 bars\); "
                      r"run [0-9a-f]{32}$", command("register"))
     replayed = command("trade", "--replay", "test")
     assert re.search(r"✓ replay 2021-09-01\.\.2021-12-31: 85 bars, final paper equity [\d,.]+; equal to the "
@@ -108,7 +109,7 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
     assert command("promote", "7", code=1).endswith("✗ promote: podracer-ppo: no version 7 in "
                                                     "sqlite:///mlflow/mlflow.db")
     summary = command("run")
-    assert "model podracer-ppo version 2 (alias champion): promoted to champion: test sharpe" in summary
+    assert "model podracer-ppo version 2 (alias champion) gate promoted: vs buy-and-hold: ΔSharpe" in summary
     assert re.search(r"MLflow run [0-9a-f]{32} data version [0-9a-f]{16} \(reused\)", summary)
     assert "artifacts plot data/backtest/equity.png, metrics data/backtest/metrics.json" in summary
     assert "Paper orders for bar 2021-12-31 from models:/podracer-ppo/2" in summary
@@ -119,8 +120,8 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
     assert re.search(r"✓ simulate 3 session\(s\) 2022-01-03\.\.2022-01-05, 12 bars appended to data/raw; data "
                      r"version [0-9a-f]{16} \(was [0-9a-f]{16}\); ", command("simulate", "--bars", "3"))
     cycled = command("ct", "-s", "ct.eval_bars=20", "-s", "ct.generations=1")
-    assert re.search(r"✓ ct version 3 (promoted to champion|stays challenger): window sharpe: challenger -?\d+\.\d{3} "
-                     r"(>|<=) champion -?\d+\.\d{3} \+ margin -1000, and (>|<=) buy-and-hold -?\d+\.\d{3}; 3 new "
+    assert re.search(r"✓ ct version 3: enters shadow \(promoted on the record it trades, not on the window that "
+                     r"chose it\): vs champion: ΔSharpe [-+]\d+\.\d\d .*; largest p 0\.000 < α 0\.05 over 20 bars; 3 new "
                      r"bar\(s\), run [0-9a-f]{32} challenger: warm start from the champion; best validation", cycled)
     assert re.search(r"✓ ct nothing new since data version [0-9a-f]{8} \(last bar 2022-01-05\): the cycle ends here$",
                      command("ct"))

@@ -1,7 +1,9 @@
 """The continuous-training cycle at tiny size: one whole cycle through the registry and its
 early end; and a cycle killed during training, whose next run resumes from the checkpoint
-and registers exactly what an uninterrupted cycle registers (docs/operations.md, the CT cycle)."""
+and registers exactly what an uninterrupted cycle registers; and a shadow trading beside the
+champion until its record passes (docs/operations.md, the CT cycle and the gate)."""
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +19,8 @@ import pytest
 from flows.ct_cycle import ct_cycle
 from tasks.data import features
 from tasks.data.arrivals import simulate
-from tasks.registry.gate import CHAMPION, promote
+from tasks.delivery.client.deliver import deliver
+from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, promote
 from tasks.registry.register import COMPLETE, register
 from tasks.registry.store import client
 from tests.conftest import REPO
@@ -43,12 +46,15 @@ def test_one_cycle_registers_a_challenger_with_its_window_cutoff_and_report(buil
                                            f"{str(fs.timestamps[last])[:10]}")
     assert version.tags["champion_seen_bars"] == "0"  # the pipeline's champion selected up to 2021-08-31
     assert version.tags["warm_start"] == "warm start from the champion" and version.tags[COMPLETE] == "true"
-    assert version.description.startswith("## Gate report: challenger vs champion vs buy_and_hold")
-    assert f"({params.ct.eval_bars} bars)" in version.description
+    line = summary.registered.reason
+    assert version.description.startswith(f"{line}\n\n## Gate report: challenger vs champion vs buy_and_hold")
+    assert version.tags["gate_reason"] == line and f"({params.ct.eval_bars} bars)" in version.description
     metrics = json.loads((params.dirs.ct / "backtest" / "metrics.json").read_text())
-    promoted = metrics["challenger"]["sharpe"] > max(metrics["champion"]["sharpe"], metrics["buy_and_hold"]["sharpe"])
-    assert summary.registered.promoted is promoted
-    assert (str(store.get_model_version_by_alias(name, CHAMPION).version) == "2") is promoted
+    screened = metrics["challenger"]["sharpe"] >= max(metrics["champion"]["sharpe"], metrics["buy_and_hold"]["sharpe"])
+    assert line.startswith("enters shadow" if screened else "refused: vs champion: ΔSharpe ")
+    assert f"over {params.ct.eval_bars} bars" in line and not summary.registered.promoted  # never on its window
+    assert str(store.get_model_version_by_alias(name, CHAMPION).version) == "1"
+    assert version.tags.get("shadow_since") == (version.tags["eval_window"][-10:] if screened else None)
     run = store.get_run(summary.registered.run_id)
     assert run.info.run_name == f"ct {date.today()} data {summary.data_version[:8]}"
     assert [d.dataset.digest for d in run.inputs.dataset_inputs] == [summary.data_version[:8]]
@@ -102,3 +108,49 @@ def test_a_cycle_killed_during_training_resumes_and_registers_what_an_unkilled_o
         assert (straight / "data/ct/challenger" / name).read_bytes() == \
             (killed / "data/ct/challenger" / name).read_bytes(), name
     assert resumed.split("✓ ct ")[1].split(";")[0] == done.split("✓ ct ")[1].split(";")[0]  # the same verdict
+
+
+def test_a_shadow_trades_beside_the_champion_and_is_promoted_when_its_record_passes(built_copy, prefect_server):
+    """The gate forced open (``gate_margin: -1000``, every edge 'significant'), so that the
+    wiring is what is tested: a cycle's challenger enters shadow, never champion; the shadow
+    trades its own paper account beside the champion's; once its record has traded
+    ``ct.shadow_bars`` bars, the next cycle tests it and promotes it."""
+    params = built_copy.model_copy(update={
+        "registry": built_copy.registry.model_copy(update={"gate_margin": -1000.0}),
+        "ct": built_copy.ct.model_copy(update={"shadow_bars": 10})})
+    store, name = client(params.registry), params.registry.model_name
+    assert register(params).aliases == [CHAMPION]  # version 1: the pipeline's gate promotes directly
+    simulate(params, 5)
+    first = ct_cycle(params)
+    assert first.note.startswith("version 2: enters shadow") and alias_map(store, name) == {
+        CHAMPION: "1", SHADOW: "2", CHALLENGER: "2"}
+    since = store.get_model_version(name, "2").tags["shadow_since"]
+    assert since == str(features.load(params.dirs.features).timestamps[-1])[:10]
+
+    both = deliver(params)  # one trading cycle: the champion, then the shadow in its own account
+    assert (both.version, both.role, both.shadow.version, both.shadow.role) == ("1", "champion", "2", "shadow")
+    assert both.shadow.orders and all(o["client_order_id"].startswith("pdr-shadow-v2-") for o in both.shadow.orders)
+    assert all(o["client_order_id"].startswith("pdr-v1-") for o in both.orders)
+    assert ledger_ids(params.dirs.broker / "broker.db").isdisjoint(ledger_ids(params.dirs.broker / "broker-shadow.db"))
+    assert any(i.startswith("pdr-shadow-v2-") for i in ledger_ids(params.dirs.broker / "broker-shadow.db"))
+
+    simulate(params, 10)
+    second = ct_cycle(params)
+    assert second.note.startswith("version 3: shadow version 2 promoted to champion: vs champion: ΔSharpe ")
+    assert "over 10 bars" in second.note
+    assert alias_map(store, name) == {CHAMPION: "2", PREVIOUS: "1", SHADOW: "3", CHALLENGER: "3"}
+    tags = store.get_model_version(name, "2").tags
+    assert (tags["shadow_bars"], tags["shadow_tested"], tags["shadow_since"]) == ("10", "10", since)
+    after = deliver(params)
+    assert (after.version, after.shadow.version) == ("2", "3")
+
+
+def alias_map(store, name: str) -> dict[str, str]:
+    return {a: str(v) for a, v in store.get_registered_model(name).aliases.items()}
+
+
+def ledger_ids(path) -> set[str]:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return {row[0] for row in db.execute("SELECT client_order_id FROM orders")}

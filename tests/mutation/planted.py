@@ -33,9 +33,10 @@ class Bug:
 
 
 BUGS = {
-    1: Bug("the champion gate reversed", "tasks/registry/gate.py",
-           "verdict = agent > hold + margin", "verdict = hold > agent + margin",
-           ("tests/tasks/registry/test_gate.py",)),
+    1: Bug("the gate's inequality reversed (the p-value counts the wrong tail)", "tasks/registry/evidence.py",
+           "np.count_nonzero(centred >= observed - margin - 1e-12)",
+           "np.count_nonzero(centred <= observed - margin - 1e-12)",
+           ("tests/tasks/registry/test_evidence.py",)),
     2: Bug("buy-and-hold buys at the wrong price", "trainers/evaluate.py",
            "price = data.open[t_lo + 1]\n    if data.tradable", "price = data.close[t_lo]\n    if data.tradable",
            ("tests/trainers/test_evaluate.py",)),
@@ -75,6 +76,27 @@ BUGS = {
     12: Bug("`podracer run` removed", "flows/cli.py",
             "@app.command()\ndef run(", "def run(",
             ("tests/flows/test_cli_commands.py",)),
+    13: Bug("the gate ignores gate_alpha", "tasks/registry/evidence.py",
+            "return self.p_value < self.alpha", "return self.p_value < 0.05",
+            ("tests/tasks/registry/test_evidence.py::test_alpha_and_the_margin_decide",)),
+    14: Bug("the paired returns shifted by one bar", "tasks/registry/evidence.py",
+            "paired_test(returns[model].to_numpy(), returns[name].to_numpy(),",
+            "paired_test(returns[model].to_numpy()[1:], returns[name].to_numpy()[:-1],",
+            ("tests/tasks/registry/test_evidence.py::test_against_pairs_every_other_column_on_the_same_bars",)),
+    15: Bug("a shadow's record starts one bar early, on the window that chose it", "tasks/model/backtest.py",
+            'first = int(np.searchsorted(dates, since, side="right"))',
+            'first = int(np.searchsorted(dates, since, side="left"))',
+            ("tests/tasks/model/test_backtest.py::test_a_shadow_record_starts_on_the_bar_after_its_since_date",)),
+    16: Bug("the champion dropped from the benchmarks", "tasks/registry/evidence.py",
+            "for name in curve.columns if name != model)", 'for name in curve.columns if name not in (model, "champion"))',
+            ("tests/tasks/registry/test_evidence.py::test_against_pairs_every_other_column_on_the_same_bars",)),
+    17: Bug("a shadow's orders sent to the champion's account", "tasks/delivery/client/session.py",
+            "return TradingLoop(params, client, journal, log_cycle, alias=SHADOW)",
+            "return TradingLoop(params, champion.client, journal, log_cycle, alias=SHADOW)",
+            ("tests/tasks/delivery/client/test_shadow.py",)),
+    18: Bug("the shadow's record tested every night (repeated looks)", "tasks/registry/gate.py",
+            "if bars - tested >= every:", "if bars - tested >= 1:",
+            ("tests/tasks/registry/test_gate.py",)),
 }
 
 

@@ -2,14 +2,14 @@
 
 ``alpaca-py``'s ``TradingClient(key, secret, url_override="http://127.0.0.1:PORT")``
 drives it unmodified (the paths and fields of docs/delivery.md). Every endpoint needs the
-two ``APCA-API-*`` headers (401 ``40110000`` otherwise); errors are JSON ``{"code",
-"message"}``, never 429 or 504 (the SDK would sleep and retry those). One path is
-podracer's own: advancing a simulated clock.
+two ``APCA-API-*`` headers of one of the broker's accounts (401 ``40110000`` otherwise), and
+answers from that account alone (:mod:`tasks.delivery.broker.accounts`); errors are JSON
+``{"code", "message"}``, never 429 or 504 (the SDK would sleep and retry those). One path is
+podracer's own: advancing a simulated clock, which moves every account.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 from datetime import date, datetime, timezone
 from typing import Any
@@ -20,9 +20,10 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tasks.delivery.broker.accounts import Exchange
 from tasks.delivery.broker.orders import BrokerError, asset_json
 from tasks.delivery.broker.paper import PaperBroker
-from tasks.delivery.keys import Keys
+from tasks.errors import PodracerError
 
 MAX_BODY = 64 * 1024
 """Larger request bodies get 413: no order needs more."""
@@ -80,27 +81,37 @@ def flag(value: str | None) -> bool:
 
 
 class RequireKeys:
-    """ASGI middleware: every HTTP request must carry the account's two ``APCA-API-*`` headers."""
+    """ASGI middleware: every HTTP request must carry the two ``APCA-API-*`` headers of one of the
+    exchange's accounts; the request is then served by that account (``request.state.account``)."""
 
-    def __init__(self, app: ASGIApp, keys: Keys) -> None:
-        self.app = app
-        self.key_id, self.secret = keys.key_id.encode(), keys.secret.encode()
+    def __init__(self, app: ASGIApp, exchange: Exchange) -> None:
+        self.app, self.exchange = app, exchange
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             headers = dict(scope["headers"])
-            if not (hmac.compare_digest(headers.get(b"apca-api-key-id", b""), self.key_id)
-                    and hmac.compare_digest(headers.get(b"apca-api-secret-key", b""), self.secret)):
+            try:
+                account = self.exchange.account(headers.get(b"apca-api-key-id", b""),
+                                                headers.get(b"apca-api-secret-key", b""))
+            except (BrokerError, PodracerError) as err:  # an account's ledger that cannot open
+                await error(500, getattr(err, "message", str(err)), 50010000)(scope, receive, send)
+                return
+            if account is None:
                 await error(401, "request is not authorized", 40110000)(scope, receive, send)
                 return
+            scope.setdefault("state", {})["account"] = account
         await self.app(scope, receive, send)
 
 
-def create_app(broker: PaperBroker, keys: Keys) -> FastAPI:
-    """The broker's HTTP service; every route needs ``keys``."""
+def create_app(exchange: Exchange) -> FastAPI:
+    """The broker's HTTP service; every route needs the keys of one of ``exchange``'s accounts."""
     app = FastAPI(title="podracer paper broker", docs_url=None, redoc_url=None, openapi_url=None)
 
-    app.add_middleware(RequireKeys, keys=keys)
+    app.add_middleware(RequireKeys, exchange=exchange)
+
+    def of(request: Request) -> PaperBroker:
+        """The account the request's keys name."""
+        return request.state.account  # type: ignore[no-any-return]
 
     @app.exception_handler(BrokerError)
     async def broker_error(_: Request, err: BrokerError) -> Response:
@@ -122,32 +133,34 @@ def create_app(broker: PaperBroker, keys: Keys) -> FastAPI:
         return error(422, f"{where}: {first['msg']}", 40010001)
 
     @app.get("/v2/account")
-    async def account() -> Response:
-        return answer(broker.account())
+    async def account(request: Request) -> Response:
+        return answer(of(request).account())
 
     @app.get("/v2/positions")
-    async def positions() -> Response:
-        return answer(broker.positions())
+    async def positions(request: Request) -> Response:
+        return answer(of(request).positions())
 
     @app.delete("/v2/positions")
-    async def close_all(cancel_orders: str | None = None) -> Response:
-        return answer(broker.close_all(flag(cancel_orders)), 207)
+    async def close_all(request: Request, cancel_orders: str | None = None) -> Response:
+        return answer(of(request).close_all(flag(cancel_orders)), 207)
 
     @app.get("/v2/positions/{symbol}")
-    async def position(symbol: str) -> Response:
-        return answer(broker.position(symbol))
+    async def position(request: Request, symbol: str) -> Response:
+        return answer(of(request).position(symbol))
 
     @app.delete("/v2/positions/{symbol}")
-    async def close_position(symbol: str, qty: str | None = None, percentage: str | None = None) -> Response:
-        return answer(broker.close_position(symbol, qty, percentage))
+    async def close_position(request: Request, symbol: str, qty: str | None = None,
+                             percentage: str | None = None) -> Response:
+        return answer(of(request).close_position(symbol, qty, percentage))
 
     @app.post("/v2/orders")
     async def submit(request: Request) -> Response:
-        return answer(broker.submit(await read_json(request)))
+        return answer(of(request).submit(await read_json(request)))
 
     @app.get("/v2/orders")
-    async def orders(status: str = "open", limit: int = 50, after: str | None = None, until: str | None = None,
-                     direction: str = "desc", symbols: str | None = None, nested: str | None = None) -> Response:
+    async def orders(request: Request, status: str = "open", limit: int = 50, after: str | None = None,
+                     until: str | None = None, direction: str = "desc", symbols: str | None = None,
+                     nested: str | None = None) -> Response:
         if status not in ("open", "closed", "all"):
             raise BrokerError(422, "status must be one of open, closed, all")
         if direction not in ("asc", "desc"):
@@ -155,51 +168,53 @@ def create_app(broker: PaperBroker, keys: Keys) -> FastAPI:
         if not 1 <= limit <= 500:
             raise BrokerError(422, "limit must be between 1 and 500")
         wanted = [s.strip().upper() for s in symbols.split(",") if s.strip()] if symbols else None
-        return answer(broker.orders(status, limit, instant(after, "after"), instant(until, "until"), direction,
-                                    wanted))
+        return answer(of(request).orders(status, limit, instant(after, "after"), instant(until, "until"),
+                                         direction, wanted))
 
     @app.delete("/v2/orders")
-    async def cancel_all() -> Response:
-        return answer(broker.cancel_all(), 207)
+    async def cancel_all(request: Request) -> Response:
+        return answer(of(request).cancel_all(), 207)
 
     @app.get("/v2/orders:by_client_order_id")
-    async def by_client_id(client_order_id: str) -> Response:
-        return answer(broker.order_by_client_id(client_order_id))
+    async def by_client_id(request: Request, client_order_id: str) -> Response:
+        return answer(of(request).order_by_client_id(client_order_id))
 
     @app.get("/v2/orders/{order_id}")
-    async def order(order_id: str) -> Response:
-        return answer(broker.order(order_id))
+    async def order(request: Request, order_id: str) -> Response:
+        return answer(of(request).order(order_id))
 
     @app.delete("/v2/orders/{order_id}")
-    async def cancel(order_id: str) -> Response:
-        broker.cancel(order_id)
+    async def cancel(request: Request, order_id: str) -> Response:
+        of(request).cancel(order_id)
         return Response(status_code=204)
 
     @app.get("/v2/clock")
-    async def clock() -> Response:
-        return answer(broker.clock())
+    async def clock(request: Request) -> Response:
+        return answer(of(request).clock())
+
+    market = exchange.main  # the feed, calendar and clock every account shares
 
     @app.get("/v2/calendar")
     async def calendar(start: str | None = None, end: str | None = None) -> Response:
-        feed = broker.feed.current()
+        feed = market.feed.current()
         first = day(start, "start", feed.sessions[0].date())
         last = day(end, "end", feed.sessions[-1].date())
         if first > last:
             raise BrokerError(422, "start must not be after end")
-        return answer(broker.calendar.days(first, last))
+        return answer(market.calendar.days(first, last))
 
     @app.get("/v2/assets")
     async def assets() -> Response:
-        return answer([asset_json(s) for s in broker.feed.current().symbols])
+        return answer([asset_json(s) for s in market.feed.current().symbols])
 
     @app.get("/v2/assets/{symbol}")
     async def asset(symbol: str) -> Response:
-        if symbol.upper() not in broker.feed.current().symbols:
+        if symbol.upper() not in market.feed.current().symbols:
             raise BrokerError(404, f"asset not found for {symbol[:32]}")
         return answer(asset_json(symbol.upper()))
 
     @app.post("/podracer/v1/clock/advance")
     async def advance(to: str = "next") -> Response:
-        return answer(broker.advance(to))
+        return answer(exchange.advance(to))
 
     return app

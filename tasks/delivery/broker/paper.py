@@ -48,22 +48,35 @@ class PaperBroker:
 
     @classmethod
     def open(cls, db: Path, bars: Path, *, initial_cash: float, cost_pct: float, mode: ClockMode,
-             start: date | None = None, now: Callable[[], datetime] = utc_now) -> PaperBroker:
+             start: date | None = None, now: Callable[[], datetime] = utc_now,
+             like: PaperBroker | None = None) -> PaperBroker:
         """Open the account in ``db``, creating it with ``initial_cash`` and a clock standing at
-        the close of ``start`` (default: the feed's latest bar) if the file is new."""
-        feed = FeedSource(bars)
+        the close of ``start`` (default: the feed's latest bar) if the file is new.
+
+        ``like``: another account of the same market (docs/delivery.md, Shadow accounts). This
+        one then shares its feed, calendar and clock mode, and a new one starts where its clock
+        stands; :meth:`follow` brings an older one level with it.
+        """
+        feed = like.feed if like is not None else FeedSource(bars)
         sessions = feed.current().sessions
         day = pd.Timestamp(start, tz="UTC") if start is not None else sessions[-1]
         if start is not None and day not in sessions:
             raise ConfigError(f"broker: {start} is not a bar of {bars}")
+        at, phase = day.date().isoformat(), "close"
+        if like is not None:
+            mode, now = like.mode, like._now
+            at, phase = like.ledger.clock()["day"], like.ledger.clock()["phase"]
         ledger = Ledger(db)
-        ledger.initialise(initial_cash, cost_pct, mode, day.date().isoformat(), "close", iso(now()))
+        ledger.initialise(initial_cash, cost_pct, mode, at, phase, iso(now()))
         stored = ledger.clock()["mode"]
         if stored != mode:
             ledger.close()
             raise ConfigError(f"broker: {db} keeps a {stored} clock; start it with that clock, or remove the file")
         broker = cls(ledger, feed, mode, now)
-        broker.calendar.schedule(sessions[0].date(), sessions[-1].date())  # build the calendar before any request
+        if like is not None:
+            broker.calendar = like.calendar
+        else:
+            broker.calendar.schedule(sessions[0].date(), sessions[-1].date())  # build it before any request
         return broker
 
     # --- the clock ------------------------------------------------------------------------
@@ -111,6 +124,24 @@ class PaperBroker:
             self._step()
         self._step()
         return self.clock()
+
+    def moment(self) -> tuple[int, int]:
+        """Where the clock stands in the order of events: (the feed's bar, 0 at its open, 1 at its close)."""
+        bar, phase = self._position(self.feed.current())
+        return bar, int(phase == "close")
+
+    def follow(self, leader: PaperBroker) -> None:
+        """Run this account's clock events up to where ``leader``'s clock stands: one market clock
+        for every account of a broker (docs/delivery.md, Shadow accounts). A wall clock needs
+        none of this (each account catches up with the time of day)."""
+        if self.mode != "simulated":
+            return
+        target = leader.moment()
+        while self.moment() < target:
+            self._step()
+        if self.moment() != target:
+            raise BrokerError(500, f"the clock of {self.ledger.path} stands after that of {leader.ledger.path}: "
+                                   "they are not one market; remove the first file to open a new account")
 
     def _step(self, until: datetime | None = None) -> bool:
         """Run the clock's next event; with ``until``, only if it happened by then. Returns whether one ran.

@@ -1,10 +1,11 @@
-"""Stage 7, deliver: one cycle of the trading loop with the champion, and the record of what it delivered.
+"""Stage 7, deliver: one cycle of the trading loop, champion then shadow, and the record of what it delivered.
 
 :func:`cycle` is the one delivery cycle: the champion trades the latest bar and
 ``data/broker/delivered.json`` records which version traded (the registry poll compares it
-with the champion, docs/operations.md). :func:`deliver` runs it in a session of its own
-(``podracer deliver``, the pipeline's last stage, the ``deliver`` flow, ``podracer trade
---once``); the live loop (:mod:`tasks.delivery.client.live`) runs it on every new bar. With
+with the champion, docs/operations.md); then the shadow, if a version carries the alias,
+trades the same bar in its own account (docs/delivery.md, Shadow accounts). :func:`deliver`
+runs it in a session of its own (``podracer deliver``, the pipeline's last stage, the
+``deliver`` flow, ``podracer trade --once``); the live loop (:mod:`tasks.delivery.client.live`) runs it on every new bar. With
 the local broker the latest bar's orders are ``accepted`` and fill at the next session's
 open, when that bar arrives (docs/delivery.md).
 """
@@ -12,17 +13,23 @@ open, when that bar arrives (docs/delivery.md).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
+import requests
+from alpaca.common.exceptions import APIError
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.config import Params
-from tasks.delivery.client.loop import CycleResult
+from tasks.delivery.client.loop import CycleResult, NoChampion, message
 from tasks.delivery.client.session import Session, trading_session
+from tasks.errors import PodracerError
+from tasks.registry.gate import SHADOW, alias_version
 from tasks.storage import write_atomic
 
+log = logging.getLogger("podracer.trade")
 DELIVERED = "delivered.json"
 
 
@@ -39,11 +46,44 @@ def delivered_version(params: Params) -> str | None:
 
 
 def cycle(session: Session) -> CycleResult:
-    """Trade the latest bar once with the champion, and record which version traded."""
-    result = session.loop.cycle()
-    write_atomic(delivered_file(session.loop.params), json.dumps(
-        {"version": result.version, "bar": result.bar, "orders": len(result.orders), "at": time.time()}))
-    return result
+    """Trade the latest bar once with the champion, record which version traded, then trade it
+    with the shadow. Returns the champion's cycle with the shadow's as ``shadow``; with no
+    champion, the shadow's cycle alone (no champion traded, nothing is recorded as delivered),
+    and :class:`NoChampion` when neither exists."""
+    try:
+        result: CycleResult | None = session.loop.cycle()
+        missing = None
+    except NoChampion as err:
+        result, missing = None, err
+    if result is not None:
+        write_atomic(delivered_file(session.loop.params), json.dumps(
+            {"version": result.version, "bar": result.bar, "orders": len(result.orders), "at": time.time()}))
+    shadow = shadow_cycle(session)
+    if result is not None:
+        result.shadow = shadow
+        return result
+    if shadow is None:
+        assert missing is not None
+        raise missing
+    log.warning("no champion traded (no version has alias 'champion'); shadow version %s traded bar %s in "
+                "its own account", shadow.version, shadow.bar)
+    return shadow
+
+
+def shadow_cycle(session: Session) -> CycleResult | None:
+    """The shadow's cycle on the latest bar, or None when no version carries ``shadow`` or it
+    cannot trade. A shadow that fails logs one warning: the champion's delivery stands."""
+    params = session.loop.params
+    version = alias_version(params.registry, SHADOW)
+    if version is None:
+        return None
+    try:
+        loop = session.shadow()
+        return None if loop is None else loop.cycle()
+    except (PodracerError, APIError, requests.RequestException) as err:
+        why = f"HTTP {err.status_code} {message(err)}" if isinstance(err, APIError) else str(err) or type(err).__name__
+        log.warning("shadow version %s did not trade: %s", version, why)
+        return None
 
 
 def deliver(params: Params) -> CycleResult:

@@ -1,18 +1,19 @@
-"""The trading loop: the champion trades a bar through alpaca-py, on either broker.
+"""The trading loop: a registry alias's model trades a bar through alpaca-py, on either broker.
 
 One cycle (``podracer trade``; the pipeline's deliver stage is one cycle):
 
-1. resolve ``models:/<name>@champion`` afresh, and load the new version when the alias moved;
+1. resolve ``models:/<name>@<alias>`` afresh, and load the new version when the alias moved;
 2. read the account and positions from the broker, never from memory (reconciliation);
 3. build the state with the training env's ``build_state`` and take the pyfunc's orders;
 4. run the pre-trade risk checks (:mod:`tasks.delivery.client.risk`);
 5. journal the planned orders, then submit them with deterministic client order ids
-   (model version, bar, symbol), so a loop killed and restarted resubmits nothing;
+   (account role, model version, bar, symbol), so a loop killed and restarted resubmits nothing;
 6. poll for the fills, and record the cycle (orders, fills, equity, model version) in
    the journal and as metrics of the trading session's MLflow run.
 
 The broker is reached through alpaca-py only, so the same loop trades on the local broker
-and on Alpaca (docs/delivery.md).
+and on Alpaca (docs/delivery.md). The alias is the champion's, or the shadow's in an account
+of its own (docs/delivery.md, Shadow accounts): one loop, two instances.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from tasks.data import features
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.risk import PlannedOrder, check_orders, daily_loss, halt, halted
 from tasks.errors import DataError, PodracerError
-from tasks.registry.gate import CHAMPION, champion_version
+from tasks.registry.gate import CHAMPION, alias_version
 from tasks.registry.serving import policy_input
 
 log = logging.getLogger("podracer.trade")
@@ -46,13 +47,23 @@ PENDING = ("new", "partially_filled", "pending_new", "accepted_for_bidding")
 """Statuses worth polling for: the order may fill in this session (``accepted`` waits for the next open)."""
 
 
-class NoChampion(PodracerError):
+class NoVersion(PodracerError):
+    """No model version carries the alias a loop trades."""
+
+
+class NoChampion(NoVersion):
     """No model version carries the ``champion`` alias yet."""
 
 
-def client_order_id(version: str, bar: str, symbol: str) -> str:
-    """Deterministic: the same model version, bar and symbol always give the same id."""
-    return f"pdr-v{version}-{bar.replace('-', '')}-{symbol}"
+def id_prefix(role: str) -> str:
+    """The start of a role's client order ids: ``pdr-`` for the champion (as before there were
+    shadows), ``pdr-shadow-`` for the shadow, so no id is ever the same in both accounts."""
+    return "pdr-" if role == CHAMPION else f"pdr-{role}-"
+
+
+def client_order_id(version: str, bar: str, symbol: str, role: str = CHAMPION) -> str:
+    """Deterministic: the same role, model version, bar and symbol always give the same id."""
+    return f"{id_prefix(role)}v{version}-{bar.replace('-', '')}-{symbol}"
 
 
 @dataclass
@@ -62,6 +73,8 @@ class CycleResult:
     bar: str
     version: str
     model_uri: str
+    role: str = CHAMPION
+    """The alias that traded, and so the account it traded in."""
     orders: list[dict[str, Any]] = field(default_factory=list)
     blocked: list[dict[str, Any]] = field(default_factory=list)
     flagged: list[dict[str, Any]] = field(default_factory=list)
@@ -73,17 +86,20 @@ class CycleResult:
     resumed: bool = False
     decided: bool = True
     """False on a bar between two decisions (``env.decide_every``): only the gate and close-outs traded."""
+    shadow: CycleResult | None = None
+    """The shadow's cycle on the same bar, in its own account, when one traded beside the champion."""
 
     def body(self) -> dict[str, Any]:
         return {"model_uri": self.model_uri, "orders": self.orders, "blocked": self.blocked, "flagged": self.flagged,
                 "cash": self.cash, "equity": self.equity, "halted": self.halted, "decided": self.decided}
 
 
-class Champion:
-    """The champion pyfunc, resolved on every call and reloaded only when the alias has moved."""
+class Policy:
+    """The pyfunc of the version carrying ``alias``, resolved on every call and reloaded only
+    when the alias has moved."""
 
-    def __init__(self, params: Params) -> None:
-        self.registry = params.registry
+    def __init__(self, params: Params, alias: str = CHAMPION) -> None:
+        self.registry, self.alias = params.registry, alias
         self.version: str | None = None
         self.model: Any = None
 
@@ -91,16 +107,17 @@ class Champion:
         """(version, model, the version it replaced or None)."""
         import mlflow
 
-        version = champion_version(self.registry)
+        version = alias_version(self.registry, self.alias)
         if version is None:
-            raise NoChampion(f"no version of {self.registry.model_name} has alias '{CHAMPION}' yet "
-                             "(the gate refused every version); nothing delivered")
+            missing = NoChampion if self.alias == CHAMPION else NoVersion
+            raise missing(f"no version of {self.registry.model_name} has alias '{self.alias}' yet "
+                          "(the gate refused every version); nothing delivered")
         swapped = None
         if version != self.version:
             swapped = self.version
             self.model = mlflow.pyfunc.load_model(f"models:/{self.registry.model_name}/{version}")
             if swapped is not None:
-                log.info("champion moved from version %s to %s: trading with the new one", swapped, version)
+                log.info("%s moved from version %s to %s: trading with the new one", self.alias, swapped, version)
             self.version = version
         return version, self.model, swapped
 
@@ -113,42 +130,45 @@ def order_summary(order: Any) -> dict[str, Any]:
 
 
 class TradingLoop:
-    """Cycles of the champion on one broker account (``client``), journaled in ``journal``."""
+    """Cycles of the version carrying ``alias`` on one broker account (``client``, the alias's
+    own: the champion's or the shadow's), journaled in ``journal``."""
 
     def __init__(self, params: Params, client: TradingClient, journal: Journal,
-                 on_cycle: Callable[[CycleResult, int], None] | None = None, enforce_risk: bool = True) -> None:
-        """``enforce_risk=False`` shadows the risk checks: what they would block is recorded as
+                 on_cycle: Callable[[CycleResult, int], None] | None = None, enforce_risk: bool = True,
+                 alias: str = CHAMPION) -> None:
+        """``enforce_risk=False`` only reports the risk checks: what they would block is recorded as
         ``flagged`` and sent anyway (a replay, whose job is to prove serving equals training)."""
         self.params, self.client, self.journal = params, client, journal
         self.enforce_risk = enforce_risk
-        self.champion = Champion(params)
+        self.role = alias
+        self.policy = Policy(params, alias)
         self.halt_folder = params.dirs.broker
         self.on_cycle = on_cycle
 
     # --- one cycle -------------------------------------------------------------------------
     def cycle(self, bar: int | None = None, after_submit: Callable[[], None] | None = None) -> CycleResult:
-        """Trade bar ``bar`` of the feature set (default: the latest) with the current champion."""
-        version, model, swapped = self.champion.current()
+        """Trade bar ``bar`` of the feature set (default: the latest) with the alias's current version."""
+        version, model, swapped = self.policy.current()
         meta = model.unwrap_python_model().meta
         fs = features.load(self.params.dirs.features)
         if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
-            raise DataError(f"champion version {version} trades {len(meta.symbols)} symbols with "
+            raise DataError(f"{self.role} version {version} trades {len(meta.symbols)} symbols with "
                             f"{meta.feature_names}; data/features has other symbols or indicators")
         t = len(fs.timestamps) - 1 if bar is None else bar
         day = str(fs.timestamps[t])[:10]
         self._check_not_ahead(day)
         uri = f"models:/{self.params.registry.model_name}/{version}"
-        result = CycleResult(day, version, uri, swapped_from=swapped)
+        result = CycleResult(day, version, uri, self.role, swapped_from=swapped)
         done = {r["state"]: r for r in self.journal.cycles(day) if r["model_version"] == version}
         if "recorded" in done:
-            log.info("bar %s already traded by version %s; nothing to do", day, version)
+            log.info("bar %s already traded by %s version %s; nothing to do", day, self.role, version)
             return self._finish(result, done["recorded"]["body"], record=False)
-        reason = halted(self.halt_folder) if self.enforce_risk else None
+        reason = halted(self.halt_folder, self.role) if self.enforce_risk else None
         if reason is None and "planned" not in done:
             reason = self._daily_loss(result)
         if reason is not None:
             result.halted = reason
-            log.warning("trading halted: %s", reason)
+            log.warning("%s trading halted: %s", self.role, reason)
             return self._finish(result, {}, record=True, state="halted")
         if "planned" in done:  # a killed cycle: send what it planned, nothing new
             orders = [PlannedOrder(**o) for o in done["planned"]["body"]["planned"]]
@@ -157,8 +177,8 @@ class TradingLoop:
         else:
             result.decided = self._due(fs, t, version, meta.env.decide_every)
             if not result.decided:
-                log.info("bar %s: version %s holds its last decision (env.decide_every %d); only the gate and "
-                         "close-outs trade", day, version, meta.env.decide_every)
+                log.info("bar %s: %s version %s holds its last decision (env.decide_every %d); only the gate "
+                         "and close-outs trade", day, self.role, version, meta.env.decide_every)
             orders, checked = self._decide(model, meta, fs, t, day, version, result.decided)
             if self.enforce_risk:
                 orders = [o for o in orders if o.client_order_id not in {b["client_order_id"] for b in checked}]
@@ -186,7 +206,8 @@ class TradingLoop:
 
     def _daily_loss(self, result: CycleResult) -> str | None:
         """Halt (and cancel the open orders) when the day's loss passes the limit; a loop that
-        only shadows its checks records the breach and trades on."""
+        only reports its checks records the breach and trades on. The champion's halt stops
+        every account (the kill switch); the shadow's stops the shadow only."""
         account = self.client.get_account()
         reason = daily_loss(float(account.equity), float(account.last_equity), self.params.trade.risk)
         if reason is None:
@@ -194,7 +215,7 @@ class TradingLoop:
         if not self.enforce_risk:
             result.flagged.append({"reason": reason})
             return None
-        halt(self.halt_folder, reason)
+        halt(self.halt_folder, reason, self.role)
         self.client.cancel_orders()
         return reason
 
@@ -212,7 +233,7 @@ class TradingLoop:
 
     def _decide(self, model: Any, meta: Any, fs: features.FeatureSet, t: int, day: str,
                 version: str, decide: bool = True) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
-        """The champion's orders for bar ``t`` (sells first), and those a risk check objects to;
+        """The policy's orders for bar ``t`` (sells first), and those a risk check objects to;
         on a held bar (``decide`` false), only the gate's and close-outs' orders.
 
         The feature set's tradable row goes with the state (docs/data.md): the champion never buys
@@ -224,17 +245,18 @@ class TradingLoop:
         frame = policy_input(meta, fs.prices[t], fs.features[t], shares, float(account.cash), fs.tradable[t], decide)
         decision = model.predict(frame)
         wanted = [(str(s), int(q)) for s, q in zip(decision["symbol"], decision["order_qty"]) if int(q) != 0]
-        orders = [PlannedOrder(s, "sell" if q < 0 else "buy", abs(q), client_order_id(version, day, s))
+        orders = [PlannedOrder(s, "sell" if q < 0 else "buy", abs(q), client_order_id(version, day, s, self.role))
                   for s, q in sorted(wanted, key=lambda sq: sq[1] > 0)]  # sells first
         prices = dict(zip(fs.symbols, fs.prices[t].tolist()))
         return orders, check_orders(orders, prices, held, float(account.equity), self.params.trade.risk)[1]
 
     def _replace_other_versions(self, day: str, version: str) -> None:
-        """A new champion trading a bar replaces the open orders an earlier champion placed for it."""
-        marker, mine = f"-{day.replace('-', '')}-", f"pdr-v{version}-"
+        """A new version of the alias trading a bar replaces the open orders an earlier one placed for it."""
+        ours = f"{id_prefix(self.role)}v"
+        marker, mine = f"-{day.replace('-', '')}-", f"{ours}{version}-"
         for order in self.client.get_orders(GetOrdersRequest(status="open", limit=500)):
             cid = order.client_order_id
-            if cid.startswith("pdr-v") and marker in cid and not cid.startswith(mine):
+            if cid.startswith(ours) and marker in cid and not cid.startswith(mine):
                 self.client.cancel_order_by_id(order.id)
                 log.info("canceled %s: replaced by version %s's orders for %s", cid, version, day)
 

@@ -28,7 +28,7 @@ from tasks.config import Params
 from tasks.data import features
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.local import local_broker
-from tasks.delivery.client.loop import Champion, TradingLoop
+from tasks.delivery.client.loop import Policy, TradingLoop
 from tasks.delivery.client.session import log_cycle, mlflow_run
 from tasks.delivery.keys import Keys, local_keys
 from tasks.errors import ConfigError, DataError
@@ -98,13 +98,13 @@ def replay(params: Params, spec: str = "test") -> ReplayResult:
     keys = local_keys(params)
     equity = []
     name = f"replay {dates[1].date()}..{dates[-1].date()}"
-    champion = Champion(params)
+    champion = Policy(params)
     env = champion.current()[1].unwrap_python_model().meta.env  # the account the champion was trained for
     with local_broker(params, ledger=db, clock="simulated", day=dates[0].date(), initial_cash=env.initial_cash,
                       cost_pct=env.cost_pct) as url, mlflow_run(params, name, url):
         client = TradingClient(keys.key_id, keys.secret, url_override=url)
         loop = TradingLoop(params, client, Journal.of(client, journal), log_cycle, enforce_risk=False)
-        loop.champion = champion
+        loop.policy = champion
         equity.append(float(client.get_account().equity))
         flagged = 0
         for t in range(lo - 1, hi):

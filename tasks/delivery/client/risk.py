@@ -3,6 +3,9 @@
 Each check is configured in ``params.yaml`` (``trade.risk``). An order that fails a check
 is not sent and the cycle records why; the daily loss limit halts the loop instead, and
 ``podracer trade --halt`` is the kill switch it obeys (a halt file beside the ledger).
+
+The kill switch (``HALT``) stops every account. A shadow's own daily loss halts the shadow
+only (``HALT-shadow``): a model on trial must not stop the champion (docs/delivery.md).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import RiskParams
+from tasks.delivery.keys import CHAMPION, ROLES, role_path
 
 HALT_FILE = "HALT"
 
@@ -64,28 +68,30 @@ def daily_loss(equity: float, last_equity: float, limits: RiskParams) -> str | N
     return None
 
 
-def halt(folder: Path, reason: str) -> Path:
-    """Set the kill switch: every cycle refuses to trade until :func:`unhalt`."""
+def halt(folder: Path, reason: str, role: str = CHAMPION) -> Path:
+    """Set the kill switch (the champion's: every cycle of every account refuses to trade until
+    :func:`unhalt`), or another role's halt (that role's cycles only)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / HALT_FILE
+    path = role_path(folder / HALT_FILE, role)
     path.write_text(json.dumps({"reason": reason, "at": datetime.now(timezone.utc).isoformat()}))
     return path
 
 
 def unhalt(folder: Path) -> bool:
-    """Clear the kill switch; False if it was not set."""
-    path = folder / HALT_FILE
-    existed = path.exists()
-    path.unlink(missing_ok=True)
+    """Clear the kill switch and every role's halt; False if none was set."""
+    paths = [role_path(folder / HALT_FILE, role) for role in ROLES]
+    existed = any(p.exists() for p in paths)
+    for path in paths:
+        path.unlink(missing_ok=True)
     return existed
 
 
-def halted(folder: Path) -> str | None:
-    """Why trading is halted, or None."""
-    path = folder / HALT_FILE
-    if not path.exists():
-        return None
-    try:
-        return str(json.loads(path.read_text())["reason"])
-    except (ValueError, KeyError, TypeError):
-        return "halted (unreadable halt file)"
+def halted(folder: Path, role: str = CHAMPION) -> str | None:
+    """Why ``role``'s trading is halted (the kill switch, or its own halt), or None."""
+    for path in dict.fromkeys((folder / HALT_FILE, role_path(folder / HALT_FILE, role))):
+        if path.exists():
+            try:
+                return str(json.loads(path.read_text())["reason"])
+            except (ValueError, KeyError, TypeError):
+                return "halted (unreadable halt file)"
+    return None

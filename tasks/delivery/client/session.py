@@ -6,15 +6,22 @@ over ``data/broker/broker.db`` for the session (:mod:`tasks.delivery.client.loca
 ``trade.broker: alpaca`` talks to Alpaca's paper API with the keys from the environment.
 Either way the client is alpaca-py's ``TradingClient`` and the journal is the client's own
 ``data/broker/journal.db``: one code path (docs/delivery.md).
+
+A session holds a second loop for the shadow, on an account of its own (docs/delivery.md,
+Shadow accounts): the local broker's shadow keys, or on Alpaca a second key pair
+(``APCA_SHADOW_API_KEY_ID`` / ``APCA_SHADOW_API_SECRET_KEY``, or ``alpaca-keys-shadow.json``).
+It is built the first time a shadow trades; without Alpaca shadow keys the shadow does not
+trade, and one warning says so.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import date
+from functools import cache
 from typing import Any
 
 import requests
@@ -25,8 +32,8 @@ from tasks.config import Params
 from tasks.delivery.client.journal import JOURNAL, Journal
 from tasks.delivery.client.local import local_broker
 from tasks.delivery.client.loop import CycleResult, TradingLoop, message
-from tasks.delivery.keys import KEY_VARS, Keys, load_keys, local_keys
-from tasks.errors import PodracerError
+from tasks.delivery.keys import CHAMPION, KEY_VARS, SHADOW, Keys, key_vars, load_keys, local_keys, role_path
+from tasks.errors import ConfigError, PodracerError
 from tasks.registry.store import connect
 
 log = logging.getLogger("podracer.trade")
@@ -40,22 +47,28 @@ class BrokerFailure(PodracerError):
 @dataclass(frozen=True)
 class Session:
     loop: TradingLoop
+    """The champion's loop, on the champion's account (``client``)."""
     client: TradingClient
     url: str
     keys: Keys
+    shadow: Callable[[], TradingLoop | None] = lambda: None
+    """The shadow's loop on the shadow's account (built on the first call), or None where the
+    shadow cannot trade (Alpaca without a second key pair)."""
 
 
 def log_cycle(result: CycleResult, step: int) -> None:
-    """The cycle as metrics of the active MLflow run (one run per trading session)."""
+    """The cycle as metrics of the active MLflow run (one run per trading session); a shadow's
+    metrics carry its role as a prefix (``shadow_equity``, ...)."""
     import mlflow
 
     if mlflow.active_run() is None:
         return
     filled = sum(1 for o in result.orders if o.get("status") == "filled")
-    mlflow.log_metrics({"equity": result.equity, "cash": result.cash, "orders": len(result.orders),
-                        "orders_filled": filled, "orders_blocked": len(result.blocked),
-                        "model_version": float(result.version), "halted": float(result.halted is not None)},
-                       step=step)
+    prefix = "" if result.role == CHAMPION else f"{result.role}_"
+    metrics = {"equity": result.equity, "cash": result.cash, "orders": len(result.orders),
+               "orders_filled": filled, "orders_blocked": len(result.blocked),
+               "model_version": float(result.version), "halted": float(result.halted is not None)}
+    mlflow.log_metrics({prefix + name: value for name, value in metrics.items()}, step=step)
 
 
 @contextmanager
@@ -76,13 +89,39 @@ def trading_session(params: Params, run_name: str | None = None, url: str | None
             stack.enter_context(mlflow_run(params, run_name or f"trade {params.trade.broker} {date.today()}", where))
         try:
             journal = Journal.of(client, params.dirs.broker / JOURNAL)
-            yield Session(TradingLoop(params, client, journal, log_cycle), client, where, keys)
+            loop = TradingLoop(params, client, journal, log_cycle)
+
+            @cache
+            def shadow() -> TradingLoop | None:
+                return shadow_loop(params, url, loop)
+
+            yield Session(loop, client, where, keys, shadow)
         except APIError as err:
             hint = f" (check {' / '.join(KEY_VARS)})" if err.status_code in (401, 403) and \
                 params.trade.broker == "alpaca" else ""
             raise BrokerFailure(f"broker {where}: HTTP {err.status_code} {message(err)}{hint}") from None
         except requests.RequestException as err:
             raise BrokerFailure(f"broker {where}: unreachable ({type(err).__name__})") from None
+
+
+def shadow_loop(params: Params, url: str | None, champion: TradingLoop) -> TradingLoop | None:
+    """The shadow's loop on its own account at ``url``; None, with one warning, where it has no
+    keys (Alpaca) or its keys reach the champion's account."""
+    try:
+        if params.trade.broker == "alpaca":
+            keys = load_keys(role_path(params.dirs.broker / ALPACA_KEY_FILE, SHADOW), names=key_vars(SHADOW))
+        else:
+            keys = local_keys(params, SHADOW)
+    except ConfigError as err:
+        log.warning("the shadow does not trade on %s: it needs a second key pair (%s)", params.trade.broker, err)
+        return None
+    client = TradingClient(keys.key_id, keys.secret, paper=True, url_override=url)
+    journal = Journal.of(client, params.dirs.broker / JOURNAL)
+    if journal.account == champion.journal.account:
+        log.warning("the shadow does not trade: its keys reach the champion's account %s; give it a key pair "
+                    "of its own", journal.account)
+        return None
+    return TradingLoop(params, client, journal, log_cycle, alias=SHADOW)
 
 
 @contextmanager

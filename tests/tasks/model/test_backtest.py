@@ -1,4 +1,5 @@
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -7,7 +8,7 @@ import pytest
 from tasks.data import features
 from tasks.errors import MissingInput
 from tasks.model import bundle
-from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE, backtest
+from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE, backtest, since_window
 from tests.conftest import tiny_params
 from tests.tasks.handmade import feature_set, policy
 from trainers.config import EnvConfig
@@ -76,3 +77,13 @@ def test_backtest_refuses_a_model_trained_on_other_symbols(tmp_path):
     assert str(err.value) == (f"{params.dirs.models}: the model was trained on other symbols or features "
                               "(run `podracer train` again)")
     assert not params.dirs.backtest.exists()
+
+
+def test_a_shadow_record_starts_on_the_bar_after_its_since_date():
+    days = np.array(["2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05", "2024-01-08"], dtype="datetime64[ns]")
+    fs = SimpleNamespace(timestamps=days)
+    # the env window starts one bar before its first decision: the since bar itself
+    assert since_window(fs, "2024-01-03") == (1, 4)
+    assert since_window(fs, "2024-01-06") == (3, 4)  # a weekend date: the record starts on Monday
+    assert since_window(fs, "2024-01-08") is None  # nothing traded since
+    assert since_window(fs, "2023-12-29") == (0, 4)

@@ -1,5 +1,6 @@
-"""An alias moved by hand, fixed so that a rollback restores what traded before, and the
-champion's data version as the runner's data poll reads it.
+"""An alias moved by hand, fixed so that the aliases end as ``podracer promote`` leaves them
+(a rollback restores what traded before; the champion is no longer challenger or shadow), and
+the champion's data version as the runner's data poll reads it.
 
 Bare model versions in a throwaway sqlite store (no model files): seconds, no pipeline.
 """
@@ -8,7 +9,7 @@ import pytest
 
 from tasks.config import RegistryParams
 from tasks.registry.aliases import DATA_VERSION, champion_data_version, note_hand_move
-from tasks.registry.gate import CHAMPION, PREVIOUS, promote, rollback
+from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, promote, rollback
 from tasks.registry.store import client
 
 
@@ -26,6 +27,16 @@ def aliases(registry: RegistryParams) -> dict[str, str]:
 def by_hand(registry: RegistryParams, version: str) -> None:
     """What the MLflow UI does: move ``champion`` alone."""
     client(registry).set_registered_model_alias(registry.model_name, CHAMPION, version)
+
+
+def set_aliases(registry: RegistryParams, wanted: dict[str, str]) -> None:
+    """Replace every alias of the model with ``wanted``."""
+    store = client(registry)
+    for alias in aliases(registry):
+        store.delete_registered_model_alias(registry.model_name, alias)
+    for alias, version in wanted.items():
+        store.set_registered_model_alias(registry.model_name, alias, version)
+    assert aliases(registry) == wanted
 
 
 def test_a_hand_move_makes_what_traded_before_previous_champion_so_rollback_restores_it(registry):
@@ -47,6 +58,40 @@ def test_nothing_to_fix_when_the_gate_moved_the_alias_or_nothing_moved(registry)
     by_hand(registry, "3")
     assert note_hand_move(registry, "2") == "2"  # a hand move replaces an older previous_champion
     assert aliases(registry) == {CHAMPION: "3", PREVIOUS: "2"}
+
+
+@pytest.mark.parametrize(
+    ("before", "target", "expected"),
+    [
+        # the newest version, made champion in the UI
+        ({CHAMPION: "1", CHALLENGER: "3"}, "3", {CHAMPION: "3", PREVIOUS: "1"}),
+        # the shadow, made champion: the challenger, another version, stays
+        ({CHAMPION: "1", SHADOW: "2", CHALLENGER: "3"}, "2", {CHAMPION: "2", PREVIOUS: "1", CHALLENGER: "3"}),
+        # a challenger that trades in shadow
+        ({CHAMPION: "1", CHALLENGER: "3", SHADOW: "3"}, "3", {CHAMPION: "3", PREVIOUS: "1"}),
+        # the first champion, set by hand: nothing traded before it
+        ({CHALLENGER: "3"}, "3", {CHAMPION: "3"}),
+    ],
+)
+def test_a_hand_move_leaves_the_aliases_podracer_promote_would(registry, before, target, expected):
+    set_aliases(registry, before)
+    promote(registry, target)
+    promoted = aliases(registry)
+    set_aliases(registry, before)
+    by_hand(registry, target)
+    delivered = before.get(CHAMPION)  # the champion before the move is the one that traded
+    assert note_hand_move(registry, delivered) == delivered
+    assert aliases(registry) == promoted == expected
+    assert note_hand_move(registry, target) is None and aliases(registry) == expected  # once done, nothing to fix
+
+
+def test_a_hand_move_before_the_gates_promotion_was_delivered_still_clears_the_challenger(registry):
+    promote(registry, "1")  # version 1 traded
+    promote(registry, "2")  # the gate's promotion, not delivered yet: previous_champion is already 1
+    set_aliases(registry, {**aliases(registry), CHALLENGER: "3"})
+    by_hand(registry, "3")
+    assert note_hand_move(registry, "1") is None  # previous_champion is what traded: nothing to record
+    assert aliases(registry) == {CHAMPION: "3", PREVIOUS: "1"}
 
 
 def test_the_champions_data_version_is_its_tag(registry):

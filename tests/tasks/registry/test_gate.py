@@ -1,55 +1,132 @@
-"""The champion gate on metrics a hair either side of the margin, and the aliases it moves.
+"""The gate's decisions on hand-made evidence, the sequential rule over many looks at a null
+market, and the aliases it moves.
 
 The alias tests register bare model versions in a throwaway sqlite store (no model
 files), so they run in seconds and need no trained pipeline.
 """
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tasks.config import RegistryParams
 from tasks.errors import MissingInput
+from tasks.registry.evidence import Evidence
 from tasks.registry.gate import (
     CHALLENGER,
     CHAMPION,
     PREVIOUS,
+    SHADOW,
     alias_version,
-    challenge,
     champion_version,
-    gate,
+    decide,
+    decide_cycle,
     promote,
     rollback,
 )
 from tasks.registry.store import client
 
-HAIR = 1e-9
+
+def ev(benchmark: str, diff: float, p: float, bars: int = 63) -> Evidence:
+    return Evidence(benchmark, bars, diff, diff - 1.0, diff + 1.0, p, 0.6)
 
 
-def metrics(agent: float, hold: float, metric: str = "sharpe") -> dict[str, dict[str, float]]:
-    other = {"sharpe": 0.0, "calmar": 0.0}
-    return {"agent": {**other, metric: agent}, "buy_and_hold": {**other, metric: hold}}
+def test_the_pipeline_promotes_on_significance_shadows_on_the_screen_and_refuses_the_rest():
+    assert decide([ev("buy_and_hold", 0.9, 0.049)]).action == "promote"
+    assert decide([ev("buy_and_hold", 0.9, 0.05)]).action == "shadow"  # p must be below alpha, not at it
+    assert decide([ev("buy_and_hold", 0.0, 0.6)]).action == "shadow"  # not worse: the weak screen
+    assert decide([ev("buy_and_hold", -0.01, 0.6)]).action == "refuse"
+    line = decide([ev("buy_and_hold", 0.9, 0.01, 250)]).line
+    assert line.startswith("promoted: vs buy-and-hold: ΔSharpe +0.90 [90% CI -0.10, +1.90], p 0.010 < α 0.05")
 
 
-@pytest.mark.parametrize("margin", [0.0, 0.1, -0.2])
-def test_the_gate_passes_a_hair_above_the_margin_and_refuses_a_hair_below(margin):
-    registry = RegistryParams(gate_margin=margin)
-    hold = 0.5
-    assert gate(registry, metrics(hold + margin + HAIR, hold)) == (
-        True, f"test sharpe {hold + margin:.3f} > buy-and-hold 0.500 + margin {margin:g}")
-    assert gate(registry, metrics(hold + margin - HAIR, hold))[0] is False
-    assert gate(registry, metrics(hold + margin, hold))[0] is False  # a tie is not a win
+def test_every_benchmark_must_be_beaten():
+    hold = ev("buy_and_hold", 2.0, 0.001)
+    assert decide([ev("champion", 0.3, 0.2), hold]).action == "shadow"
+    assert decide([ev("champion", -0.3, 0.8), hold]).action == "refuse"
+    assert decide([ev("champion", 0.5, 0.01), hold]).action == "promote"
 
 
-def test_a_challenger_that_loses_to_buy_and_hold_is_refused_with_the_reason():
-    passed, reason = gate(RegistryParams(), metrics(0.3, 0.8))
-    assert not passed and reason == "test sharpe 0.300 <= buy-and-hold 0.800 + margin 0"
+def test_a_cycle_never_promotes_its_own_challenger():
+    decision = decide_cycle([ev("champion", 3.0, 0.0005), ev("buy_and_hold", 3.0, 0.0005)], None, None, 21)
+    assert decision.action == "shadow" and decision.promoted is None and decision.shadow is None
+    assert decide_cycle([ev("buy_and_hold", -0.1, 0.7)], None, None, 21).action == "refuse"
 
 
-def test_the_gate_reads_the_configured_metric_only():
-    registry = RegistryParams(gate_metric="calmar")
-    assert gate(registry, {"agent": {"sharpe": -5.0, "calmar": 1.2},
-                           "buy_and_hold": {"sharpe": 5.0, "calmar": 1.1}})[0] is True
-    assert gate(registry, {"agent": {"sharpe": 5.0, "calmar": 1.0},
-                           "buy_and_hold": {"sharpe": -5.0, "calmar": 1.1}})[0] is False
+def test_the_shadow_is_tested_once_its_record_has_grown_by_shadow_bars():
+    window = [ev("champion", -0.5, 0.9), ev("buy_and_hold", 0.2, 0.3)]  # the challenger fails the screen
+    strong = [ev("champion", 1.5, 0.01, 20), ev("buy_and_hold", 1.8, 0.004, 20)]
+    early = decide_cycle(window, ("4", 0), strong, 21)
+    assert (early.shadow.outcome, early.shadow.tested, early.promoted) == ("keep", 0, None)  # 20 < 21 bars
+    due = [ev(e.benchmark, e.diff, e.p_value, 21) for e in strong]
+    promoted = decide_cycle(window, ("4", 0), due, 21)
+    assert (promoted.shadow.outcome, promoted.shadow.tested, promoted.promoted) == ("promote", 21, "4")
+    assert promoted.line.startswith("shadow version 4 promoted to champion: vs champion: ΔSharpe +1.50")
+    weak = [ev("champion", 0.4, 0.2, 42), ev("buy_and_hold", 0.5, 0.1, 42)]
+    kept = decide_cycle(window, ("4", 21), weak, 21)
+    assert (kept.shadow.outcome, kept.shadow.tested) == ("keep", 42)
+    assert decide_cycle(window, ("4", 21), [ev(e.benchmark, e.diff, e.p_value, 41) for e in due],
+                        21).shadow.outcome == "keep"  # 20 bars since its last test: not yet
+    behind = [ev("champion", -0.4, 0.8, 42), ev("buy_and_hold", 0.5, 0.1, 42)]
+    assert decide_cycle(window, ("4", 21), behind, 21).shadow.outcome == "retire"
+
+
+def test_a_standing_shadow_keeps_its_seat_until_it_is_promoted_or_retired():
+    record = [ev("champion", 0.4, 0.2, 30), ev("buy_and_hold", 0.5, 0.1, 30)]
+    strong = [ev("champion", 0.9, 0.001), ev("buy_and_hold", 0.9, 0.001)]
+    kept = decide_cycle(strong, ("4", 21), record, 21)  # 9 bars since its test: no look
+    assert kept.action == "refuse" and kept.shadow.outcome == "keep"
+    looked = decide_cycle(strong, ("4", 0), record, 21)  # tested, neither significant nor behind
+    assert looked.action == "refuse" and (looked.shadow.outcome, looked.shadow.tested) == ("keep", 30)
+    behind = decide_cycle(strong, ("4", 0), [ev("champion", -0.1, 0.6, 30), ev("buy_and_hold", 0.5, 0.1, 30)], 21)
+    assert behind.action == "shadow" and behind.shadow.outcome == "retire"  # the seat is free again
+    promoted = decide_cycle([ev("champion", 0.2, 0.3)], ("4", 0),
+                            [ev("champion", 1.0, 0.01, 21), ev("buy_and_hold", 1.0, 0.01, 21)], 21)
+    assert promoted.promoted == "4" and promoted.action == "shadow"
+
+
+def null_year(rng: np.random.Generator, every: int) -> tuple[int, int, int]:
+    """A year of nightly cycles on a null market, where a valid p-value is uniform: the
+    record's tests, its promotions, and what a gate testing every night's challenger would
+    have promoted."""
+    shadow, tests, promotions, nightly, since, last_test = None, 0, 0, 0, 0, 0
+    for night in range(252):
+        p_window = rng.uniform(size=2)
+        nightly += bool(p_window.max() < 0.05)
+        window = [ev("champion", rng.normal(), p_window[0]), ev("buy_and_hold", rng.normal(), p_window[1])]
+        standing = record = None
+        if shadow is not None:
+            bars = night - since
+            record = [ev("champion", rng.normal(), rng.uniform(), bars),
+                      ev("buy_and_hold", rng.normal(), rng.uniform(), bars)]
+            standing = (shadow, last_test)
+        decision = decide_cycle(window, standing, record, every)
+        if decision.shadow is not None:
+            tests += decision.shadow.tested != last_test
+            last_test = decision.shadow.tested
+            if decision.shadow.outcome != "keep":
+                shadow = None
+            promotions += decision.shadow.outcome == "promote"
+        if decision.action == "shadow":
+            shadow, since, last_test = f"v{night}", night, 0
+    return tests, promotions, nightly
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), every=st.sampled_from([5, 10, 21, 63]))
+def test_over_a_year_of_nightly_looks_the_shadow_is_tested_at_most_252_over_shadow_bars_times(seed, every):
+    """The sequential rule's guarantee, whatever the evidence: at most 252 / shadow_bars tests
+    a year, so at most alpha x 252 / shadow_bars false promotions a year in expectation."""
+    tests, promotions, _ = null_year(np.random.default_rng(seed), every)
+    assert tests <= 252 // every and promotions <= tests
+
+
+def test_over_many_null_years_the_cycle_promotes_about_alpha_per_test_and_far_below_one_a_year():
+    rng = np.random.default_rng(2026)
+    years = [null_year(rng, 21) for _ in range(400)]
+    assert sum(y[1] for y in years) / 400 <= 0.05 * 252 / 21  # the union bound: 0.6 a year
+    assert sum(y[2] for y in years) / 400 > 0.5  # about 0.0025 x 252: what nightly tests would promote
 
 
 def aliases(registry: RegistryParams) -> dict[str, str]:
@@ -67,6 +144,8 @@ def test_promotion_moves_champion_to_previous_and_clears_the_challenger(registry
     assert promote(registry, "1") == "2"  # a hand promotion leaves another version's challenger alias alone
     assert aliases(registry) == {CHAMPION: "1", PREVIOUS: "2", CHALLENGER: "3"}
     assert alias_version(registry, "no-such-alias") is None
+    client(registry).set_registered_model_alias(registry.model_name, SHADOW, "3")
+    assert promote(registry, "3") == "1" and aliases(registry) == {CHAMPION: "3", PREVIOUS: "1"}  # shadow cleared
 
 
 def test_promoting_an_unknown_version_is_one_line_and_moves_nothing(registry):
@@ -82,31 +161,6 @@ def test_the_client_uses_the_configured_store_whatever_mlflow_was_pointed_at(reg
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'elsewhere.db'}")
     mlflow.set_registry_uri(f"sqlite:///{tmp_path / 'elsewhere.db'}")
     assert promote(registry, "3") is None and aliases(registry) == {CHAMPION: "3"}
-
-
-def window(challenger: float, champion: float | None, hold: float) -> dict[str, dict[str, float]]:
-    arms = {"challenger": {"sharpe": challenger}, "buy_and_hold": {"sharpe": hold}}
-    return arms if champion is None else {**arms, "champion": {"sharpe": champion}}
-
-
-@pytest.mark.parametrize("margin", [0.0, 0.1])
-def test_a_challenger_must_beat_the_champion_by_the_margin_and_buy_and_hold(margin):
-    registry = RegistryParams(gate_margin=margin)
-    champ, hold = 1.0, 0.5
-    assert challenge(registry, window(champ + margin + HAIR, champ, hold)) == (
-        True, f"window sharpe: challenger {champ + margin:.3f} > champion 1.000 + margin {margin:g}, "
-              "and > buy-and-hold 0.500")
-    assert challenge(registry, window(champ + margin - HAIR, champ, hold))[0] is False
-    assert challenge(registry, window(champ + margin, champ, hold))[0] is False  # a tie is not a win
-    # beating the champion is not enough: buy-and-hold too (a champion worse than holding)
-    verdict, reason = challenge(registry, window(0.3 + margin, 0.2, 0.6))
-    assert not verdict and reason.endswith(f"+ margin {margin:g}, and <= buy-and-hold 0.600")
-
-
-def test_the_first_model_faces_buy_and_hold_alone():
-    assert challenge(RegistryParams(), window(0.6, None, 0.5)) == (
-        True, "no champion yet: window sharpe 0.600 > buy-and-hold 0.500 + margin 0")
-    assert challenge(RegistryParams(), window(0.4, None, 0.5))[0] is False
 
 
 def test_rollback_moves_the_champion_back_and_back_again(registry):

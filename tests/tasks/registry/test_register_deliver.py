@@ -27,7 +27,8 @@ def aliases(params):
 
 def test_gate_refusal_keeps_challenger_and_deliver_says_why(built_copy):
     refused = register(with_margin(built_copy, 1e9))
-    assert not refused.promoted and refused.aliases == [CHALLENGER] and "<=" in refused.reason
+    assert not refused.promoted and refused.aliases == [CHALLENGER]
+    assert refused.reason.startswith("refused: vs buy-and-hold: ΔSharpe ") and "≥ α 0.05" in refused.reason
     run = mlflow.get_run(refused.run_id)
     assert run.data.params["data_version"] == bundle.load(built_copy.dirs.models)[1].data_version
     assert "test_sharpe" in run.data.metrics and "buy_and_hold_sharpe" in run.data.metrics

@@ -98,6 +98,35 @@ def test_verify_reasons() -> None:
     assert verify(SECRET, {**good, "X-MLflow-Timestamp": str(int(now) + 5)}, body, now) == "bad signature"
 
 
+def test_a_signature_wrong_only_in_its_last_character_is_refused(receiver: tuple[TestClient, list]) -> None:
+    """The whole signature is compared, not a prefix of it."""
+    client, emitted = receiver
+    body, now = alias_body(), int(time.time())
+    headers = signed_headers(body, ts=now)
+    good = headers["X-MLflow-Signature"]
+    forged = good[:-1] + ("A" if good[-1] != "A" else "B")
+    assert len(forged) == len(good) and forged[:-1] == good[:-1] and forged != good
+    assert verify(SECRET, headers, body, now) is None
+    assert verify(SECRET, {**headers, "X-MLflow-Signature": forged}, body, now) == "bad signature"
+    assert verify(SECRET, {**headers, "X-MLflow-Signature": good[:-1]}, body, now) == "bad signature"
+    response = client.post("/webhook", content=body, headers={**headers, "X-MLflow-Signature": forged})
+    assert (response.status_code, response.json()) == (401, {"detail": "bad signature"})
+    assert emitted == []
+
+
+def test_a_body_changed_by_one_byte_after_signing_is_refused(receiver: tuple[TestClient, list]) -> None:
+    """The signature covers the body: one byte changed (here the version to promote) breaks it."""
+    client, emitted = receiver
+    signed, tampered, now = alias_body(version="3"), alias_body(version="4"), int(time.time())
+    assert len(signed) == len(tampered) and sum(a != b for a, b in zip(signed, tampered)) == 1
+    headers = signed_headers(signed, ts=now)
+    assert verify(SECRET, headers, signed, now) is None
+    assert verify(SECRET, headers, tampered, now) == "bad signature"
+    response = client.post("/webhook", content=tampered, headers=headers)
+    assert (response.status_code, response.json()) == (401, {"detail": "bad signature"})
+    assert emitted == []
+
+
 # --- receiver ---------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ import requests
 from alpaca.trading.client import TradingClient
 
 from tasks.data.bars import write_parquet
+from tasks.delivery.broker.accounts import Exchange
 from tasks.delivery.broker.paper import ClockMode, PaperBroker
 from tasks.delivery.broker.service import BrokerServer
 from tasks.delivery.keys import Keys
@@ -68,5 +69,5 @@ def market(root: Path, start: str = "2023-06-30", mode: ClockMode = "simulated",
         write_bars(bars)
     broker = PaperBroker.open(db or root / "broker.db", bars, initial_cash=cash, cost_pct=COST, mode=mode,
                               start=pd.Timestamp(start).date())
-    with BrokerServer(broker, KEYS) as server:
+    with BrokerServer(Exchange(broker, KEYS)) as server:
         yield Market(broker, TradingClient(KEYS.key_id, KEYS.secret, url_override=server.url), server.url, bars)

@@ -9,6 +9,7 @@ from typing import Any
 import requests
 from fastapi.routing import APIRoute
 
+from tasks.delivery.broker.accounts import Exchange
 from tasks.delivery.broker.api import create_app
 from tests.tasks.delivery.broker.books import assert_error_json, hold, order_body, read, snapshot
 from tests.tasks.delivery.broker.market import KEYS, market
@@ -176,7 +177,7 @@ def test_no_endpoint_answers_without_valid_keys(tmp_path):
         filled_position(m)
         response = m.raw("POST", "/v2/orders", json=order_body("AAA", 1.0, client_order_id="open-order"))
         assert response.status_code == 200
-        calls = route_calls(create_app(m.broker, KEYS), response.json()["id"])
+        calls = route_calls(create_app(Exchange(m.broker, KEYS)), response.json()["id"])
         assert len(calls) >= 16 and ("POST", "/v2/orders") in {(method, path) for method, path, _ in calls}
         wrong = {
             "no keys": {},

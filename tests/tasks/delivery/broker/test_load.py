@@ -141,6 +141,7 @@ from datetime import date
 from pathlib import Path
 from tasks.delivery.broker.paper import PaperBroker
 from tasks.delivery.broker.ledger import Ledger
+from tasks.delivery.broker.accounts import Exchange
 from tasks.delivery.broker.service import BrokerServer
 from tests.tasks.delivery.broker.market import COST, KEYS
 db, bars, cash, stall_at = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
@@ -154,7 +155,7 @@ if stall_at:  # the test's crash point: stall inside the fill transaction, after
             time.sleep(600)
     Ledger.book_fill = staticmethod(stalling)
 broker = PaperBroker.open(db, bars, initial_cash=cash, cost_pct=COST, mode="simulated", start=date(2023, 6, 30))
-with BrokerServer(broker, KEYS) as server:
+with BrokerServer(Exchange(broker, KEYS)) as server:
     print(server.url, flush=True)
     while True:
         time.sleep(3600)

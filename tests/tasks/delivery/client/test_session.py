@@ -231,3 +231,29 @@ def test_standin_answers_in_alpacas_shapes(standin: AlpacaStandin) -> None:
         client.get_order_by_id("0b11f089-722d-4ced-9beb-e2eeed3637dc")
     assert (excinfo.value.status_code, excinfo.value.code) == (404, 40410000)
     assert all(c.status is not None for c in standin.trading.calls)
+
+
+@pytest.mark.parametrize("shadow_keys, said", [({}, "it needs a second key pair"),
+                                               ({"APCA_SHADOW_API_KEY_ID": KEY_ID, "APCA_SHADOW_API_SECRET_KEY": SECRET},
+                                                "its keys reach the champion's account")])
+def test_on_alpaca_a_shadow_without_an_account_of_its_own_does_not_trade(
+        champion: Params, standin: AlpacaStandin, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        shadow_keys: dict[str, str], said: str) -> None:
+    """docs/delivery.md, Shadow accounts: one warning line, and the champion trades alone."""
+    from mlflow import MlflowClient
+
+    from tasks.delivery.client.deliver import cycle
+    from tasks.registry.store import connect
+
+    for name, value in shadow_keys.items():
+        monkeypatch.setenv(name, value)
+    connect(champion.registry)
+    MlflowClient().set_registered_model_alias(champion.registry.model_name, "shadow", "1")
+    caplog.set_level(logging.WARNING)
+    with trading_session(champion, log_to_mlflow=False) as session:
+        result = cycle(session)
+        again = cycle(session)  # a second cycle in the session says nothing more
+    assert result.shadow is None and again.shadow is None
+    assert [c.body["client_order_id"][:7] for c in posts(standin)] == ["pdr-v1-"] * 4  # the champion's alone
+    warnings = [r.getMessage() for r in caplog.records if "shadow does not trade" in r.getMessage()]
+    assert len(warnings) == 1 and said in warnings[0] and SECRET not in caplog.text

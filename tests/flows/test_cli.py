@@ -123,12 +123,12 @@ def test_status_shows_the_shadow_under_the_registry_aliases(built_copy, tmp_path
 def test_trade_shows_the_shadows_orders_after_the_champions_and_says_when_no_champion_traded():
     from rich.console import Console
 
-    from flows.cli import _traded
+    from flows.summary import traded
     from tasks.delivery.client.loop import CycleResult
 
     def shown(result: CycleResult) -> str:
         console = Console(width=200, record=True)
-        console.print(_traded(result))
+        console.print(traded(result))
         return " ".join(console.export_text().split())
 
     order = {"side": "buy", "symbol": "SYN000", "qty": 99, "status": "accepted"}

@@ -1,6 +1,5 @@
 """The CT cycle's walk-forward windows, worked out by hand on a ten-bar feature set, its warm
-start and its training plans (the challenger resumes from its checkpoint; the refit trains
-through the window)."""
+start and its training plan (the challenger resumes from its checkpoint)."""
 
 import pytest
 import torch
@@ -10,8 +9,8 @@ from tasks.data.features import features, load
 from tasks.data.validate import validate
 from tasks.errors import DataError
 from tasks.model import bundle
-from tasks.model.train import checkpoint_dir, state_scales, train
-from tasks.model.walkforward import Champion, challenger_plan, refit_plan, seen_bars, warm_start, windows
+from tasks.model.train import checkpoint_dir, state_scales
+from tasks.model.walkforward import Champion, challenger_plan, seen_bars, warm_start, windows
 from tests.conftest import tiny_params
 from trainers.evolution import CHECKPOINT
 from tests.tasks.handmade import feature_set, policy
@@ -98,16 +97,3 @@ def test_the_challenger_warm_starts_from_a_fitting_champion_and_resumes_its_own_
     folder.mkdir(parents=True)
     (folder / CHECKPOINT).touch()
     assert plan.configure(params, "v").train.resume is True  # a retried cycle continues where it stopped
-
-
-def test_a_refit_trains_the_challenger_through_the_window_and_moves_its_cutoff_to_the_last_bar(built_copy):
-    params = built_copy
-    simulate(params, 3)
-    validate(params)
-    features(params)
-    fs = load(params.dirs.features)
-    w = windows(fs, 20)
-    refit = train(params, "v-refit", refit_plan(params, "v-refit", w, params.dirs.models))
-    before, after = bundle.load(params.dirs.models)[0].state_dict(), bundle.load(refit.model_dir)[0].state_dict()
-    assert refit.model_dir == params.dirs.ct / "refit" and any(not torch.equal(before[k], after[k]) for k in before)
-    assert refit.cutoff == w.last == str(fs.timestamps[-1])[:10] and refit.start.startswith("refit")

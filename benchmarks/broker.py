@@ -13,6 +13,12 @@ trading-loop cycle, and the start time of ``podracer broker``.
 2. **one trading-loop cycle for 30 symbols**: see ``benchmarks/broker_cycle.py``.
 3. **``podracer broker`` start time**: the CLI spawned on a free port over the bars of 1.
    (a fresh ledger each time); seconds from spawn until ``GET /v2/clock`` answers 200.
+4. **one trading-loop cycle for 100 symbols at minute cadence**: the same as 2. on a tiny
+   100-symbol pipeline of 1-minute bars (``benchmarks/broker_cycle.py``); ``--minute-only``
+   runs this part alone and prints it (not recorded).
+5. **the feed's load** (``--feed FILE``, alone, not recorded): seconds and this process's peak
+   RSS to read a validated minute file into the broker's feed, as a trailing window of
+   ``--feed-sessions`` sessions (``broker.feed_sessions``; 0: the whole file).
 
 Where the cycle's time goes is split by the calls it makes; where the start time goes, by
 ``python -X importtime`` (printed only when the 5 s target is missed).
@@ -22,6 +28,8 @@ of its history (not with ``--quick``).
 
     .venv/bin/python benchmarks/broker.py --shared        # about 6 minutes on 2 shared cores
     .venv/bin/python benchmarks/broker.py --quick         # about 1.5 minutes; not appended
+    .venv/bin/python benchmarks/broker.py --minute-only --cycles 100   # part 4 alone; not appended
+    .venv/bin/python benchmarks/broker.py --feed data/validated/bars.parquet   # part 5 alone
 """
 
 from __future__ import annotations
@@ -48,18 +56,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.broker_cycle import OUTPUT_SCALE, build_pipeline, measure_cycles, quantiles  # noqa: E402
+from benchmarks.broker_cycle import MINUTE, OUTPUT_SCALE, build_pipeline, measure_cycles, quantiles  # noqa: E402
 from benchmarks.record import Reading, record  # noqa: E402
 from tasks.settings import load_env_defaults  # noqa: E402
 from tests.standins.postgres import free_port  # noqa: E402
 
 load_env_defaults()
 
-SYMBOLS, CLIENTS, CASH, COST = 30, 16, 1e9, 0.001
+SYMBOLS, MINUTE_SYMBOLS, CLIENTS, CASH, COST = 30, 100, 16, 1e9, 0.001
 KEY_ID, SECRET = "PKBENCHBROKER0000001", "bench-secret-0123456789abcdefghijklmnopq"
-TARGETS = {"orders": 500.0, "cycle_ms": 250.0, "start_s": 5.0}
+TARGETS = {"orders": 500.0, "cycle_ms": 250.0, "start_s": 5.0, "minute_cycle_ms": 1000.0}
 TARGET = "orders >= 500/s (16 alpaca-py clients), p99 trading-loop cycle <= 250 ms (30 symbols), " \
-         "`podracer broker` answering within 5 s; 2 CPU cores"
+         "`podracer broker` answering within 5 s, p99 cycle <= 1 s at minute cadence (100 symbols); 2 CPU cores"
 
 
 # --- the market --------------------------------------------------------------------------
@@ -89,7 +97,7 @@ def open_account(folder: Path, phase: str, name: str) -> Any:
     for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         stale.unlink(missing_ok=True)
     broker = PaperBroker.open(db, bars, initial_cash=CASH, cost_pct=COST, mode="simulated",
-                              start=load_feed(bars).sessions[-3].date())
+                              start=load_feed(bars).times[-3].date())
     if phase == "open":
         broker.advance("open")
     return broker
@@ -282,7 +290,19 @@ def verdict(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
-def table(orders: dict[str, dict[str, float]], cycle: dict[str, Any], starts: list[dict[str, float]]) -> str:
+def minute_rows(cycle: dict[str, Any]) -> list[str]:
+    """Part 4's rows: the cycle at minute cadence, 100 symbols."""
+    p50, p99 = cycle["loop"]
+    return [f"| trading-loop cycle at minute cadence, {MINUTE_SYMBOLS} symbols, p50 / p99 (the loop's own time) | "
+            f"{p50:.0f} / {p99:.0f} ms ({cycle['cycles']} cycles, {cycle['decided']} of them decisions, "
+            f"{cycle['orders']:.1f} orders each) | p99 ≤ 1 s | "
+            f"{verdict(p99 <= TARGETS['minute_cycle_ms'])} |",
+            f"| … the cycle including the advance to the next minute's open, p50 / p99 | {cycle['with_open'][0]:.0f} / "
+            f"{cycle['with_open'][1]:.0f} ms | | |"]
+
+
+def table(orders: dict[str, dict[str, float]], cycle: dict[str, Any], starts: list[dict[str, float]],
+          minute: dict[str, Any] | None = None) -> str:
     lines = ["| measure | result | target | met |", "|---|---|---|---|"]
     for phase, what in (("open", "market open: each fills at once"), ("closed", "market closed: each queued")):
         r = orders[phase]
@@ -300,6 +320,8 @@ def table(orders: dict[str, dict[str, float]], cycle: dict[str, Any], starts: li
                       ("close", "advance to the close after the cycle (not in the cycle's time)")):
         lines.append(f"| {what}, p50 / p99 | {cycle[key][0]:.0f} / {cycle[key][1]:.0f} ms | | |")
     lines.append(f"| first cycle (loads the champion from MLflow) | {cycle['cold_ms']:,.0f} ms | | |")
+    if minute is not None:
+        lines += minute_rows(minute)
     total = [s["total"] for s in starts]
     lines.append(f"| `podracer broker` until /v2/clock answers 200, min / median of {len(starts)} | "
                  f"{min(total):.2f} / {statistics.median(total):.2f} s | < 5 s | "
@@ -325,7 +347,7 @@ def imports_line(imports: dict[str, Any]) -> str:
 
 
 def reading(orders: dict[str, dict[str, float]], cycle: dict[str, Any], starts: list[dict[str, float]],
-            imports: dict[str, Any] | None) -> str:
+            imports: dict[str, Any] | None, minute: dict[str, Any]) -> str:
     """One paragraph on what the numbers say, from the numbers."""
     opened, closed = orders["open"], orders["closed"]
     p50, p99 = cycle["loop"]
@@ -337,7 +359,9 @@ def reading(orders: dict[str, dict[str, float]], cycle: dict[str, Any], starts: 
             f"loop serves them in turn) and the client process {opened['client_cpu_ms']:.1f} / "
             f"{closed['client_cpu_ms']:.1f} ms, both on the same two cores. A trading-loop cycle for {SYMBOLS} "
             f"symbols takes {p50:.0f} ms at the median and {p99:.0f} ms at p99 of its own time; the largest parts "
-            f"are {top[0][0]} ({top[0][1]:.0f} ms) and {top[1][0]} ({top[1][1]:.0f} ms) on average. "
+            f"are {top[0][0]} ({top[0][1]:.0f} ms) and {top[1][0]} ({top[1][1]:.0f} ms) on average. At minute "
+            f"cadence, {MINUTE_SYMBOLS} symbols, a cycle takes {minute['loop'][0]:.0f} ms at the median and "
+            f"{minute['loop'][1]:.0f} ms at p99. "
             f"`podracer broker` answers {median:.1f} s after it is spawned (median)."
             + (" " + imports_line(imports) if imports else ""))
 
@@ -352,6 +376,10 @@ def main() -> None:
                         "not appended to the docs")
     parser.add_argument("--shared", action="store_true", help="note that the machine was shared with other jobs "
                         "(timings provisional)")
+    parser.add_argument("--minute-only", action="store_true", help=f"only part 4: the cycle at minute cadence, "
+                        f"{MINUTE_SYMBOLS} symbols (--cycles of them); printed, not appended to the docs")
+    parser.add_argument("--feed", type=Path, help="only part 5: load this validated bars file into a feed")
+    parser.add_argument("--feed-sessions", type=int, default=20, help="part 5's window in sessions (0: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--serve", nargs=2, metavar=("FOLDER", "PHASE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -363,6 +391,15 @@ def main() -> None:
             min(args.cycles, 15), 1
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(f"OMP_NUM_THREADS={threads}; {os.cpu_count()} CPUs", flush=True)
+    if args.feed:
+        print(measure_feed(args.feed, args.feed_sessions or None))
+        return
+    if args.minute_only:
+        with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
+            minute = measure_minute(Path(tmp), args.cycles)
+        print("\n" + "\n".join(["| measure | result | target | met |", "|---|---|---|---|", *minute_rows(minute)])
+              + "\n\n" + cycle_table(minute) + "\n\n(--minute-only: not recorded in docs)")
+        return
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
         root = Path(tmp)
         market = root / "market"
@@ -377,13 +414,14 @@ def main() -> None:
         print(f"pipeline built in {time.perf_counter() - began:.0f} s", flush=True)
         cycle = measure_cycles(params, args.cycles)
         print(f"cycles: { {k: v for k, v in cycle.items() if k != 'parts'} }", flush=True)
+        minute = measure_minute(root, args.cycles)
         starts = start_times(root / "start", market / "bars.parquet", args.starts)
         print(f"podracer broker starts: {starts}", flush=True)
         slow = statistics.median(s["total"] for s in starts) >= TARGETS["start_s"]
         imports = import_profile() if slow else None
-    text = table(orders, cycle, starts)
-    extra = "\n\n" + cycle_table(cycle)
-    note = "\n\n" + reading(orders, cycle, starts, imports)
+    text = table(orders, cycle, starts, minute)
+    extra = "\n\n" + cycle_table(cycle) + "\n\nAt minute cadence:\n\n" + cycle_table(minute)
+    note = "\n\n" + reading(orders, cycle, starts, imports, minute)
     print("\n" + text + extra + note)
     if args.quick:
         print("\n(--quick: not recorded in docs)")
@@ -393,7 +431,8 @@ def main() -> None:
                        + [".venv/bin/python", "benchmarks/broker.py", *sys.argv[1:]])
     shared = ", shared with another job while this ran (timings provisional)" if args.shared else ""
     met = [r["rate"] >= TARGETS["orders"] for r in orders.values()] + [
-        cycle["loop"][1] <= TARGETS["cycle_ms"], statistics.median(s["total"] for s in starts) < TARGETS["start_s"]]
+        cycle["loop"][1] <= TARGETS["cycle_ms"], statistics.median(s["total"] for s in starts) < TARGETS["start_s"],
+        minute["loop"][1] <= TARGETS["minute_cycle_ms"]]
     record(Reading(
         "broker", "Paper broker: orders/s through alpaca-py, trading-loop cycle, start time",
         f"Latest: {stamp}. Command: `{command}`  \n"
@@ -405,7 +444,8 @@ def main() -> None:
         f"{SYMBOLS}-symbol champion (its output layer scaled x{OUTPUT_SCALE:g} so that it trades) in an "
         f"MLflow run, risk checks shadowed, as `podracer trade --replay` runs it, the broker in a thread "
         f"of the same process; the clock's advance to the open (where the orders fill) is timed apart "
-        f"from the loop's own time, the advance to the close outside the cycle. Start: `podracer broker "
+        f"from the loop's own time, the advance to the close outside the cycle; at minute cadence the same on a "
+        f"tiny {MINUTE_SYMBOLS}-symbol pipeline of 1-minute bars ({', '.join(MINUTE)}). Start: `podracer broker "
         f"-p params.yaml --port N` on the same bars, a fresh ledger each time.\n\n{text}{extra}{note}",
         ("date", "command", "orders/s, market open / closed", "cycle p50 / p99 (the loop's own time)",
          "`podracer broker` start, median", "targets met"),
@@ -413,6 +453,30 @@ def main() -> None:
          f"{cycle['loop'][0]:.0f} / {cycle['loop'][1]:.0f} ms",
          f"{statistics.median(s['total'] for s in starts):.2f} s",
          f"{sum(met)} of {len(met)}")), args.out)
+
+
+def measure_feed(path: Path, sessions: int | None) -> str:
+    """Part 5: one load of ``path`` into the broker's feed; its seconds and this process's peak RSS."""
+    import resource
+
+    from tasks.delivery.broker.feed import load_feed
+
+    began = time.perf_counter()
+    feed = load_feed(path, sessions)
+    took = time.perf_counter() - began
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return (f"feed of {path}: {len(feed):,} bars x {len(feed.symbols)} symbols ({feed.freq}, window "
+            f"{sessions or 'all'} sessions) in {took:.1f} s; peak RSS of this process {peak:,.0f} MiB")
+
+
+def measure_minute(root: Path, cycles: int) -> dict[str, Any]:
+    """Part 4: a tiny 100-symbol minute pipeline in ``root``, then ``cycles`` cycles on its last bars."""
+    began = time.perf_counter()
+    params = build_pipeline(root / "minute", MINUTE_SYMBOLS, minute=True)
+    print(f"minute pipeline built in {time.perf_counter() - began:.0f} s", flush=True)
+    cycle = measure_cycles(params, cycles)
+    print(f"minute cycles: { {k: v for k, v in cycle.items() if k != 'parts'} }", flush=True)
+    return cycle
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
-"""Part 2 of benchmarks/broker.py: one trading-loop cycle for 30 symbols, timed and split by
-the calls it makes.
+"""Parts 2 and 4 of benchmarks/broker.py: one trading-loop cycle, timed and split by the calls it makes,
+for 30 symbols on daily bars and for 100 symbols at minute cadence.
 
-A tiny 30-symbol pipeline (ingest to register, the smallest training that makes a model) in a
-temp folder, its policy the champion, a simulated-clock broker started in a thread of
-this process standing 120 bars before the end; ``TradingLoop.cycle(t)`` inside an MLflow run
-(as ``podracer trade --replay`` drives it) over consecutive bars. The clock's advance to the
-open (``after_submit``: the batch fills) is timed apart from the loop's own time, the advance
-to the close outside the cycle; the first cycle (it loads the champion) is reported alone.
+A tiny pipeline (ingest to register, the smallest training that makes a model) in a temp
+folder, its policy the champion, a simulated-clock broker started in a thread of this
+process standing 120 bars before the end; ``TradingLoop.cycle(t)`` inside an MLflow run
+(logging each cycle as the live loop does) over consecutive bars. The clock's advance to
+the open (``after_submit``: the batch fills) is timed apart from the loop's own time, the
+advance to the close outside the cycle; the first cycle (it loads the champion) is reported
+alone. On minute bars (:data:`MINUTE`: six weeks, the last one the test window) the tiny
+policy decides on every bar (``env.decide_every`` 1): the worst case of ``podracer trade`` on a
+minute feed, where the held bars between two decisions trade only the gate and close-outs.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from typing import Any
 import numpy as np
 
 OUTPUT_SCALE = 300.0
+MINUTE = ("data.freq=1min", "data.start=2023-10-02", "data.end=2023-11-10", "features.train_end=2023-10-27",
+          "features.val_end=2023-11-03", "features.turbulence_refresh=390")
+"""The minute case's data: six weeks of 1-minute bars (about 15,000 bars a symbol)."""
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:
@@ -41,8 +47,9 @@ def sharpen(weights: Path, factor: float = OUTPUT_SCALE) -> None:
     torch.save(state, weights)
 
 
-def build_pipeline(root: Path, symbols: int) -> Any:
-    """A ``symbols``-symbol tiny pipeline in ``root``, its policy registered as champion."""
+def build_pipeline(root: Path, symbols: int, minute: bool = False) -> Any:
+    """A ``symbols``-symbol tiny pipeline in ``root`` (on :data:`MINUTE` bars with ``minute``), its
+    policy registered as champion."""
     from tasks.data.features import features
     from tasks.data.ingest import ingest
     from tasks.data.validate import validate
@@ -54,7 +61,7 @@ def build_pipeline(root: Path, symbols: int) -> Any:
 
     params = tiny_params(root, f"data.symbols={symbols}", "evolution.population=2", "evolution.generations=1",
                          "evolution.iterations_per_generation=1", "registry.gate_margin=-1000",
-                         "trade.fill_timeout_seconds=1", "trade.poll_seconds=0.05")
+                         "trade.fill_timeout_seconds=1", "trade.poll_seconds=0.05", *(MINUTE if minute else ()))
     for stage in (ingest, validate, features, train):
         stage(params)
     sharpen(params.dirs.models / bundle.WEIGHTS)
@@ -110,7 +117,8 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
     parts: list[dict[str, float]] = []
     calls: list[dict[str, int]] = []
     with local_broker(params, ledger=params.dirs.broker / "bench.db", clock="simulated",
-                      day=pd.Timestamp(stamps[first]).date()) as url, mlflow_run(params, "benchmark broker", url):
+                      day=pd.Timestamp(stamps[first], tz="UTC").to_pydatetime()) as url, \
+            mlflow_run(params, "benchmark broker", url):
         client = TradingClient(keys.key_id, keys.secret, url_override=url)
         for name in ("get_clock", "get_account", "get_all_positions", "get_orders", "submit_order",
                      "get_order_by_id"):
@@ -120,16 +128,18 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
         journal.put = split.wrap("journal write (SQLite)", journal.put)  # type: ignore[method-assign]
         loop = TradingLoop(params, client, journal, split.wrap("MLflow metrics (log_cycle)", log_cycle),
                            enforce_risk=False)
-        loop.champion.current = split.wrap("resolve champion (MLflow registry)",  # type: ignore[method-assign]
-                                           loop.champion.current)
+        loop._due = split.wrap("decision schedule (_due: the journal's last decision)",  # type: ignore[method-assign]
+                               loop._due)
+        loop.policy.current = split.wrap("resolve champion (MLflow registry)",  # type: ignore[method-assign]
+                                         loop.policy.current)
         opened = lambda: advance(url, keys, "open")  # noqa: E731
         began = time.perf_counter()
         loop.cycle(first, after_submit=split.wrap("advance to the open (fills)", opened))
         cold = time.perf_counter() - began
         advance(url, keys, "close")
-        model = loop.champion.model
+        model = loop.policy.model
         model.predict = split.wrap("policy (pyfunc predict)", model.predict)
-        orders = 0
+        orders = decided = 0
         split.take()
         for t in range(first + 1, first + 1 + cycles):
             began = time.perf_counter()
@@ -143,6 +153,7 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
             parts.append(part)
             calls.append(count)
             orders += len(result.orders)
+            decided += result.decided
             began = time.perf_counter()
             advance(url, keys, "close")
             close_ms.append((time.perf_counter() - began) * 1e3)
@@ -151,5 +162,5 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
     per_cycle = {k: statistics.fmean(c.get(k, 0) for c in calls) for k in mean}
     return {"cycles": cycles, "cold_ms": cold * 1e3, "loop": quantiles(loop_ms), "open": quantiles(open_ms),
             "close": quantiles(close_ms), "with_open": quantiles([a + b for a, b in zip(loop_ms, open_ms)]),
-            "orders": orders / cycles, "parts": dict(sorted(mean.items(), key=lambda kv: -kv[1])),
+            "orders": orders / cycles, "decided": decided, "parts": dict(sorted(mean.items(), key=lambda kv: -kv[1])),
             "calls": per_cycle}

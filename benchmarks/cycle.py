@@ -1,15 +1,17 @@
 """Benchmark of the continuous-training loop as a user runs it: data event → CT cycle → champion → orders.
 
 In a scratch project (temp folder or ``--workdir``; never the repo's data/ or mlflow/) with params.yaml's
-config (``--tiny``: the test suite's sizes) on free loopback ports: ``podracer run`` (the first champion);
+config (``--params``: another shipped config, e.g. params.minute.yaml; ``--tiny``: the test suite's sizes) on
+free loopback ports: ``podracer run`` (the first champion);
 ``podracer up`` and its services' seconds; ``podracer simulate --bars 5`` (the data event), then Prefect's
 REST API: event → ct-cycle run, its task runs, the cycle (target ≤ 15 min); if it promoted, event → first
 order at the paper broker; the ``champion`` alias moved through MLflow's REST API (``--repeats``) → first
 order, or → the delivery in delivered.json when it places none (target ≤ 30 s); ``podracer down`` leaves
 no process. Records the table in docs/benchmarks.md, the section's latest reading and a row of its history
-(``--tiny``: only with ``--record``).
+(``--tiny``: only with ``--record``); another config than params.yaml keeps a section of its own.
 
     .venv/bin/python benchmarks/cycle.py            # the default config, on a quiet machine
+    .venv/bin/python benchmarks/cycle.py --params params.minute.yaml   # the minute-bar config
     .venv/bin/python benchmarks/cycle.py --tiny     # a few minutes: checks the script
 """
 
@@ -39,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.record import Reading, now, record  # noqa: E402
+from tasks.config import Params, load_params  # noqa: E402
 
 TINY = [  # tests/conftest.py TINY, and what makes a quick CT cycle
     "data.symbols=4", "data.start=2020-01-01", "data.end=2021-12-31", "data.signal=1.0",
@@ -70,9 +73,10 @@ def free_ports(count: int) -> list[int]:
         return [int(sock.getsockname()[1]) for sock in socks]
 
 
-def scratch_params(root: Path, tiny: bool, extra: list[str]) -> dict[str, Any]:
-    """params.yaml with the scratch project's data, store, artifacts and ports, then the overrides."""
-    tree = yaml.safe_load((ROOT / "params.yaml").read_text())
+def scratch_params(root: Path, config: Path, tiny: bool, extra: list[str]) -> dict[str, Any]:
+    """``config`` (params.yaml, or another shipped config) with the scratch project's data, store,
+    artifacts and ports, then the overrides."""
+    tree = yaml.safe_load(config.read_text())
     prefect, mlflow, receiver, broker = free_ports(4)
     for assignment in [f"data_dir={root / 'data'}", f"registry.tracking_uri=sqlite:///{root / 'mlflow' / 'mlflow.db'}",
                        f"registry.artifact_root={root / 'mlflow' / 'artifacts'}", f"services.prefect_port={prefect}",
@@ -281,6 +285,14 @@ def measure(loop: Loop, rows: list[Row], repeats: int, wait: float, recorded: li
         traded.add(target)
 
 
+def describe(p: Params, name: str) -> str:
+    """The config in one line: its name, size, range and the cycle's settings (source defaults resolved)."""
+    d = p.data
+    bars = "" if d.freq == "1d" else f", {d.freq} bars"
+    return (f"{name} ({d.symbols} symbols{bars}, {d.start}..{d.end}, population {p.evolution.population}, "
+            f"ct.generations {p.ct.generations}, ct.eval_bars {p.ct.eval_bars})")
+
+
 def history_cells(rows: list[Row]) -> tuple[str, str, str]:
     """The CT cycle's time, each alias round's result, and how many targets were met."""
     cycle = next((r[1] for r in rows if r[0].startswith("CT cycle, flow run")), "-")
@@ -291,7 +303,10 @@ def history_cells(rows: list[Row]) -> tuple[str, str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tiny", action="store_true", help="the test suite's tiny sizes (checks the script)")
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml",
+                        help="the config the scratch project starts from (e.g. params.minute.yaml)")
+    parser.add_argument("--tiny", action="store_true", help="the test suite's tiny sizes, for params.yaml's "
+                        "daily bars (checks the script)")
     parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=None,
                         help="record in docs/benchmarks.md (default: yes, but not with --tiny)")
     parser.add_argument("--repeats", type=int, default=3, help="alias moves, alternating versions")
@@ -301,10 +316,14 @@ def main() -> None:
                         help="one more override of the scratch params.yaml (e.g. services.start_timeout=240)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
+    config = args.params.resolve()
+    if args.tiny and config != ROOT / "params.yaml":
+        parser.error("--tiny sets the test suite's daily sizes; make another config small with -s KEY=VALUE")
     root = (args.workdir or Path(tempfile.mkdtemp(prefix="bench-cycle-"))).resolve()
     (root / "mlflow").mkdir(parents=True, exist_ok=True)
-    tree = scratch_params(root, args.tiny, args.extra)
+    tree = scratch_params(root, config, args.tiny, args.extra)
     (root / "params.yaml").write_text(yaml.safe_dump(tree, sort_keys=False))
+    described = describe(load_params(root / "params.yaml"), "tiny sizes" if args.tiny else config.name)
     loop, rows, recorded, failure = Loop(root, tree), [], [], None
     cores, load = len(os.sched_getaffinity(0)), os.getloadavg()[0]
     stamp = now()
@@ -330,20 +349,20 @@ def main() -> None:
         print("\n(not recorded in docs/benchmarks.md)")
         return
     command = " ".join([".venv/bin/python", "benchmarks/cycle.py", *sys.argv[1:]])
-    d, e, ct = tree["data"], tree["evolution"], tree["ct"]
-    config = (f"{'tiny sizes' if args.tiny else 'params.yaml'} ({d['symbols']} symbols, {d['start']}..{d['end']}, "
-              f"population {e['population']}, ct.generations {ct['generations']}, ct.eval_bars {ct['eval_bars']})")
+    default = config == ROOT / "params.yaml"
+    key, title = (("cycle", "Continuous-training loop") if default else
+                  (f"cycle-{config.stem.removeprefix('params.')}", f"Continuous-training loop, {config.name}"))
     record(Reading(
-        "cycle", "Continuous-training loop: data event → CT cycle → champion → orders",
+        key, f"{title}: data event → CT cycle → champion → orders",
         f"Latest: {stamp}. Command: `{command}`  \n"
         f"Machine: `nproc` = {cores}, load average {load:.2f} at the start and {os.getloadavg()[0]:.2f} at "
-        f"the end; absolute times are noisy on a shared machine.  \nConfig: {config}, a scratch project on free "
+        f"the end; absolute times are noisy on a shared machine.  \nConfig: {described}, a scratch project on free "
         f"loopback ports. Targets: CT cycle ≤ 15 min, alias change → orders ≤ 30 s. Orders are seen by polling "
         f"`GET /v2/orders` every 0.2 s; each alias move waits until no delivery run is pending.\n\n{text}\n\n"
         f"A version is promoted only if it passes the gate, so the data event → order latency exists only for "
         f"cycles that promoted.",
         ("date", "command", "config", "CT cycle", "alias → orders, per round", "targets met"),
-        (stamp, f"`{command}`", config, *history_cells(rows))), args.out)
+        (stamp, f"`{command}`", described, *history_cells(rows))), args.out)
 
 
 if __name__ == "__main__":

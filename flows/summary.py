@@ -12,10 +12,12 @@ from flows.pipeline import PipelineSummary
 from tasks.delivery.client.loop import CycleResult
 from tasks.delivery.keys import CHAMPION
 from tasks.errors import PodracerError
-from tasks.model.backtest import BacktestResult
+from tasks.model.backtest import YEAR_SESSIONS, BacktestResult, extrapolated, span
 from trainers.metrics import METRICS
 
 PERCENT = {"cumulative_return", "annual_return", "annual_volatility", "max_drawdown"}
+ANNUAL = {"annual_return", "annual_volatility", "sharpe", "calmar"}
+"""The figures scaled to a year (:data:`tasks.model.backtest.YEAR_SESSIONS` sessions)."""
 
 
 def _fmt(name: str, value: float) -> str:
@@ -23,13 +25,20 @@ def _fmt(name: str, value: float) -> str:
 
 
 def metrics_table(result: BacktestResult) -> Table:
-    """Every arm's metrics side by side (the pipeline's: the agent beside buy-and-hold)."""
-    table = Table(title=f"Backtest {result.start} to {result.end} (test window, after costs)")
+    """Every arm's metrics side by side (the pipeline's: the agent beside buy-and-hold). The
+    title says how long the window is and the first row is its total return; on a short
+    window the annualised rows are starred and the caption says they extrapolate it to a year."""
+    short = extrapolated(result)
+    table = Table(title=f"Backtest {result.start} to {result.end}, {span(result)} (test window, after costs)",
+                  caption=f"* extrapolated from {result.sessions} sessions to a year of {YEAR_SESSIONS}"
+                  if short else None)
     table.add_column("metric")
     for arm in result.metrics:
         table.add_column(arm.replace("_", "-"), justify="right")
     for name in METRICS:
-        table.add_row(name.replace("_", " "), *(_fmt(name, values[name]) for values in result.metrics.values()))
+        label = "total return (window)" if name == "cumulative_return" else name.replace("_", " ")
+        table.add_row(label + (" *" if short and name in ANNUAL else ""),
+                      *(_fmt(name, values[name]) for values in result.metrics.values()))
     return table
 
 

@@ -234,6 +234,8 @@ class BrokerParams(_Section):
         "simulated: POST /podracer/v1/clock/advance steps bar by bar")
     key_file: Path | None = Field(None, description="0600 JSON file of the account's keys "
                                   "(default data_dir/broker/keys.json, created on first start)")
+    feed_sessions: int = Field(20, ge=1, description="minute bars: the broker reads the last this many sessions "
+                               "of data/validated (and back to where its clock or a replay stands); daily bars: all")
 
     @model_validator(mode="after")
     def _loopback(self) -> BrokerParams:
@@ -290,7 +292,8 @@ class CTParams(_Section):
     eval_bars: int = Field(63, ge=5, description="the latest bars: the window challenger, champion and "
                            "buy-and-hold are compared on; the challenger never sees them")
     shadow_bars: int = Field(21, ge=1, description="bars a shadow's record must grow between two tests of "
-                             "it: at most 252 / shadow_bars tests a year (docs/operations.md, the gate)")
+                             "it: at most bars-a-year / shadow_bars tests a year (252 daily, 252 x 390 on 1min bars; "
+                             "docs/operations.md, the gate)")
 
 
 class ScheduleParams(_Section):
@@ -337,6 +340,7 @@ class Params(_Section):
     def _check(self) -> Params:
         if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
             raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
+        self.env.check_freq(self.data.freq)
         return self
 
     @property

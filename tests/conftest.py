@@ -67,19 +67,23 @@ def tiny(tmp_path: Path) -> Params:
     return tiny_params(tmp_path)
 
 
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Params:
-    """Ingest → validate → features → train → backtest once, at tiny size (read-only for tests)."""
+def build_through_backtest(params: Params) -> Params:
+    """Run ingest → validate → features → train → backtest on ``params``."""
     from tasks.data.features import features
     from tasks.data.ingest import ingest
     from tasks.data.validate import validate
     from tasks.model.backtest import backtest
     from tasks.model.train import train
 
-    params = tiny_params(tmp_path_factory.mktemp("built"))
     for stage in (ingest, validate, features, train, backtest):
         stage(params)
     return params
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Params:
+    """Ingest → validate → features → train → backtest once, at tiny size (read-only for tests)."""
+    return build_through_backtest(tiny_params(tmp_path_factory.mktemp("built")))
 
 
 @pytest.fixture

@@ -89,6 +89,10 @@ class PPOConfig:
 TURBULENCE = "turbulence"
 """The indicator the turbulence gate reads, raw (not normalised)."""
 
+SESSION_GRID = 30
+"""gcd of a 390-minute session and a 210-minute half day: a decision grid whose step divides
+it and that starts at a session's last bar decides at every session's close."""
+
 
 @dataclass(frozen=True)
 class EnvConfig:
@@ -128,6 +132,11 @@ class EnvConfig:
     ``excess``: the log return minus the equal-weight market's, log(mean_i close_t+1 / close_t),
     on the same scale: the market's move, which no allocation escapes, leaves the reward,
     so what is left credits the allocation (a benchmark-relative reward)."""
+    overnight: Literal["carry", "flatten"] = "carry"
+    """Intraday bars: ``carry`` holds positions over the overnight gap (the holder bears it).
+    ``flatten`` sells every position at each session's last close, a market-on-close order
+    filled at that close with ``cost_pct``, before the decision taken at that close, which
+    then sees a flat account (``MarketData.session_last``; docs/training.md, Minute bars)."""
 
     def __post_init__(self) -> None:
         require(self.initial_cash > 0, "initial_cash must be > 0")
@@ -140,6 +149,18 @@ class EnvConfig:
         require(self.episode_len >= self.min_episode_len, "episode_len must be >= min_episode_len")
         require(self.turbulence_threshold is None or self.turbulence_threshold > 0,
                 "turbulence_threshold must be > 0 (or null for no gate)")
+
+    def check_freq(self, freq: str) -> None:
+        """Raise ``ValueError`` (one line) when these rules do not fit bars of ``freq``: on
+        minute bars ``decide_every`` must divide :data:`SESSION_GRID`, and ``flatten`` needs
+        intraday bars (a daily bar is a whole session)."""
+        if freq == "1min":
+            require(SESSION_GRID % self.decide_every == 0,
+                    f"env.decide_every {self.decide_every} must divide {SESSION_GRID} on 1min bars, so decisions "
+                    "land on every session's close (390-minute sessions, 210-minute half days)")
+        else:
+            require(self.overnight == "carry", f"env.overnight: flatten needs intraday bars, not {freq}")
+
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ MDP rules (docs/design.md, The market MDP):
 * a ragged universe (``MarketData.tradable``): a stock not tradable at t is masked from
   the state, never bought and sold if held; one not tradable at t+1 is not bought and a
   position in it is closed out at its last real close (docs/data.md, Ragged universes);
+* intraday bars (``MarketData.session_last``) with ``env.overnight: flatten``: at a
+  session's last bar every position is sold at that bar's close, before the decision
+  taken there (docs/training.md, Minute bars: the MDP);
 * the end of an episode (its length or the end of data) is a truncation, never terminal.
 
 With a ``baseline`` action, :meth:`MarketEnv.step` also returns each stock's **credit**
@@ -28,76 +31,15 @@ its holding period, less what the baseline's would have, from the same account.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
 
 from trainers._checks import require
 from trainers.config import EnvConfig
+from trainers.market import MarketData  # the env's callers import it from here too
 from trainers.orders import Fill, execute_orders
-from trainers.state import StateScales, account_block, bar_block, state_dim
-
-@dataclass
-class MarketData:
-    """Price and indicator panels on one device.
-
-    ``open`` and ``close`` are ``[T, n]`` float64; ``features`` is ``[T, n, k]`` float32,
-    already normalised with :func:`trainers.state.normalise_features`; ``turbulence`` is the
-    raw ``[T]`` turbulence index the gate reads (``None`` when it was not computed);
-    ``tradable`` is ``[T, n]`` bool, false where a stock has no tradable bar (``None``: every
-    stock at every bar, the panel has no gaps).
-    """
-
-    open: torch.Tensor
-    close: torch.Tensor
-    features: torch.Tensor
-    turbulence: torch.Tensor | None = None
-    tradable: torch.Tensor | None = None
-    _rows: dict[StateScales, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
-    _level: torch.Tensor | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def n_stocks(self) -> int:
-        return int(self.close.shape[1])
-
-    @property
-    def n_features(self) -> int:
-        return int(self.features.shape[2])
-
-    def to(self, device: torch.device | str) -> MarketData:
-        turb, mask = (None if x is None else x.to(device) for x in (self.turbulence, self.tradable))
-        return MarketData(self.open.to(device), self.close.to(device), self.features.to(device), turb, mask)
-
-    def market_growth(self) -> torch.Tensor:
-        """``[T − 1]`` log growth of the equal-weight market from close t to close t+1
-        (``reward: excess``'s benchmark); in a ragged universe, over the stocks tradable at
-        both closes (0 where there are none)."""
-        ratio = self.close[1:] / self.close[:-1]
-        if self.tradable is None:
-            return torch.log(ratio.mean(dim=1))
-        both = self.tradable[1:] & self.tradable[:-1]
-        mean = torch.where(both, ratio, 0.0).sum(dim=1) / both.sum(dim=1).clamp(min=1)
-        return torch.log(torch.where(both.any(dim=1), mean, 1.0))
-
-    def market_growth_between(self, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
-        """Log growth of the equal-weight market from close ``start`` to close ``end`` (``[E]``
-        bars each): the sum of :meth:`market_growth` over a decision's bars, from a cumulative
-        sum computed once."""
-        if self._level is None:
-            growth = self.market_growth()
-            self._level = torch.cat((torch.zeros_like(growth[:1]), torch.cumsum(growth, dim=0)))
-        return self._level.index_select(0, end) - self._level.index_select(0, start)
-
-    def state_rows(self, scales: StateScales) -> torch.Tensor:
-        """Every bar's state row ``[T, state_dim]`` float32 with the account columns zeroed,
-        computed once per ``scales``: a step gathers one row per env and fills in the account,
-        instead of rebuilding the bar part (the same values, bit for bit)."""
-        if scales not in self._rows:
-            bars = bar_block(self.close, self.features, scales, self.tradable)
-            account = torch.zeros((bars.shape[0], 1 + self.n_stocks), dtype=bars.dtype, device=bars.device)
-            self._rows[scales] = torch.cat((account, bars), dim=1)
-        return self._rows[scales]
+from trainers.state import StateScales, account_block, state_dim
 
 
 class FinalStates(NamedTuple):
@@ -212,6 +154,26 @@ class MarketEnv:
     def action_dim(self) -> int:
         return self.data.n_stocks
 
+    @property
+    def holds_idle(self) -> bool:
+        """Whether nothing can trade between two decisions: no turbulence gate, no stock that
+        stops trading, no session close to flatten at. A held bar then leaves cash and shares
+        as they were (its orders are all zero), so :meth:`step` skips to the next decision."""
+        return self.cfg.turbulence_threshold is None and self.data.tradable is None and not self.flattens
+
+    def _skip_to(self, stop: torch.Tensor, path: list[torch.Tensor]) -> None:
+        """Hold to ``stop`` without trading (:attr:`holds_idle`); a window's single pass marks
+        the account at each close on the way (every env is at the same bar there)."""
+        if not self.random_start and self.cfg.decide_every > 1:
+            bars = range(int(self.t[0]) + 1, int(stop[0]) + 1)
+            path.extend(self.cash + (self.shares * self.data.close[b]).sum(dim=1) for b in bars)
+        self.t = stop
+
+    @property
+    def flattens(self) -> bool:
+        """Whether positions are sold at each session's close (``env.overnight: flatten`` on intraday bars)."""
+        return self.cfg.overnight == "flatten" and self.data.session_last is not None
+
     def account_value(self) -> torch.Tensor:
         """Cash plus holdings marked at the current bar's close, ``[E]``."""
         return self.cash + (self.shares * self.data.close.index_select(0, self.t)).sum(dim=1)
@@ -274,7 +236,9 @@ class MarketEnv:
         start, stop = self.t, torch.clamp(self.t + self.cfg.decide_every, max=self.t_end)
         credit = self._bar(action, baseline, stop)
         path = [] if self.random_start else [self.account_value()]
-        for _ in range(1, self.cfg.decide_every):
+        if self.holds_idle:
+            self._skip_to(stop, path)
+        for _ in range(1, 1 if self.holds_idle else self.cfg.decide_every):
             active = self.t < stop
             # a window's single pass (every env at the same bar) or the CPU: stop when all are done
             if (self.host_sync_free or not self.random_start) and not bool(active.any()):
@@ -326,7 +290,20 @@ class MarketEnv:
             self.cash = torch.where(active, fill.cash, self.cash)
             self.shares = torch.where(active.unsqueeze(1), fill.shares, self.shares)
         self.t = t_next
+        if self.flattens:
+            assert self.data.session_last is not None
+            self._flatten(self.data.session_last.index_select(0, t_next))
         return credit
+
+    def _flatten(self, where: torch.Tensor) -> None:
+        """Sell every position of the accounts ``where`` (``[E]``, at a session's last bar) at
+        the current bar's close: a market-on-close order filled by the one fill rule
+        (:func:`trainers.orders.execute_orders`, the close as the price, costs charged), so
+        the decision taken at this close sees a flat account. An account already flat, or
+        not at a session's last bar, is left bit for bit as it was."""
+        close = self.data.close.index_select(0, self.t)
+        fill = execute_orders(self.cfg, None, self.cash, self.shares, close, close, where)
+        self.cash, self.shares = fill.cash, fill.shares
 
     def _credit(self, fill: Fill, base: Fill, stop: torch.Tensor) -> torch.Tensor:
         """``[E, n]`` per-stock credit of the step just filled (``self.t`` still the bar decided
@@ -340,7 +317,9 @@ class MarketEnv:
         shared by all n (docs/training.md).
 
         Where that open is past the data, or the stock has no tradable bar there, the holding is
-        marked at the close of ``stop`` (where the env would close it out).
+        marked at the close of ``stop`` (where the env would close it out). With ``env.overnight:
+        flatten`` and a session's last bar s in (t, ``stop``], the holding is sold at close s
+        instead, and that sale's cost counts too.
         """
         data, t1 = self.data, stop
         last = data.close.shape[0] - 1
@@ -352,6 +331,12 @@ class MarketEnv:
         held = fill.shares - base.shares
         traded = fill.sold + fill.bought - base.sold - base.bought
         earned = held * (mark - fill.price) - traded * fill.price * self.cfg.cost_pct
+        if self.flattens:  # each account sells its whole holding at close s, at a cost
+            s = self.data.next_session_end().index_select(0, self.t + 1)
+            flat = (s <= t1).unsqueeze(1)
+            close = data.close.index_select(0, s.clamp(max=last))
+            earned = torch.where(flat, held * (close * (1.0 - self.cfg.cost_pct) - fill.price)
+                                 - traded * fill.price * self.cfg.cost_pct, earned)
         return (earned * self.cfg.reward_scale).to(torch.float32)
 
     def resize(self, num_envs: int) -> None:

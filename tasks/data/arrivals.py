@@ -1,14 +1,18 @@
-"""New bars arriving: extend the embedded market by new sessions, as a real data arrival.
+"""New bars arriving: extend the embedded market by new bars, as a real data arrival.
 
 Continuous training needs data that grows. ``podracer simulate --bars N`` calls
-:func:`simulate`, which generates the next ``N`` NYSE sessions of the synthetic daily
-market after the last ingested bar (:func:`future_bars`) and merges them into
-``data/raw/`` (:func:`append_bars`) exactly as a fetched arrival would land:
+:func:`simulate`, which generates the next ``N`` bars of the synthetic market after the
+last ingested bar (:func:`future_bars`) and merges them into ``data/raw/``
+(:func:`append_bars`) exactly as a fetched arrival would land. At ``data.freq: 1d`` the
+bars are the next ``N`` NYSE sessions; at ``1min`` the next ``N`` NYSE minutes (half days
+included), crossing into the next sessions when the last one ends, refined from a daily
+market by :mod:`tasks.data.synthetic_intraday` as ingest's minute bars are:
 
 * **Deterministic:** the future is a pure function of ``data.seed`` and the last stored
-  session (plus the market's shape), so the same state always grows the same way.
+  bar (plus the market's shape), so the same state always grows the same way.
 * **Continuous:** each symbol's new path is rescaled to start from its last real close, so
-  the first new bar's move is one generated daily return, not a jump to another level.
+  the first new bar's move is one generated return (a day's, or a minute's, or the
+  overnight gap after a session's last minute), not a jump to another level.
 * **Recorded:** the manifest gets the new file digests, row count and an ``appended``
   entry, so a later ``ingest`` with the same spec reuses the files without reporting a
   hand edit, while the data version (a hash of the files) changes and triggers retraining.
@@ -35,8 +39,10 @@ import pandas as pd
 from tasks.caching import data_version
 from tasks.config import Params
 from tasks.data.bars import COLUMNS, PRICE_COLUMNS, read_parquet, to_contract, write_parquet
+from tasks.data.checks import calendar_index
 from tasks.data.ingest import _load_manifest, _write_manifest
 from tasks.data.synthetic_daily import daily_market, nyse_sessions, symbol_names
+from tasks.data.synthetic_intraday import minute_chunks
 from tasks.errors import ConfigError, DataError, MissingInput
 from tasks.storage import file_digest
 
@@ -47,7 +53,9 @@ ARRIVED = "podracer.data.arrived"
 
 @dataclass(frozen=True)
 class Arrival:
-    """What one arrival added to ``data/raw/``: rows, sessions, their date range and versions."""
+    """What one arrival added to ``data/raw/``: rows, sessions, their range and versions.
+
+    ``first`` and ``last`` are dates for daily bars, ISO times (UTC) for minute bars."""
 
     bars: int
     sessions: int
@@ -65,6 +73,12 @@ def _stored(raw: Path) -> dict[str, tuple[pd.DataFrame, str | None]]:
     return {f.stem: read_parquet(f) for f in files}
 
 
+def _when(ts: pd.Timestamp) -> str:
+    """A bar's time as the manifest and messages write it: the date of a daily bar (00:00
+    UTC), the ISO time of an intraday one."""
+    return str(ts.date()) if ts == ts.normalize() else ts.isoformat()
+
+
 def _last_session(stored: dict[str, tuple[pd.DataFrame, str | None]]) -> pd.Timestamp:
     """The last ts every symbol shares; a symbol that ends elsewhere is a DataError."""
     lasts = {s: frame["ts"].max() for s, (frame, _) in stored.items()}
@@ -73,14 +87,14 @@ def _last_session(stored: dict[str, tuple[pd.DataFrame, str | None]]) -> pd.Time
         if pd.isna(last):
             raise DataError(f"data/raw: {symbol} has no bars")
         if last != lasts[first_symbol]:
-            raise DataError(f"data/raw: {symbol} ends on {last.date()} but {first_symbol} on "
-                            f"{lasts[first_symbol].date()}; an arrival needs one common last session")
+            raise DataError(f"data/raw: {symbol} ends on {_when(last)} but {first_symbol} on "
+                            f"{_when(lasts[first_symbol])}; an arrival needs one common last bar")
     return pd.Timestamp(lasts[first_symbol])
 
 
-def _future_seed(seed: int, last: date) -> int:
-    """A seed for the sessions after ``last``: a hash of (data.seed, last date), so the same
-    stored state always grows the same future, and each step of growth draws fresh shocks."""
+def _future_seed(seed: int, last: date | pd.Timestamp) -> int:
+    """A seed for the bars after ``last``: a hash of (data.seed, last date or minute), so the
+    same stored state always grows the same future, and each step of growth draws fresh shocks."""
     digest = hashlib.sha256(f"podracer.arrival:{seed}:{last.isoformat()}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
 
@@ -93,47 +107,102 @@ def _next_sessions(after: date, count: int) -> pd.DatetimeIndex:
     return sessions[:count]
 
 
-def future_bars(params: Params, sessions: int) -> pd.DataFrame:
-    """The next ``sessions`` NYSE sessions of the synthetic daily market, in the bars contract.
+def _next_minutes(after: pd.Timestamp, count: int) -> pd.DatetimeIndex:
+    """The first ``count`` NYSE minute-bar starts strictly after ``after`` (UTC), half days included."""
+    span = count // 200 + 10  # calendar days; doubled until they hold enough minutes
+    while len(later := (m := calendar_index("1min", after, after + pd.Timedelta(days=span)))[m > after]) < count:
+        span *= 2
+    return later[:count]
 
-    A fresh market is generated from the last stored session (the leading session) to the
-    last new one, with a seed derived from ``(data.seed, last date)``. Each symbol's
-    generated OHLC is multiplied by ``last_close / generated close of the leading session``,
-    so the path continues from the real last close; the leading session is then dropped.
-    Volumes are kept as generated.
-    """
+
+def _stored_market(params: Params) -> tuple[dict[str, tuple[pd.DataFrame, str | None]], list[str], pd.Timestamp]:
+    """The stored bars, the synthetic market's symbol names and their common last bar, checked
+    against the config: the embedded market, its symbols, its frequency."""
     data = params.data
-    if data.source != "synthetic" or data.freq != "1d":
-        raise ConfigError(f"simulate works on the embedded daily market (data.source synthetic, data.freq 1d), "
-                          f"not source {data.source} at {data.freq}")
+    if data.source != "synthetic":
+        raise ConfigError(f"simulate works on the embedded market (data.source synthetic), not source {data.source}")
     stored = _stored(params.dirs.raw)
     names = symbol_names(data.symbols)
     if sorted(stored) != names:
         odd = min(set(stored) ^ set(names))
         raise DataError(f"data/raw: symbol {odd} does not match the synthetic market's {data.symbols} symbols "
                         "(run `podracer ingest` again)")
-    last = _last_session(stored).date()
-    new = _next_sessions(last, sessions)
+    held = {freq for _, freq in stored.values() if freq is not None}
+    if held - {data.freq}:
+        raise DataError(f"data/raw: holds {min(held)} bars but data.freq is {data.freq} (run `podracer ingest` again)")
+    return stored, names, _last_session(stored)
+
+
+def _continued(frame: pd.DataFrame, last_close: np.ndarray, anchor: np.ndarray) -> pd.DataFrame:
+    """``frame``'s generated OHLC (symbol-major, one block per symbol) multiplied by each
+    symbol's ``last_close / anchor``: the generated path continues from the real last close."""
+    scale = np.repeat(last_close / anchor, len(frame) // len(last_close))
+    prices = {c: frame[c].to_numpy() * scale for c in PRICE_COLUMNS}
+    prices["high"] = np.maximum(prices["high"], np.maximum(prices["open"], prices["close"]))
+    prices["low"] = np.minimum(prices["low"], np.minimum(prices["open"], prices["close"]))
+    return to_contract(frame.assign(**prices), "simulate")
+
+
+def future_minutes(params: Params, count: int) -> pd.DataFrame:
+    """The next ``count`` NYSE minutes of the synthetic minute market, in the bars contract.
+
+    A daily market is generated from the last stored bar's session to the last new one, with
+    a seed derived from ``(data.seed, last minute)``, and refined to minutes as ingest refines
+    the embedded market (:func:`tasks.data.synthetic_intraday.minute_chunks`). Each symbol's
+    generated OHLC is multiplied by ``last_close / generated close at the last stored
+    minute``, so the path continues from the real last close; the minutes up to and
+    including that one are then dropped. Volumes are kept as generated.
+    """
+    data = params.data
+    stored, names, last = _stored_market(params)
+    new = _next_minutes(last, count)
+    seed = _future_seed(data.seed, last)
+    market = daily_market(data.symbols, last.date(), new[-1].date(), data.signal, seed)
+    generated = pd.concat(list(minute_chunks(market, seed)), ignore_index=True)
+    per_symbol = len(generated) // data.symbols
+    ts = pd.DatetimeIndex(generated["ts"].iloc[:per_symbol])
+    if last not in ts:
+        raise DataError(f"data/raw: last bar {_when(last)} is not an NYSE minute")
+    at = ts.get_loc(last)
+    if not ts[at + 1 : at + 1 + count].equals(new):
+        raise DataError(f"data/raw: the minutes after {_when(last)} do not follow the NYSE calendar")
+    rows = (np.arange(data.symbols)[:, None] * per_symbol + np.arange(at + 1, at + 1 + count)).ravel()
+    anchor = generated["close"].to_numpy()[np.arange(data.symbols) * per_symbol + at]
+    last_close = np.array([stored[s][0]["close"].iloc[-1] for s in names])
+    return _continued(generated.iloc[rows].reset_index(drop=True), last_close, anchor)
+
+
+def future_bars(params: Params, count: int) -> pd.DataFrame:
+    """The next ``count`` bars of the synthetic market at ``data.freq``, in the bars contract.
+
+    Daily: a fresh market is generated from the last stored session (the leading session)
+    to the last new one, with a seed derived from ``(data.seed, last date)``. Each symbol's
+    generated OHLC is multiplied by ``last_close / generated close of the leading session``,
+    so the path continues from the real last close; the leading session is then dropped.
+    Volumes are kept as generated. Minutes: :func:`future_minutes`.
+    """
+    if params.data.freq == "1min":
+        return future_minutes(params, count)
+    data = params.data
+    stored, names, last_ts = _stored_market(params)
+    last = last_ts.date()
+    new = _next_sessions(last, count)
     market = daily_market(data.symbols, last, new[-1].date(), data.signal, _future_seed(data.seed, last))
     if not market.sessions[1:].equals(new):  # the leading session is ``last`` itself
         raise DataError(f"data/raw: last bar {last} is not an NYSE session")
-    scale = np.array([stored[s][0]["close"].iloc[-1] for s in names]) / market.close[0]
-    prices = {c: getattr(market, c)[1:] * scale for c in PRICE_COLUMNS}
-    prices["high"] = np.maximum(prices["high"], np.maximum(prices["open"], prices["close"]))
-    prices["low"] = np.minimum(prices["low"], np.minimum(prices["open"], prices["close"]))
     frame = pd.DataFrame({
-        "symbol": np.repeat(names, sessions),
+        "symbol": np.repeat(names, count),
         "ts": np.tile(new, data.symbols),
-        **{c: v.T.ravel() for c, v in prices.items()},
+        **{c: getattr(market, c)[1:].T.ravel() for c in PRICE_COLUMNS},
         "volume": market.volume[1:].T.ravel(),
     })
-    return to_contract(frame, "simulate")
+    return _continued(frame, np.array([stored[s][0]["close"].iloc[-1] for s in names]), market.close[0])
 
 
 def append_bars(params: Params, bars: pd.DataFrame) -> Arrival:
     """Merge an arrival into ``data/raw/`` and record it; return what arrived and the versions.
 
-    Every stored symbol must receive the same new sessions, all after its last stored bar
+    Every stored symbol must receive the same new bars, all after its last stored bar
     (an overlap, an unknown symbol or a ragged arrival is a DataError and writes nothing).
     The new files are written under temporary names first, then renamed together, and the
     manifest (digests, rows, an ``appended`` entry) is written last, as ingest does.
@@ -145,7 +214,7 @@ def append_bars(params: Params, bars: pd.DataFrame) -> Arrival:
         raise DataError("arrival: no bars")
     if bars.duplicated(["symbol", "ts"]).any():
         row = bars[bars.duplicated(["symbol", "ts"])].iloc[0]
-        raise DataError(f"arrival: {row['symbol']} has two bars at {row['ts'].date()}")
+        raise DataError(f"arrival: {row['symbol']} has two bars at {_when(row['ts'])}")
     groups = {str(s): g.reset_index(drop=True) for s, g in bars.groupby("symbol", sort=True)}
     for symbol, group in groups.items():
         if symbol not in stored:
@@ -153,11 +222,11 @@ def append_bars(params: Params, bars: pd.DataFrame) -> Arrival:
         last = stored[symbol][0]["ts"].max()
         if (group["ts"] <= last).any():
             at = group["ts"].min()
-            raise DataError(f"arrival for {symbol} at {at.date()} overlaps the stored bars (last {last.date()})")
-    new_ts = pd.Series(sorted(bars["ts"].unique()), name="ts")  # every session any symbol gets
+            raise DataError(f"arrival for {symbol} at {_when(at)} overlaps the stored bars (last {_when(last)})")
+    new_ts = pd.Series(sorted(bars["ts"].unique()), name="ts")  # every bar time any symbol gets
     for symbol in stored:
         if symbol not in groups or not groups[symbol]["ts"].equals(new_ts):
-            raise DataError(f"arrival: {symbol} does not get the same new sessions as the other symbols")
+            raise DataError(f"arrival: {symbol} does not get the same new bars as the other symbols")
 
     previous = data_version(sorted(raw.glob("*.parquet")))
     temps = {symbol: raw / f".{symbol}.parquet.arrival" for symbol in groups}
@@ -174,23 +243,25 @@ def append_bars(params: Params, bars: pd.DataFrame) -> Arrival:
 
     files = sorted(raw.glob("*.parquet"))
     version = data_version(files)
-    first, last_new = new_ts.iloc[0].date().isoformat(), new_ts.iloc[-1].date().isoformat()
+    first, last_new = _when(new_ts.iloc[0]), _when(new_ts.iloc[-1])
+    sessions = new_ts.dt.normalize().nunique()
     manifest = _load_manifest(raw)
     manifest["rows"] = int(manifest.get("rows", sum(len(f) for f, _ in stored.values()))) + len(bars)
     manifest["files"] = {f.name: file_digest(f) for f in files}
     manifest["appended"] = [*manifest.get("appended", []),
                             {"first": first, "last": last_new, "bars": len(bars), "data_version": version}]
     _write_manifest(raw, manifest)
-    log.info("appended %d bars (%d sessions, %s..%s) to %s: data version %s -> %s",
-             len(bars), len(new_ts), first, last_new, raw, previous, version)
-    return Arrival(len(bars), len(new_ts), first, last_new, version, previous)
+    log.info("appended %d bars (%d times, %d sessions, %s..%s) to %s: data version %s -> %s",
+             len(bars), len(new_ts), sessions, first, last_new, raw, previous, version)
+    return Arrival(len(bars), sessions, first, last_new, version, previous)
 
 
-def simulate(params: Params, sessions: int) -> Arrival:
-    """Extend the embedded market by ``sessions`` new NYSE sessions as a real data arrival."""
-    if sessions < 1:
-        raise ConfigError(f"simulate: --bars must be at least 1 (got {sessions})")
-    return append_bars(params, future_bars(params, sessions))
+def simulate(params: Params, bars: int) -> Arrival:
+    """Extend the embedded market by ``bars`` new bars a symbol (NYSE sessions at ``1d``,
+    NYSE minutes at ``1min``) as a real data arrival."""
+    if bars < 1:
+        raise ConfigError(f"simulate: --bars must be at least 1 (got {bars})")
+    return append_bars(params, future_bars(params, bars))
 
 
 def _dataset(params: Params) -> dict[str, str]:

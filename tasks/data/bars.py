@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -100,3 +102,82 @@ def panel(bars: pd.DataFrame) -> dict[str, pd.DataFrame]:
         wide[field] = wide[field].fillna(close)
     wide["close"], wide["volume"], wide["real"] = close, wide["volume"].fillna(0.0), real
     return wide
+
+
+ROW_GROUP = 2**17
+"""Rows per row group (about a year of one symbol's minutes): readers of a recent window
+(the broker's feed) skip older groups by their ``ts`` statistics."""
+
+
+class BarsWriter:
+    """A bars file written one symbol at a time (the data layer streams per symbol, docs/data.md).
+
+    Each :meth:`write` appends one symbol's rows, sorted by ts, as row groups of their own, so
+    a row group never mixes symbols and :func:`iter_symbols` reads one symbol at a time. The
+    file appears at ``path`` only on :meth:`close` (atomic rename); an error leaves nothing.
+    """
+
+    def __init__(self, path: Path, freq: str) -> None:
+        self.path, self.freq = path, freq
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self._tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        self._writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def write(self, frame: pd.DataFrame) -> None:
+        table = pa.Table.from_pandas(frame.loc[:, list(COLUMNS)], preserve_index=False)
+        if self._writer is None:
+            schema = table.schema.with_metadata({**(table.schema.metadata or {}), FREQ_KEY: self.freq.encode()})
+            self._writer = pq.ParquetWriter(self._tmp, schema)
+        self._writer.write_table(table.replace_schema_metadata(self._writer.schema.metadata), row_group_size=ROW_GROUP)
+        self.rows += len(frame)
+
+    def close(self) -> None:
+        if self._writer is None:
+            self.write(pd.DataFrame({c: pd.Series(dtype=t) for c, t in _EMPTY.items()}))
+        assert self._writer is not None
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+    def __enter__(self) -> BarsWriter:
+        return self
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self.abort() if kind is not None else self.close()
+
+
+_EMPTY = {"symbol": "object", "ts": "datetime64[ns, UTC]", "open": "float64", "high": "float64",
+          "low": "float64", "close": "float64", "volume": "float64"}
+
+
+def iter_symbols(path: Path, columns: list[str] | None = None) -> Iterator[tuple[str, pd.DataFrame]]:
+    """``(symbol, rows)`` of a bars file sorted by symbol, one symbol in memory at a time
+    (row group by row group; a symbol spread over several groups is joined, and a group
+    holding several symbols, as :func:`write_parquet` writes, is split)."""
+    try:
+        source = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from None
+    wanted = None if columns is None else list(dict.fromkeys(["symbol", *columns]))
+    pending: list[pd.DataFrame] = []
+    for i in range(source.num_row_groups):
+        frame = source.read_row_group(i, columns=wanted).to_pandas()
+        if frame.empty:
+            continue
+        symbols = frame["symbol"].to_numpy()
+        cuts = np.flatnonzero(symbols[1:] != symbols[:-1]) + 1
+        for part in np.split(np.arange(len(frame)), cuts):
+            piece = frame.iloc[part[0] : part[-1] + 1]
+            if pending and pending[0]["symbol"].iat[0] != piece["symbol"].iat[0]:
+                yield str(pending[0]["symbol"].iat[0]), pd.concat(pending, ignore_index=True)
+                pending = []
+            pending.append(piece)
+    if pending:
+        yield str(pending[0]["symbol"].iat[0]), pd.concat(pending, ignore_index=True)

@@ -9,6 +9,11 @@ A NaN or inf in a tradable cell is an error, never silently zeroed; untradable c
 NaN and are masked. Normalisation statistics are fitted on the tradable cells of the
 training split only and saved beside the arrays, because serving needs them (docs/data.md,
 contracts).
+
+The stage streams (docs/data.md, streaming at the paper's scale): the bars are read one symbol
+at a time (``tasks/data/panel_store.py``), the indicators computed per symbol or per row block
+(``tasks/data/indicators.py``), the arrays written a row block at a time and memory-mapped
+on load. New bars that only extend the stored set are appended from a tail of history.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,22 +32,28 @@ from prefect import task
 
 from tasks.caching import data_cache_key
 from tasks.config import FeatureParams, Params
-from tasks.data import momentum
-from tasks.data.bars import VALIDATED, panel, read_parquet
-from tasks.data.risk import turbulence, volatility_proxy
+from tasks.data.bars import VALIDATED, iter_symbols
+from tasks.data.indicators import MARKET_WIDE, Plan, block, market_series, symbol_columns  # noqa: F401 (MARKET_WIDE: part of this contract)
+from tasks.data.panel_store import ColumnStore, NpyWriter, Scan, digest, same_rows, scan, symbol_rows
 from tasks.data.splits import history_span, split_dates
 from tasks.data.tradable import SymbolCoverage, coverage, tradable_mask
+from tasks.data.train_stats import CELLS, streamed_stats
 from tasks.errors import DataError, MissingInput
+from tasks.progress import Steps
 from tasks.storage import atomic_dir
 from trainers.config import TURBULENCE
 from trainers.env import MarketData
-from trainers.metrics import periods_per_year
+from trainers.sessions import intraday, session_last
 from trainers.state import normalise_features
 
 log = logging.getLogger("podracer.features")
 ARRAYS = ("opens", "prices", "features", "timestamps", "tradable")
 """Saved as ``<name>.npy`` so large sets are memory-mapped on load, not read whole."""
 META, NORM, SPLITS, COVERAGE = "meta.json", "norm.json", "splits.json", "coverage.json"
+HISTORY = "history.json"
+"""The panel a saved set was computed from (bars, symbols, settings, per-symbol digests): what appending checks."""
+PANEL, TRAIN = ".panel.tmp", ".train.tmp.npy"
+"""Temporary files in the staging folder: the per-symbol columns, the train split's float64 indicators."""
 SPLIT_NAMES = ("train", "validation", "test")
 
 
@@ -66,7 +78,8 @@ class FeatureSet:
                norm: tuple[np.ndarray, np.ndarray] | None = None) -> MarketData:
         """Tensors for the env, indicators normalised with the train-only stats (``norm``:
         another model's ``(mean, std)``, e.g. a champion's bundle); the raw turbulence index
-        (market-wide, the same in every stock's column) feeds the env's gate."""
+        (market-wide, the same in every stock's column) feeds the env's gate; on intraday bars,
+        each session's last bar (``trainers/sessions.py``) feeds ``env.overnight: flatten``."""
         turb = None
         if TURBULENCE in self.feature_names:
             turb = torch.tensor(self.features[:, 0, self.feature_names.index(TURBULENCE)], dtype=torch.float64)
@@ -79,6 +92,7 @@ class FeatureSet:
                                      if ragged else feats),
             turbulence=turb,
             tradable=torch.tensor(np.asarray(self.tradable, dtype=bool)) if ragged else None,
+            session_last=torch.from_numpy(session_last(self.timestamps)) if intraday(self.timestamps) else None,
         ).to(device)
 
     def window(self, split: str) -> tuple[int, int]:
@@ -86,43 +100,6 @@ class FeatureSet:
         fill lands on the split's first open and every marked close lies inside it."""
         lo, hi = self.splits[split]
         return (max(lo - 1, 0), hi)
-
-
-MARKET_WIDE = ("turbulence", "vix_proxy")
-"""Indicators of the whole market, the same in every stock's column and never masked."""
-
-
-def indicators(wide: dict[str, pd.DataFrame], names: list[str], cfg: FeatureParams, freq: str,
-               real: np.ndarray | None = None) -> np.ndarray:
-    """``[T, n, k]`` indicators over the full history: per symbol with stockstats on its own
-    real bars (``real`` ``[T, n]``; NaN where it has none), the market-wide risk features
-    (``tasks/data/risk.py``; a symbol contributes a flat price where it has no bar) broadcast
-    to every symbol, and the scale-free returns (``tasks/data/momentum.py``)."""
-    from stockstats import wrap
-
-    close = wide["close"].to_numpy(np.float64)
-    real = np.ones(close.shape, dtype=bool) if real is None else real
-    out = np.empty((*close.shape, len(names)), dtype=np.float64)
-    risk = {
-        "turbulence": lambda: turbulence(close, cfg.turbulence_window, cfg.turbulence_refresh),
-        "vix_proxy": lambda: volatility_proxy(close, cfg.vix_window, periods_per_year(freq)),
-    }
-    per_stock = [(i, name) for i, name in enumerate(names) if name not in MARKET_WIDE and name not in momentum.NAMES]
-    for i, name in enumerate(names):
-        if name in MARKET_WIDE:
-            out[:, :, i] = risk[name]()[:, None]
-        elif name in momentum.NAMES:
-            out[:, :, i] = momentum.feature(close, name, real)
-    for j, symbol in enumerate(wide["close"].columns):
-        rows = np.flatnonzero(real[:, j])
-        out[:, j, [i for i, _ in per_stock]] = np.nan
-        if not per_stock or rows.size == 0:
-            continue
-        own = {f: wide[f][symbol].to_numpy()[rows] for f in ("open", "high", "low", "close", "volume")}
-        stats = wrap(pd.DataFrame(own))
-        for i, name in per_stock:
-            out[rows, j, i] = stats[name].to_numpy(dtype=np.float64)
-    return out
 
 
 def split_indices(ts: pd.DatetimeIndex, cfg: FeatureParams,
@@ -144,79 +121,182 @@ def split_indices(ts: pd.DatetimeIndex, cfg: FeatureParams,
     return out
 
 
-def _train_stats(train: np.ndarray, tradable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per ``[n, k]`` mean and std over the tradable train cells; a symbol with no tradable
-    train bar (listed later) takes the pooled statistics of the symbols that have some."""
-    if tradable.all():
-        return train.mean(axis=0), train.std(axis=0)
-    cells = np.where(tradable[..., None], train, np.nan)
-    seen = tradable.any(axis=0)
-    if not seen.any():
-        raise DataError("features: no symbol is tradable in the train split; lower features.min_history "
-                        "or move features.train_end later")
-    mean, std = np.zeros(train.shape[1:]), np.ones(train.shape[1:])
-    mean[seen], std[seen] = np.nanmean(cells[:, seen], axis=0), np.nanstd(cells[:, seen], axis=0)
-    pooled = cells[:, seen].reshape(-1, train.shape[2])
-    mean[~seen], std[~seen] = np.nanmean(pooled, axis=0), np.nanstd(pooled, axis=0)
-    return mean, std
+@dataclass(frozen=True)
+class Stored:
+    """What appending to a saved feature set needs of it (``history.json`` and its metadata)."""
+
+    folder: Path
+    history: dict[str, Any]
+    """The panel it was computed from: bars, last timestamp, symbols, raggedness, config, per-symbol digests."""
+    symbols: list[str]
+    splits: dict[str, tuple[int, int]]
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def read(cls, folder: Path) -> Stored | None:
+        """The set saved in ``folder``, or None when there is none to append to (or it predates ``history.json``)."""
+        names = [META, NORM, SPLITS, HISTORY, *(f"{a}.npy" for a in ARRAYS)]
+        if not all((folder / name).exists() for name in names):
+            return None
+        norm = json.loads((folder / NORM).read_text())
+        splits = json.loads((folder / SPLITS).read_text())
+        return cls(folder, json.loads((folder / HISTORY).read_text()),
+                   json.loads((folder / META).read_text())["symbols"],
+                   {k: (v["first_index"], v["last_index"]) for k, v in splits.items()},
+                   np.asarray(norm["mean"]), np.asarray(norm["std"]))
+
+    def extended_by(self, scanned: Scan, plan: Plan, config: dict[str, Any]) -> bool:
+        """Whether ``scanned`` can only extend this set: same settings and symbols, bounded
+        indicators, the same raggedness, and its panel's rows continuing after this set's."""
+        bars = int(self.history["panel_bars"])
+        return (plan.bounded and self.history["config"] == config and self.history["symbols"] == scanned.symbols
+                and self.history["ragged"] == scanned.ragged and bars <= len(scanned.index)
+                and int(scanned.index[bars - 1]) == int(self.history["last"]))
 
 
-def build(params: Params) -> FeatureSet:
-    """Compute the feature set from ``data/validated/`` in memory (docs/data.md, ragged universes: a ragged
-    universe keeps every symbol's own history, masked where it cannot trade)."""
+class _Revised(Exception):
+    """The bars, tradable symbols or train split under a stored set changed: build it whole."""
+
+
+def _config(params: Params) -> dict[str, Any]:
+    """The settings a stored set's rows depend on (the split dates act through the train split)."""
+    return {**params.features.model_dump(mode="json", exclude={"train_end", "val_end"}), "freq": params.data.freq}
+
+
+def build(params: Params, out: Path) -> FeatureSet:
+    """Compute the feature set from ``data/validated/`` into the folder ``out`` and return it
+    memory-mapped (docs/data.md, features)."""
+    _write(params, out, None)
+    return load(out)
+
+
+def _write(params: Params, out: Path, stored: Stored | None) -> tuple[FeatureSet, int | None]:
+    """Write the feature set into ``out``, streaming per symbol and per row block: whole, or,
+    when ``stored`` is a set the new bars only extend, its rows copied and only the new rows
+    computed. Returns the set (arrays memory-mapped) and the bars appended (None: built whole)."""
     path = params.dirs.validated / VALIDATED
     if not path.exists():
         raise MissingInput(f"{path}: not found (run `podracer validate` first)")
-    bars, _ = read_parquet(path)
-    wide = panel(bars)
-    real = wide.pop("real").to_numpy(bool)
-    names, cfg = list(params.features.indicators), params.features
-    feats = indicators(wide, names, cfg, params.data.freq, real)
-    warm = cfg.warmup
-    if len(wide["close"]) <= warm + 2:
-        raise DataError(f"features: {len(wide['close'])} bars is too few for a {warm}-bar warm-up")
-    symbols = [str(s) for s in wide["close"].columns]
-    ts = pd.DatetimeIndex(wide["close"].index[warm:])
+    scanned = scan(path)
+    cfg, names, warm = params.features, list(params.features.indicators), params.features.warmup
+    steps, n = len(scanned.index), len(scanned.symbols)
+    if steps <= warm + 2:
+        raise DataError(f"features: {steps} bars is too few for a {warm}-bar warm-up")
+    plan = Plan(names, cfg, params.data.freq, scanned.ragged)
+    if stored is not None and not stored.extended_by(scanned, plan, _config(params)):
+        stored = None
+    first = warm if stored is None else int(stored.history["panel_bars"])
+    cuts = [int(scanned.index[-1])] if stored is None else [int(stored.history["last"]), int(scanned.index[-1])]
+    real, digests = np.zeros((steps, n), bool), {}
+    columns = ["ts", "open", "close", *(("high", "low", "volume") if plan.stockstats else ())]
+    store = ColumnStore(out / PANEL, plan.fields, n, steps)
+    try:
+        steps = Steps(log, "features", n, "symbols")
+        for j, (symbol, rows) in enumerate(iter_symbols(path, columns)):
+            steps.step()
+            placed = symbol_rows(rows, scanned.index)
+            real[placed.positions, j] = True
+            marks = digest(rows, cuts)
+            if stored is not None and marks[0] != stored.history["digests"][symbol]:
+                raise _Revised(f"the bars of {symbol} changed")
+            digests[symbol] = marks[-1]
+            store.write(symbol_columns(plan, placed, first))
+        store.close()
+        return _finish(params, out, scanned, plan, store, real, stored, digests)
+    finally:
+        store.discard()
+
+
+def _finish(params: Params, out: Path, scanned: Scan, plan: Plan, store: ColumnStore, real: np.ndarray,
+            stored: Stored | None, digests: dict[str, str]) -> tuple[FeatureSet, int | None]:
+    """Pass 2 done: the tradable mask and splits, then the row blocks written, then the statistics."""
+    cfg, names, warm, symbols = plan.cfg, plan.names, plan.cfg.warmup, scanned.symbols
+    steps, n, k = len(scanned.index), len(symbols), len(names)
+    first = warm if stored is None else int(stored.history["panel_bars"])
     tradable = tradable_mask(real, cfg.min_history)[warm:]
-    feats, real = feats[warm:], real[warm:]
-    per_stock = [i for i, name in enumerate(names) if name not in MARKET_WIDE]
-    feats[:, :, per_stock] = np.where(tradable[..., None], feats[:, :, per_stock], np.nan)
-    bad = ~np.isfinite(feats)
-    bad[:, :, per_stock] &= tradable[..., None]
-    if bad.any():
-        t, j, i = (int(a[0]) for a in np.nonzero(bad))
-        raise DataError(f"features: {names[i]} is NaN/inf for {symbols[j]} at {ts[t]} after a {warm}-bar "
-                        f"warm-up and {cfg.min_history} bars of its own ({int(bad.sum())} cells); raise "
-                        f"features.{'min_history' if i in per_stock else 'warmup'}")
+    ts = pd.to_datetime(scanned.index[warm:], utc=True)
     keep = tradable.any(axis=0)
+    cols = slice(None) if keep.all() else np.flatnonzero(keep)  # a slice keeps the arrays' memory layout
+    kept = [s for s, keeps in zip(symbols, keep) if keeps]
+    try:
+        splits: dict[str, tuple[int, int]] | None = split_indices(
+            ts, cfg, history_span(params.data, pd.to_datetime(scanned.index, utc=True)))
+        split_error = None
+    except DataError as exc:
+        splits, split_error = None, exc
+    if stored is not None and (kept != stored.symbols or splits is None or splits["train"] != stored.splits["train"]):
+        raise _Revised("its tradable symbols or its train split changed")
+    series = market_series(plan, store.field("close"), first)
+    bars, width = steps - warm, len(kept)
+    writers = {"opens": NpyWriter(out / "opens.npy", np.float64, (bars, width)),
+               "prices": NpyWriter(out / "prices.npy", np.float64, (bars, width)),
+               "features": NpyWriter(out / "features.npy", np.float32, (bars, width, k)),
+               "tradable": NpyWriter(out / "tradable.npy", np.bool_, (bars, width))}
+    if stored is not None:
+        for name, writer in writers.items():
+            writer.copy_from(stored.folder / f"{name}.npy", first - warm)
+    train = None
+    if stored is None and splits is not None:
+        lo, hi = splits["train"]
+        train = NpyWriter(out / TRAIN, np.float64, (hi - lo + 1, width, k))
+    bad_at, bad_cells = None, 0
+    step = max(1, CELLS // max(n * k, 1))
+    for a in range(first, steps, step):
+        b = min(a + step, steps)
+        mask = tradable[a - warm : b - warm]
+        feats = block(plan, store, series, mask, a, b, first)
+        bad = ~np.isfinite(feats)
+        bad[:, :, plan.per_stock] &= mask[..., None]
+        if bad.any():
+            bad_cells += int(bad.sum())
+            if bad_at is None:
+                t, j, i = (int(x[0]) for x in np.nonzero(bad))
+                bad_at = (a - warm + t, j, i)
+        writers["features"].write(feats[:, cols].astype(np.float32))
+        writers["opens"].write(store.rows("open", a, b)[:, cols])
+        writers["prices"].write(store.rows("close", a, b)[:, cols])
+        writers["tradable"].write(mask[:, cols])
+        if train is not None:
+            r0, r1 = max(a - warm, lo), min(b - warm, hi + 1)
+            if r0 < r1:
+                train.write(feats[r0 - a + warm : r1 - a + warm][:, cols])
+    for writer in [*writers.values(), *([train] if train is not None else [])]:
+        writer.close()
+    np.save(out / "timestamps.npy", scanned.index[warm:].view("datetime64[ns]"))
+    if bad_at is not None:
+        t, j, i = bad_at
+        raise DataError(f"features: {names[i]} is NaN/inf for {symbols[j]} at {ts[t]} after a {warm}-bar "
+                        f"warm-up and {cfg.min_history} bars of its own ({bad_cells} cells); raise "
+                        f"features.{'min_history' if i in plan.per_stock else 'warmup'}")
     if not keep.any():
         raise DataError(f"features: no symbol has {cfg.min_history} real bars (features.min_history) "
                         f"after a {warm}-bar warm-up")
-    dates = [_day(d) for d in ts.tz_convert("UTC").tz_localize(None).to_numpy("datetime64[ns]")]
-    cover = coverage(real, tradable, symbols, dates)
+    cover = coverage(real[warm:], tradable, symbols, np.datetime_as_string(ts.tz_localize(None).to_numpy(), "D").tolist())
     if not keep.all():
         log.warning("dropping %d symbol(s) never tradable (fewer than %d real bars): %s", int((~keep).sum()),
-                    cfg.min_history, ", ".join(s for s, k in zip(symbols, keep) if not k))
+                    cfg.min_history, ", ".join(s for s, keeps in zip(symbols, keep) if not keeps))
     if not tradable[:, keep].all():
         log.warning("masking %d of %d symbol-bars as untradable (late listings, gaps, delistings, warm-up); "
                     "see features/%s", int((~tradable[:, keep]).sum()), tradable[:, keep].size, COVERAGE)
-    splits = split_indices(ts, cfg, history_span(params.data, pd.DatetimeIndex(wide["close"].index)))
-    lo, hi = splits["train"]
-    cols = slice(None) if keep.all() else np.flatnonzero(keep)  # a slice keeps the arrays' memory layout
-    mean, std = _train_stats(feats[lo : hi + 1][:, cols], tradable[lo : hi + 1][:, cols])
-    return FeatureSet(
-        opens=wide["open"].to_numpy(np.float64)[warm:, cols],
-        prices=wide["close"].to_numpy(np.float64)[warm:, cols],
-        features=feats[:, cols].astype(np.float32),
-        timestamps=ts.tz_convert("UTC").tz_localize(None).to_numpy("datetime64[ns]"),
-        symbols=[s for s, k in zip(symbols, keep) if k],
-        feature_names=names,
-        splits=splits,
-        mean=mean,
-        std=np.where(std > 1e-12, std, 1.0),
-        tradable=tradable[:, cols],
-        coverage=cover,
-    )
+    if split_error is not None or splits is None:
+        raise split_error or DataError("features: no splits")
+    if stored is not None:
+        mean, std = stored.mean, stored.std
+    else:
+        lo, hi = splits["train"]
+        mean, std = streamed_stats(lambda a, b: np.load(out / TRAIN, mmap_mode="r")[a:b].copy(),
+                                   tradable[lo : hi + 1][:, cols], k)
+        (out / TRAIN).unlink()
+        std = np.where(std > 1e-12, std, 1.0)
+    arrays = {name: np.load(out / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+    fs = FeatureSet(**{**arrays, "tradable": tradable[:, cols]}, symbols=kept, feature_names=names, splits=splits,
+                    mean=mean, std=std, coverage=cover)
+    _save_json(fs, out)
+    (out / HISTORY).write_text(json.dumps({
+        "panel_bars": steps, "last": int(scanned.index[-1]), "symbols": symbols, "ragged": scanned.ragged,
+        "config": _config(params), "digests": digests}, indent=1))
+    return fs, (None if stored is None else steps - first)
 
 
 def _day(ts: np.datetime64) -> str:
@@ -224,8 +304,13 @@ def _day(ts: np.datetime64) -> str:
 
 
 def save(fs: FeatureSet, out: Path) -> None:
+    """Write an in-memory feature set (the stage itself streams its arrays, :func:`build`)."""
     for name in ARRAYS:
         np.save(out / f"{name}.npy", getattr(fs, name))
+    _save_json(fs, out)
+
+
+def _save_json(fs: FeatureSet, out: Path) -> None:
     (out / META).write_text(json.dumps({"symbols": fs.symbols, "feature_names": fs.feature_names}))
     (out / NORM).write_text(json.dumps({"mean": fs.mean.tolist(), "std": fs.std.tolist()}))
     dates = {name: {"first": _day(fs.timestamps[lo]), "last": _day(fs.timestamps[hi]), "first_index": lo,
@@ -279,20 +364,23 @@ class FeaturesResult:
     """Bars added to the stored feature set; every bar when there was none, or it was replaced."""
 
 
-def appended_bars(old: FeatureSet | None, fresh: FeatureSet) -> int:
-    """How many bars ``fresh`` adds to the stored set ``old``: the bars after ``old``'s, when
-    ``old``'s rows and train-only statistics are ``fresh``'s unchanged; otherwise every bar
-    (no stored set, other symbols or indicators, or a revised history, which is logged)."""
-    if old is None or old.symbols != fresh.symbols or old.feature_names != fresh.feature_names \
-            or len(old.timestamps) > len(fresh.timestamps):
-        return len(fresh.timestamps)
-    n = len(old.timestamps)
-    same = all(np.array_equal(getattr(old, a), getattr(fresh, a)[:n], equal_nan=True) for a in ARRAYS)
-    if same and np.array_equal(old.mean, fresh.mean) and np.array_equal(old.std, fresh.std):
-        return len(fresh.timestamps) - n
+def appended_bars(old: Path | None, fresh: Path) -> int:
+    """How many bars the feature set saved in ``fresh`` adds to the one saved in ``old``: the
+    bars after ``old``'s, when ``old``'s rows and train-only statistics are ``fresh``'s
+    unchanged; otherwise every bar (no stored set, other symbols or indicators, or a revised
+    history, which is logged). Arrays are compared from the files, a chunk at a time."""
+    bars = len(np.load(fresh / "timestamps.npy", mmap_mode="r"))
+    if old is None or any(not (old / name).exists() for name in (META, NORM, *(f"{a}.npy" for a in ARRAYS))):
+        return bars
+    old_bars = len(np.load(old / "timestamps.npy", mmap_mode="r"))
+    if json.loads((old / META).read_text()) != json.loads((fresh / META).read_text()) or old_bars > bars:
+        return bars
+    if all(same_rows(old / f"{a}.npy", fresh / f"{a}.npy") for a in ARRAYS) \
+            and json.loads((old / NORM).read_text()) == json.loads((fresh / NORM).read_text()):
+        return bars - old_bars
     log.warning("stored features differ from a recompute over the same bars (revised history): "
                 "replaced by the recompute")
-    return len(fresh.timestamps)
+    return bars
 
 
 def features(params: Params) -> FeaturesResult:
@@ -300,20 +388,24 @@ def features(params: Params) -> FeaturesResult:
 
     New bars extend the stored set (the continuous-training cycle, docs/operations.md): every
     indicator is causal, so the stored rows equal a full recompute's and only the new bars'
-    rows are new, and the train split keeps its statistics. The recompute runs on each
-    symbol's whole series in memory, because stockstats' EMAs (macd, rsi, dx) carry state from
-    the first bar; the result says how many bars it appended.
+    rows are new, and the train split keeps its statistics. When the stored set's settings,
+    symbols, train split and bars still hold and every indicator reads a bounded window
+    (not stockstats' EMAs, which carry state from the first bar), only the new rows are
+    computed, from a tail of history, and the stored rows are copied; otherwise the set is
+    recomputed whole and compared with the stored one. The result says how many bars it appended.
     """
     folder = params.dirs.features
-    try:
-        old = load(folder) if (folder / META).exists() else None
-    except MissingInput:  # an older feature set: replaced whole
-        old = None
-    fs = build(params)
-    appended = appended_bars(old, fs)
+    stored = Stored.read(folder)
     with atomic_dir(folder) as staging:
-        save(fs, staging)
-    log.info("features %s for %d symbols x %d bars", fs.feature_names, len(fs.symbols), len(fs.timestamps))
+        try:
+            fs, appended = _write(params, staging, stored)
+        except _Revised as why:
+            log.info("features recomputed whole: %s", why)
+            fs, appended = _write(params, staging, None)
+        if appended is None:
+            appended = appended_bars(folder if (folder / META).exists() else None, staging)
+    log.info("features %s for %d symbols x %d bars (%d appended)", fs.feature_names, len(fs.symbols),
+             len(fs.timestamps), appended)
     dates = {name: (_day(fs.timestamps[lo]), _day(fs.timestamps[hi])) for name, (lo, hi) in fs.splits.items()}
     return FeaturesResult(folder, len(fs.timestamps), len(fs.symbols), fs.feature_names, dates, appended)
 

@@ -37,6 +37,7 @@ from tasks.data.files import read_bars
 from tasks.data.sources import Request, Source
 from tasks.data.synthetic import iter_synthetic_bars
 from tasks.errors import DataError
+from tasks.progress import Steps
 from tasks.storage import atomic_dir, file_digest, write_atomic
 
 log = logging.getLogger("podracer.ingest")
@@ -162,8 +163,10 @@ def _ingest_whole(params: Params) -> IngestResult:
     if manifest.get("spec_hash") == spec and (reused := _reuse(raw, manifest)):
         return reused
     rows = 0
+    steps = Steps(log, "ingest", data.symbols if data.source == "synthetic" else 0, "symbols")
     with atomic_dir(raw) as staging:
         for symbol, bars in per_symbol(data):
+            steps.step()
             if not SYMBOL.fullmatch(symbol):
                 raise DataError(f"source {data.source}: symbol {symbol!r} is not a ticker")
             write_parquet(bars, staging / f"{symbol}.parquet", data.freq)

@@ -23,7 +23,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from tasks.data.checks import is_sorted
+from tasks.data.checks import in_order
 
 SPLIT_FACTORS = tuple(sorted({Fraction(k) for k in (2, 3, 4, 5, 10, 20)}
                              | {Fraction(1, k) for k in (2, 3, 4, 5, 10, 20)} | {Fraction(3, 2), Fraction(2, 3)}))
@@ -40,30 +40,32 @@ def limit_reason(symbol: str, ts: pd.Timestamp, value: float, limit: float) -> s
     return f"{LIMIT_REASON}: {symbol} {ts} log return {value:+.2f} beyond ±{limit:g}"  # check name, then detail
 
 
-def limit_failures(good: pd.DataFrame, limit: float) -> pd.Series:
+def limit_failures(good: pd.DataFrame, limit: float, bounds: np.ndarray | None = None) -> pd.Series:
     """Reasons of the rows of ``good`` (index labels) whose |log return| against the symbol's
     last kept close exceeds ``limit``. The symbol's first bar is the reference it starts from,
-    unless that bar is the absurd one: it jumps to the second bar, and the second and third agree."""
-    ordered = good if is_sorted(good) else good.sort_values(["symbol", "ts"], kind="stable")
+    unless that bar is the absurd one: it jumps to the second bar, and the second and third agree.
+    ``bounds``: the symbol runs of ``good`` when the caller has it in (symbol, ts) order."""
+    ordered, bounds = (good, bounds) if bounds is not None else in_order(good)
     logs = np.log(ordered["close"].to_numpy(np.float64))
-    symbols = ordered["symbol"].to_numpy()
     jumps = np.abs(np.diff(logs)) > limit
-    jumps &= symbols[1:] == symbols[:-1]
+    jumps[bounds[1:-1] - 1] = False  # two symbols, not a move
     reasons: dict[object, str] = {}
     if not jumps.any():  # the usual case: one vectorised pass
         return pd.Series(reasons, dtype=object)
-    labels, stamps = ordered.index.to_numpy(), ordered["ts"]
-    for symbol in pd.unique(symbols[1:][jumps]):
-        rows = np.flatnonzero(symbols == symbol)
+    labels, stamps, symbols = ordered.index.to_numpy(), ordered["ts"], ordered["symbol"]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        if not jumps[start : stop - 1].any():
+            continue
+        rows, symbol = np.arange(start, stop), str(symbols.iat[start])
         if len(rows) >= 3 and abs(logs[rows[1]] - logs[rows[0]]) > limit >= abs(logs[rows[2]] - logs[rows[1]]):
             first = rows[0]  # the first bar is the absurd one: the next two agree with each other
-            reasons[labels[first]] = limit_reason(str(symbol), stamps.iat[first], logs[first] - logs[rows[1]], limit)
+            reasons[labels[first]] = limit_reason(symbol, stamps.iat[first], logs[first] - logs[rows[1]], limit)
             rows = rows[1:]
         kept = logs[rows[0]]
         for i in rows[1:]:
             move = logs[i] - kept
             if abs(move) > limit:
-                reasons[labels[i]] = limit_reason(str(symbol), stamps.iat[i], move, limit)
+                reasons[labels[i]] = limit_reason(symbol, stamps.iat[i], move, limit)
             else:
                 kept = logs[i]
     return pd.Series(reasons, dtype=object)
@@ -84,14 +86,17 @@ def describe_factor(factor: Fraction) -> str:
     return f"{factor.denominator}-for-{factor.numerator} reverse split"
 
 
-def suspected_splits(good: pd.DataFrame) -> pd.DataFrame:
+def suspected_splits(good: pd.DataFrame, bounds: np.ndarray | None = None) -> pd.DataFrame:
     """Bars that look like an unadjusted split: ``symbol``, ``ts``, ``ratio`` (open / previous
-    close), ``split`` (its description) and ``_file``; empty when there are none."""
-    ordered = good if is_sorted(good) else good.sort_values(["symbol", "ts"], kind="stable")
-    prev_close = ordered["close"].groupby(ordered["symbol"], sort=False).shift(1)
-    ratio = ordered["open"] / prev_close
-    gap = np.log(ratio.to_numpy(np.float64))
-    still = np.abs(np.log((ordered["close"] / ordered["open"]).to_numpy(np.float64))) < STILL
+    close), ``split`` (its description) and ``_file``; empty when there are none.
+    ``bounds``: the symbol runs of ``good`` when the caller has it in (symbol, ts) order."""
+    ordered, bounds = (good, bounds) if bounds is not None else in_order(good)
+    close, open_ = ordered["close"].to_numpy(np.float64), ordered["open"].to_numpy(np.float64)
+    prev_close = np.roll(close, 1)
+    prev_close[bounds[:-1]] = np.nan  # a symbol's first bar has no previous close
+    ratio = open_ / prev_close
+    gap = np.log(ratio)
+    still = np.abs(np.log(close / open_)) < STILL
     candidate = np.isfinite(gap) & still & (np.abs(gap) >= math.log(1.5) - SPLIT_TOLERANCE)
     hits = ordered.loc[candidate, ["_file", "symbol", "ts"]].assign(ratio=ratio[candidate])
     factors = [nearest_factor(float(r)) for r in hits["ratio"]]

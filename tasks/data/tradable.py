@@ -11,16 +11,27 @@ last real close when it stops trading, and show the policy nothing about it (doc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+
+ROWS = 1 << 16
+"""Rows counted at a time (a whole minute panel's int64 counts would be 8 times its mask)."""
 
 
 def tradable_mask(real: np.ndarray, min_history: int) -> np.ndarray:
     """``[T, n]`` bool: a real bar at t, and at least ``min_history`` real bars of the symbol's
     own up to and including t."""
     real = np.asarray(real, dtype=bool)
-    return real & (np.cumsum(real, axis=0) >= min_history)
+    out = np.empty_like(real)
+    before = np.zeros(real.shape[1:], np.int64)
+    for a in range(0, len(real), ROWS):
+        counts = np.cumsum(real[a : a + ROWS], axis=0) + before
+        out[a : a + ROWS] = real[a : a + ROWS] & (counts >= min_history)
+        before = counts[-1]
+    return out
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,7 @@ class SymbolCoverage:
     """Tradable bars."""
 
 
-def coverage(real: np.ndarray, mask: np.ndarray, symbols: list[str], dates: list[str]) -> list[SymbolCoverage]:
+def coverage(real: np.ndarray, mask: np.ndarray, symbols: list[str], dates: Sequence[str]) -> list[SymbolCoverage]:
     """Per-symbol counts behind the tradable ``mask`` of ``real`` (both ``[T, n]``, one date per row)."""
     real, mask = np.asarray(real, dtype=bool), np.asarray(mask, dtype=bool)
     out = []

@@ -31,6 +31,12 @@ from trainers.metrics import performance, periods_per_year
 
 log = logging.getLogger("podracer.backtest")
 METRICS_FILE, CURVE_FILE, PLOT_FILE = "metrics.json", "equity.csv", "equity.png"
+YEAR_SESSIONS = 252
+"""Sessions in the year every annualised figure scales to (:func:`trainers.metrics.periods_per_year`)."""
+EXTRAPOLATED_UNDER = 189
+"""A window of fewer sessions (three quarters of a year) has its annual return, volatility,
+Sharpe and Calmar called extrapolations: scaling a few weeks of minute bars by 252 × 390
+gives Sharpes of ±14 that describe no year anyone will see."""
 CT_FOLDER = "backtest"
 """The cycle's backtest folder, under ``data/ct/``."""
 
@@ -54,6 +60,17 @@ class BacktestResult:
     @property
     def buy_and_hold(self) -> dict[str, float]:
         return self.metrics["buy_and_hold"]
+
+    @property
+    def bars(self) -> int:
+        """Bars in the window (the curve's first row is the bar before its first decision)."""
+        return len(self.curve) - 1
+
+    @property
+    def sessions(self) -> int:
+        """Sessions the window's bars fall on: its bars for daily bars, fewer for minute bars
+        (a bar's UTC date is its NYSE session's)."""
+        return int(pd.Index(pd.DatetimeIndex(self.curve.index[1:]).date).nunique())
 
     @property
     def plot(self) -> Path:
@@ -143,9 +160,32 @@ def compare(params: Params, folders: dict[str, Path], window: tuple[int, int], o
         (staging / METRICS_FILE).write_text(json.dumps({**metrics, "start": start, "end": end}, indent=1))
         curve.to_csv(staging / CURVE_FILE)
         plot_equity(curve, staging / PLOT_FILE, f"{label} {start} to {end} (costs {cost:.1%})")
-    log.info("%s Sharpe: %s", label, ", ".join(  # pragma: no mutate
-        f"{name.replace('_', '-')} {m['sharpe']:.2f}" for name, m in metrics.items()))
-    return BacktestResult(metrics, start, end, out, curve)
+    result = BacktestResult(metrics, start, end, out, curve)
+    log.info("%s Sharpe: %s; %s", label, ", ".join(  # pragma: no mutate
+        f"{name.replace('_', '-')} {m['sharpe']:.2f}" for name, m in metrics.items()), window_line(result))
+    return result
+
+
+def span(result: BacktestResult) -> str:
+    """The window's length: its sessions, and its bars when they differ (minute bars)."""
+    sessions, bars = result.sessions, result.bars
+    return f"{sessions} sessions" + (f" ({bars:,} bars)" if bars != sessions else "")
+
+
+def extrapolated(result: BacktestResult) -> bool:
+    """Whether the window is too short (:data:`EXTRAPOLATED_UNDER`) for annual figures to describe a year."""
+    return result.sessions < EXTRAPOLATED_UNDER
+
+
+def window_line(result: BacktestResult) -> str:
+    """What the annualised figures stand on: the window's :func:`span` and each arm's total
+    return over it, and, for a short window, that its annual figures are extrapolations."""
+    totals = ", ".join(f"{arm.replace('_', '-')} {m['cumulative_return']:+.2%}" for arm, m in result.metrics.items())
+    line = f"{span(result)}, total return {totals}"
+    if extrapolated(result):
+        line += (f"; annual return, volatility, Sharpe and Calmar extrapolate {result.sessions} sessions to a "
+                 f"year of {YEAR_SESSIONS}")
+    return line
 
 
 def backtest(params: Params, w: Windows | None = None, champion: Champion | None = None) -> BacktestResult:

@@ -1,7 +1,8 @@
 """The continuous-training cycle at tiny size: one whole cycle through the registry and its
 early end; and a cycle killed during training, whose next run resumes from the checkpoint
 and registers exactly what an uninterrupted cycle registers; and a shadow trading beside the
-champion until its record passes (docs/operations.md, the CT cycle and the gate)."""
+champion until its record passes (docs/operations.md, the CT cycle and the gate); and the same on
+the shipped minute configuration."""
 
 import contextlib
 import json
@@ -17,14 +18,20 @@ from datetime import date
 import pytest
 
 from flows.ct_cycle import ct_cycle
+from tasks.config import load_params
 from tasks.data import features
 from tasks.data.arrivals import simulate
+from tasks.data.ingest import ingest
+from tasks.data.validate import validate
 from tasks.delivery.client.deliver import deliver
+from tasks.model.backtest import backtest
+from tasks.model.train import train
 from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, promote
 from tasks.registry.register import COMPLETE, register
 from tasks.registry.store import client
 from tests.conftest import REPO
 from tests.flows.test_cli_commands import say, tiny_project
+from tests.flows.test_pipeline import MINUTE_TINY
 
 SLOW_TRAINING = ["-s", "ct.generations=3", "-s", "evolution.iterations_per_generation=30", "-s", "ct.eval_bars=20"]
 
@@ -154,3 +161,34 @@ def ledger_ids(path) -> set[str]:
 
     with contextlib.closing(sqlite3.connect(path)) as db:
         return {row[0] for row in db.execute("SELECT client_order_id FROM orders")}
+
+
+@pytest.mark.slow
+def test_a_cycle_on_the_minute_config_runs_through_the_gate_and_delivers_minute_bars(tmp_path, prefect_server):
+    """params.minute.yaml at tiny size, the gate forced open: the first champion; a session of
+    new minutes; a cycle whose challenger, judged on the newest 390 minutes, enters shadow;
+    both trade the latest minute bar; half a session more, and the next cycle promotes the
+    shadow on its 195-minute record, which then trades as the champion."""
+    params = load_params(REPO / "params.minute.yaml", [
+        *MINUTE_TINY, f"data_dir={tmp_path / 'data'}", f"registry.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"registry.artifact_root={tmp_path / 'artifacts'}", "ct.eval_bars=390", "ct.shadow_bars=195"])
+    for stage in (ingest, validate, features.features, train, backtest):
+        stage(params)
+    store, name = client(params.registry), params.registry.model_name
+    assert register(params).aliases == [CHAMPION] and name == "podracer-ppo-1min"
+    assert simulate(params, 390).last == "2023-10-30T19:59:00+00:00"  # Monday's whole session
+    first = ct_cycle(params)
+    assert first.appended_bars == 390 and first.note.startswith("version 2: enters shadow")
+    assert "over 390 bars" in first.note and alias_map(store, name) == {CHAMPION: "1", SHADOW: "2", CHALLENGER: "2"}
+    tags = store.get_model_version(name, "2").tags
+    assert (tags["eval_window"], tags["data_cutoff"]) == ("2023-10-30..2023-10-30", "2023-10-27")
+    both = deliver(params)  # the champion, then the shadow in its own account, on the last minute bar
+    assert (both.version, both.shadow.version) == ("1", "2") and "2023-10-30" in str(both.bar)
+
+    simulate(params, 195)  # Tuesday to 16:44 UTC: the shadow's record is 195 minutes
+    second = ct_cycle(params)
+    assert second.note.startswith("version 3: shadow version 2 promoted to champion: vs champion: ΔSharpe ")
+    assert "over 195 bars" in second.note
+    assert alias_map(store, name) == {CHAMPION: "2", PREVIOUS: "1", SHADOW: "3", CHALLENGER: "3"}
+    after = deliver(params)
+    assert after.version == "2" and "2023-10-31" in str(after.bar)

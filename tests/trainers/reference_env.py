@@ -6,7 +6,9 @@ never below zero, ``cost_pct`` on every traded notional, reward = change of acco
 from close to close, optional turbulence gate (block buys, sell everything), and a ragged
 universe: a stock not tradable at t is never bought and is sold if held (and has no weight
 in a target allocation); one not tradable at t+1 is not bought and is sold at its last real
-close. An action may be held for several bars (``decide``).
+close. An action may be held for several bars (``decide``). Intraday bars: with
+``overnight="flatten"``, arriving at a session's last bar (``session_last``) sells every
+holding at that bar's close, with costs, before the decision taken there.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class ReferenceAccount:
     action_kind: str = "shares"
     reward_kind: str = "value"
     tradable: list[list[bool]] | None = None
+    session_last: list[bool] | None = None
+    overnight: str = "carry"
     t: int = 0
     cash: float = 0.0
     shares: list[float] = field(default_factory=list)
@@ -70,6 +74,17 @@ class ReferenceAccount:
             step = RefStep(held.cash, held.shares, step.reward + held.reward, step.cost + held.cost,
                            step.near_boundary)
         return step
+
+    def sell_at_close(self) -> float:
+        """Sell every holding at the current bar's close (a market-on-close order); the cost."""
+        cost = 0.0
+        for i, q in enumerate(self.shares):
+            if q > 0:
+                notional = q * self.closes[self.t][i]
+                self.cash += notional - notional * self.cost_pct
+                cost += notional * self.cost_pct
+                self.shares[i] = 0.0
+        return cost
 
     def step(self, action: list[float] | None, n_stocks: int = 0) -> RefStep:
         """One bar; a ``None`` action (a held bar) orders nothing."""
@@ -102,7 +117,7 @@ class ReferenceAccount:
                 self.shares[i] -= sell
         # 2. buys, scaled down together when the cash (after costs) cannot pay for them all
         wanted = [0.0 if gated else float(max(o, 0)) for o in orders]
-        need = sum(w * p for w, p in zip(wanted, price)) * (1.0 + self.cost_pct)
+        need = sum(w * p for w, p in zip(wanted, price) if w > 0) * (1.0 + self.cost_pct)  # (p: NaN if never real)
         ratio = self.cash / need if need > self.cash else 1.0
         for i in range(n):
             exact = wanted[i] * ratio
@@ -115,6 +130,8 @@ class ReferenceAccount:
                 self.shares[i] += buy
         self.cash = max(self.cash, 0.0)
         self.t += 1
+        if self.overnight == "flatten" and self.session_last is not None and self.session_last[self.t]:
+            cost += self.sell_at_close()
         if self.reward_kind in ("log", "excess"):
             growth = math.log(self.value(self.t) / before)
             if self.reward_kind == "excess":  # minus the equal-weight market's log growth (tradable stocks)

@@ -65,6 +65,20 @@ def test_a_stock_that_stops_trading_is_marked_at_the_close_where_the_env_closes_
     assert credit(env, [0.5, 1.0], [0.0, 0.0]) == exactly([5 * (110 - 105) - 5 * 105 * 0.01, 0.0])
 
 
+def test_with_flatten_a_trade_is_credited_to_the_session_close_where_it_is_sold():
+    data = two_stocks().data
+    data.session_last = torch.tensor([False, True, False, False])  # bar 1 closes its session
+    cfg = dataclasses.replace(CFG, overnight="flatten")
+    env = MarketEnv(data, StateScales(1e-4, 0.1, (100.0, 50.0)), cfg, 1, (0, 3), random_start=False)
+    env.reset()
+    # sampled: 5 A, 3 B at bar 1's open (105, 52), sold at bar 1's close (110, 50), 1% on both trades;
+    # baseline: 2 A, sold alike. Not marked at bar 2's open: the account holds nothing over the gap.
+    a = 5 * (110 * 0.99 - 105) - 5 * 105 * 0.01 - (2 * (110 * 0.99 - 105) - 2 * 105 * 0.01)
+    b = 3 * (50 * 0.99 - 52) - 3 * 52 * 0.01
+    assert credit(env, [0.5, 0.3], [0.2, 0.0]) == exactly([a, b])
+    assert env.shares.tolist() == [[0.0, 0.0]]
+
+
 def signal_market(t: int = 160, n: int = 4, seed: int = 0) -> MarketData:
     """Each stock's feature at bar t is the sign of its move from the open of t+1 to that of t+2
     (2%); opens equal closes. A scorer that reads the feature earns, one that ignores it does not."""

@@ -15,9 +15,10 @@ from trainers.state import StateScales
 from .reference_env import ReferenceAccount
 
 
-def make_market(seed: int, t: int, n: int, k: int, ragged: bool = False) -> MarketData:
+def make_market(seed: int, t: int, n: int, k: int, ragged: bool = False, sessions: bool = False) -> MarketData:
     """Random bars; ``ragged``: each stock lists late, stops early or misses bars at random
-    (about a third of its cells untradable)."""
+    (about a third of its cells untradable); ``sessions``: intraday-like bars, a quarter of
+    them a session's last."""
     rng = np.random.default_rng(seed)
     close = 5 + 300 * rng.random((t, n)) * np.exp(np.cumsum(rng.normal(0, 0.05, (t, n)), axis=0))
     open_ = close * np.exp(rng.normal(0, 0.02, (t, n)))
@@ -26,6 +27,7 @@ def make_market(seed: int, t: int, n: int, k: int, ragged: bool = False) -> Mark
         features=torch.tensor(rng.normal(0, 1, (t, n, k)), dtype=torch.float32),
         turbulence=torch.tensor(rng.chisquare(n, t)),
         tradable=torch.tensor(rng.random((t, n)) > 0.33) if ragged else None,
+        session_last=torch.tensor(rng.random(t) < 0.25) if sessions else None,
     )
 
 
@@ -58,15 +60,17 @@ def scenarios(draw):
         action=draw(st.sampled_from(["shares", "weights"])),
         reward=draw(st.sampled_from(["value", "log", "excess"])),
         decide_every=draw(st.sampled_from([1, 1, 2, 3])),
+        overnight=draw(st.sampled_from(["carry", "flatten"])),
     )
-    return draw(st.integers(0, 2**16)), n, e, actions, cfg, draw(st.booleans()), draw(st.booleans())
+    return draw(st.integers(0, 2**16)), n, e, actions, cfg, draw(st.booleans()), draw(st.booleans()), \
+        draw(st.booleans())
 
 
 @settings(deadline=None)
 @given(scenarios())
 def test_batched_env_matches_the_scalar_reference(scenario):
-    seed, n, e, actions, cfg, random_start, ragged = scenario
-    data = make_market(seed, t=30, n=n, k=2, ragged=ragged)
+    seed, n, e, actions, cfg, random_start, ragged, sessions = scenario
+    data = make_market(seed, t=30, n=n, k=2, ragged=ragged, sessions=sessions)
     scales = StateScales(1 / cfg.initial_cash, 1 / cfg.hmax, tuple(data.close[0].tolist()))
     env = MarketEnv(data, scales, cfg, e, (0, 29), random_start=random_start, seed=seed)
     state = env.reset()
@@ -75,7 +79,8 @@ def test_batched_env_matches_the_scalar_reference(scenario):
         acct = ReferenceAccount(data.open.tolist(), data.close.tolist(), cfg.hmax, cfg.cost_pct,
                                 cfg.reward_scale, cfg.initial_cash, data.turbulence.tolist(),
                                 cfg.turbulence_threshold, cfg.action, cfg.reward,
-                                None if data.tradable is None else data.tradable.tolist())
+                                None if data.tradable is None else data.tradable.tolist(),
+                                None if data.session_last is None else data.session_last.tolist(), cfg.overnight)
         acct.reset(int(env.t[i]))
         check_state(state[i], acct, data, scales)
         accounts.append(acct)

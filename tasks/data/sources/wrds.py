@@ -17,8 +17,15 @@ line, params or an error message. SSL is ``sslmode=require``, the package's defa
 Datasets. ``crsp``: daily bars from ``crsp.dsf`` joined to ``crsp.stocknames`` (ticker →
 permno over the name's date range), close = ``abs(prc)`` (a negative prc is the bid/ask
 average). ``taq``: bars aggregated in SQL from the daily trade tables
-``taqm_YYYY.ctm_YYYYMMDD`` (one query per existing table, all symbols at once), regular
-trades only (``tr_corr = '00'``) in 09:30 <= time < 16:00 New York, stamped in UTC.
+``taqm_YYYY.ctm_YYYYMMDD``, regular trades only (``tr_corr = '00'``) in 09:30 <= time < 16:00
+New York, stamped in UTC.
+
+Streaming. TAQ holds tens of millions of trades a day, so trades never reach the client:
+the server aggregates them, and the client reads bars one chunk at a time, a chunk being
+up to ``symbols_per_query`` symbols (in sorted order) × ``days_per_query`` trade tables.
+One query per chunk (a UNION ALL of one GROUP BY per day table) returns at most
+symbols × days × 390 minute bars, so the client's memory is bounded by the chunk, not the
+range (:meth:`WrdsSource.stream`; measured in docs/data.md, sources, WRDS).
 """
 
 from __future__ import annotations
@@ -61,13 +68,19 @@ ORDER BY s.ticker, d.date, d.permno
 """
 
 TABLES_SQL = """
-SELECT n.nspname AS schema_name, c.relname AS table_name
+SELECT n.nspname AS schema_name, c.relname AS table_name,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
+               WHERE a.attrelid = c.oid AND a.attname = 'tr_seqnum' AND NOT a.attisdropped) AS has_seqnum
 FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = ANY(%(schemas)s) AND c.relname = ANY(%(tables)s)
   AND c.relkind IN ('r', 'v', 'm', 'f', 'p')
   AND has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
 """
+
+SYMBOLS_PER_QUERY = 10
+DAYS_PER_QUERY = 5
+"""Default chunk: 10 symbols × 5 trading days, at most 19,500 minute bars per query."""
 
 # freq -> (bucket of a trade, bar timestamp from the bucket). Minute buckets are New York
 # wall-clock times, converted to UTC; daily bars are stamped at the session date 00:00 UTC.
@@ -76,26 +89,37 @@ TAQ_BUCKETS = {
     "1d": ("date::timestamp", "bucket"),
 }
 
-TAQ_SQL = """
-WITH trades AS (
-    SELECT CASE WHEN coalesce(sym_suffix, '') = '' THEN sym_root
-                ELSE sym_root || '.' || sym_suffix END AS symbol,
-           {bucket} AS bucket, time_m, tr_seqnum, price, size
-    FROM "{schema}"."{table}"
-    WHERE sym_root = ANY(%(roots)s)
-      AND tr_corr = '00'
-      AND time_m >= TIME '09:30' AND time_m < TIME '16:00'
-)
-SELECT symbol, {ts} AS ts,
-       (array_agg(price ORDER BY time_m, tr_seqnum))[1] AS open,
+# One day table's bars: open/close are the first/last trade by time, then tr_seqnum where
+# the table has it ({seq} is NULL otherwise, and same-instant trades then tie).
+TAQ_DAY_SQL = """
+SELECT symbol, bucket,
+       (array_agg(price ORDER BY time_m, seq))[1] AS open,
        max(price) AS high,
        min(price) AS low,
-       (array_agg(price ORDER BY time_m DESC, tr_seqnum DESC))[1] AS close,
+       (array_agg(price ORDER BY time_m DESC, seq DESC))[1] AS close,
        sum(size) AS volume
-FROM trades
+FROM (SELECT CASE WHEN coalesce(sym_suffix, '') = '' THEN sym_root
+                  ELSE sym_root || '.' || sym_suffix END AS symbol,
+             {bucket} AS bucket, time_m, {seq} AS seq, price, size
+      FROM "{schema}"."{table}"
+      WHERE sym_root = ANY(%(roots)s)
+        AND tr_corr = '00'
+        AND time_m >= TIME '09:30' AND time_m < TIME '16:00') AS trades
 WHERE symbol = ANY(%(symbols)s)
 GROUP BY symbol, bucket
 """
+
+TAQ_SQL = "SELECT symbol, {ts} AS ts, open, high, low, close, volume FROM (\n{days}) AS bars"
+
+
+@dataclass(frozen=True)
+class _DayTable:
+    """One day's TAQ trade table, and whether it has the sequence number that orders ties."""
+
+    day: date
+    schema: str
+    table: str
+    has_seqnum: bool
 
 
 class _Failure(Exception):
@@ -192,40 +216,47 @@ def _crsp_daily(conn: _QuietConnection, request: Request, secret: str | None = N
     return frame.loc[~dup].drop(columns="permno")
 
 
-def _taq_days(conn: _QuietConnection, request: Request, secret: str | None) -> list[tuple[date, str, str]]:
-    """(day, schema, table) for each day of the range whose ctm table exists and is readable."""
+def _taq_days(conn: _QuietConnection, request: Request, secret: str | None) -> list[_DayTable]:
+    """The day tables of the range that exist and are readable, in date order."""
     days = [request.start + timedelta(days=i) for i in range((request.end - request.start).days + 1)]
     wanted = [(d, f"taqm_{d:%Y}", f"ctm_{d:%Y%m%d}") for d in days]
     found = _read(conn, TABLES_SQL, {"schemas": sorted({s for _, s, _ in wanted}),
                                      "tables": [t for _, _, t in wanted]}, secret)
-    present = set(zip(found["schema_name"], found["table_name"]))
-    kept = [w for w in wanted if (w[1], w[2]) in present]
+    present = {(s, t): bool(q) for s, t, q in zip(found["schema_name"], found["table_name"], found["has_seqnum"])}
+    kept = [_DayTable(d, s, t, present[(s, t)]) for d, s, t in wanted if (s, t) in present]
     log.info("wrds taq: %d of %d day(s) in range have a trade table", len(kept), len(days))
     return kept
 
 
-def _taq_bars(conn: _QuietConnection, request: Request, secret: str | None = None) -> pd.DataFrame:
-    """Bars at ``request.freq`` aggregated in SQL from the TAQ trade tables, one query per
-    day (skipping days without a table), all symbols per query."""
+def _taq_query(tables: list[_DayTable], freq: str) -> str:
+    """One chunk's query: the day tables' bars (TAQ_DAY_SQL) joined by UNION ALL."""
+    bucket, ts = TAQ_BUCKETS[freq]
+    days = "UNION ALL\n".join(
+        TAQ_DAY_SQL.format(bucket=bucket, seq="tr_seqnum" if t.has_seqnum else "NULL::bigint",
+                           schema=t.schema, table=t.table) for t in tables)
+    return TAQ_SQL.format(ts=ts, days=days)
+
+
+def _taq_chunks(conn: _QuietConnection, request: Request, secret: str | None,
+                symbols_per_query: int, days_per_query: int) -> Iterator[pd.DataFrame]:
+    """Bars at ``request.freq`` aggregated in SQL, one query per (symbol group, day chunk):
+    symbols in sorted order, each group's days in date order; days without a table are skipped."""
     tables = _taq_days(conn, request, secret)
     if not tables:
         raise _Failure("no TAQ trade tables (taqm_YYYY.ctm_YYYYMMDD) for any day in the range")
-    bucket, ts = TAQ_BUCKETS[request.freq]
-    params = {"roots": sorted({s.split(".", 1)[0] for s in request.symbols}), "symbols": list(request.symbols)}
-    frames = []
-    for day, schema, table in tables:
-        frames.append(_read(conn, TAQ_SQL.format(bucket=bucket, ts=ts, schema=schema, table=table), params, secret))
-        log.debug("wrds taq: %s.%s gave %d bar(s) for %s", schema, table, len(frames[-1]), day)
-    return pd.concat(frames, ignore_index=True)
+    symbols = sorted(request.symbols)
+    for i in range(0, len(symbols), symbols_per_query):
+        group = symbols[i : i + symbols_per_query]
+        params = {"roots": sorted({s.split(".", 1)[0] for s in group}), "symbols": group}
+        for j in range(0, len(tables), days_per_query):
+            chunk = tables[j : j + days_per_query]
+            frame = _read(conn, _taq_query(chunk, request.freq), params, secret)
+            log.debug("wrds taq: %s %s..%s gave %d bar(s)", ",".join(group), chunk[0].day, chunk[-1].day, len(frame))
+            yield frame
 
 
-def _finish(frame: pd.DataFrame, request: Request, origin: str) -> pd.DataFrame:
-    """Check every symbol came back, stamp ts as UTC and coerce to the bars contract."""
-    if frame.empty:
-        raise _Failure("no rows for these symbols and dates")
-    missing = [s for s in request.symbols if s not in set(frame["symbol"])]
-    if missing:
-        raise _Failure(f"symbol(s) not found: {', '.join(missing)}")
+def _coerce(frame: pd.DataFrame, origin: str) -> pd.DataFrame:
+    """Stamp ts as UTC and coerce one chunk to the bars contract."""
     frame = frame.assign(ts=pd.to_datetime(frame["ts"]).dt.tz_localize("UTC"))
     for col in PRICE_COLUMNS:
         frame[col] = pd.to_numeric(frame[col]).astype("float64")
@@ -241,10 +272,15 @@ class WrdsSource:
     name = "wrds"
     default_symbols: tuple[str, ...] = ()
 
-    def __init__(self, params: WrdsParams, env: Mapping[str, str] | None = None) -> None:
-        """``env`` supplies credentials (defaults to ``os.environ``, read at fetch time)."""
+    def __init__(self, params: WrdsParams, env: Mapping[str, str] | None = None, *,
+                 symbols_per_query: int = SYMBOLS_PER_QUERY, days_per_query: int = DAYS_PER_QUERY) -> None:
+        """``env`` supplies credentials (defaults to ``os.environ``, read at fetch time); the
+        two sizes bound a TAQ query's result (module doc, streaming)."""
+        if symbols_per_query < 1 or days_per_query < 1:
+            raise ValueError("symbols_per_query and days_per_query must be >= 1")
         self.params = params
         self._env = env
+        self.symbols_per_query, self.days_per_query = symbols_per_query, days_per_query
 
     def __repr__(self) -> str:
         p = self.params
@@ -253,12 +289,19 @@ class WrdsSource:
     def fetch(self, request: Request) -> pd.DataFrame:
         """Bars for ``request`` in the bars contract, or a one-line SourceError (bad dataset or
         frequency, no credentials, connection or auth failure, SQL error, no rows, missing symbols)."""
+        frames = list(self.stream(request))
+        return pd.concat(frames, ignore_index=True).sort_values(["symbol", "ts"], kind="stable", ignore_index=True)
+
+    def stream(self, request: Request) -> Iterator[pd.DataFrame]:
+        """The bars of ``request`` one chunk at a time, each in the bars contract (CRSP: one
+        chunk; TAQ: one per query, module doc). The checks that need the whole range (no
+        rows, a symbol missing) raise their SourceError after the last chunk."""
         try:
-            return self._fetch(request)
+            yield from self._stream(request)
         except _Failure as exc:
             raise SourceError(self.name, request, str(exc)) from None
 
-    def _fetch(self, request: Request) -> pd.DataFrame:
+    def _stream(self, request: Request) -> Iterator[pd.DataFrame]:
         dataset = self.params.dataset
         if dataset not in DATASETS:
             raise _Failure(f"unknown dataset {dataset!r} (expected one of {', '.join(DATASETS)})")
@@ -269,7 +312,18 @@ class WrdsSource:
         if not request.symbols or request.end < request.start:
             raise _Failure("empty request (no symbols, or end before start)")
         creds = _credentials(self._env if self._env is not None else os.environ)
+        seen: set[str] = set()
         with _connect(self.params, creds) as conn:
-            fetch = _crsp_daily if dataset == "crsp" else _taq_bars
-            frame = fetch(conn, request, creds.password)
-        return _finish(frame, request, f"wrds {dataset}")
+            if dataset == "crsp":
+                frames: Iterator[pd.DataFrame] = iter([_crsp_daily(conn, request, creds.password)])
+            else:
+                frames = _taq_chunks(conn, request, creds.password, self.symbols_per_query, self.days_per_query)
+            for frame in frames:
+                if not frame.empty:
+                    seen.update(frame["symbol"])
+                    yield _coerce(frame, f"wrds {dataset}")
+        if not seen:
+            raise _Failure("no rows for these symbols and dates")
+        missing = [s for s in request.symbols if s not in seen]
+        if missing:
+            raise _Failure(f"symbol(s) not found: {', '.join(missing)}")

@@ -197,8 +197,8 @@ def create_app(exchange: Exchange) -> FastAPI:
     @app.get("/v2/calendar")
     async def calendar(start: str | None = None, end: str | None = None) -> Response:
         feed = market.feed.current()
-        first = day(start, "start", feed.sessions[0].date())
-        last = day(end, "end", feed.sessions[-1].date())
+        first = day(start, "start", feed.day(0))
+        last = day(end, "end", feed.day(len(feed) - 1))
         if first > last:
             raise BrokerError(422, "start must not be after end")
         return answer(market.calendar.days(first, last))

@@ -1,11 +1,13 @@
 """The broker's market clock on the NYSE calendar: the real one, or one stepped bar by bar.
 
-A **simulated** clock stands at one event of one session: its ``open`` (the opening
-orders have filled, the market is open) or its ``close`` (the bar is complete, the market
-is closed until the next session's open). ``POST /podracer/v1/clock/advance`` moves it to
-the next event, so a replay of a year of daily bars takes seconds. A **wall** clock reads
-the time of day; the broker then processes a session's events once that session's bar is
-in the feed. Both answer Alpaca's ``/v2/clock`` and ``/v2/calendar`` from the same NYSE
+A **simulated** clock stands at one event of one bar: its ``open`` (the opening orders have
+filled, the bar trades) or its ``close`` (the bar is complete). A daily bar's events are its
+session's open and close; a minute bar's are the start and the end of its minute, so the
+market stays open between two minute bars and closes at the session's last one.
+``POST /podracer/v1/clock/advance`` moves it to the next event, so a replay of a year of
+daily bars takes seconds. A **wall** clock reads the time of day; the broker then processes
+a bar's events once that bar is in the feed. Both answer Alpaca's ``/v2/clock`` (a simulated
+clock: as the wall clock would at its event's instant) and ``/v2/calendar`` from the same NYSE
 sessions (exchange_calendars' XNYS, half days included).
 """
 
@@ -96,19 +98,11 @@ class Calendar:
         return self._session(int(np.searchsorted(self._closes, pd.Timestamp(after).value, side="right")))
 
     def wall(self, now: datetime) -> ClockView:
-        """Alpaca's clock at the real instant ``now``."""
+        """Alpaca's clock at the instant ``now``: the time of day, or the event a simulated clock stands at."""
         current = self.next_session(now)
         is_open = current.open <= now < current.close
         following = self.next_session(current.close) if is_open else current
         return ClockView(now, is_open, following.open if is_open else current.open, current.close)
-
-    def simulated(self, day: date, phase: Phase) -> ClockView:
-        """Alpaca's clock standing at the ``phase`` event of the session ``day``."""
-        here = self.session(day)
-        following = self.next_session(here.close)
-        if phase == "open":
-            return ClockView(here.open, True, following.open, here.close)
-        return ClockView(here.close, False, following.open, following.close)
 
     def days(self, start: date, end: date) -> list[dict[str, str]]:
         """``GET /v2/calendar``: each session's date and its New York open and close as ``HH:MM``."""

@@ -8,6 +8,12 @@ the next session's open, in one batch by the env's rule (:mod:`tasks.delivery.br
 during a simulated session a market order fills at once at the session's open price.
 Where this differs from Alpaca's real fills is in ``docs/delivery.md``.
 
+On **minute bars** every bar is a small session of its own inside the day's: its open and its
+close are the clock's events, an order placed at a bar's close fills at the next bar's open
+(``accepted`` until then), and what belongs to the day's session (``last_equity``, ``cls``
+fills, the expiry of ``day`` orders) happens at the session's first open and its last close,
+13:00 New York time on a half day. An order placed after the last close is for the next session.
+
 In a ragged universe (docs/data.md) nothing fills in a session where the symbol has no real bar
 (not yet listed, halted, delisted: ``Feed.real``): its orders stay open as if the symbol did
 not trade, so a ``day`` order expires at that session's close, an ``opg`` or ``cls`` one is
@@ -26,9 +32,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
 
-from tasks.delivery.broker.clock import Calendar, ClockView, Phase, iso, utc_now
+from tasks.delivery.broker.clock import ClockView, Phase, iso, utc_now
 from tasks.delivery.broker.feed import Feed, FeedSource
 from tasks.delivery.broker.fills import fill_batch, marketable, remaining, touched
 from tasks.delivery.broker.ledger import OPEN_STATUSES, Ledger
@@ -44,25 +49,30 @@ class PaperBroker:
     def __init__(self, ledger: Ledger, feed: FeedSource, mode: ClockMode,
                  now: Callable[[], datetime] = utc_now) -> None:
         self.ledger, self.feed, self.mode, self._now = ledger, feed, mode, now
-        self.calendar = Calendar()
+        self.calendar = feed.calendar
 
     @classmethod
     def open(cls, db: Path, bars: Path, *, initial_cash: float, cost_pct: float, mode: ClockMode,
-             start: date | None = None, now: Callable[[], datetime] = utc_now,
-             like: PaperBroker | None = None) -> PaperBroker:
+             start: date | datetime | None = None, now: Callable[[], datetime] = utc_now,
+             like: PaperBroker | None = None, sessions: int | None = None) -> PaperBroker:
         """Open the account in ``db``, creating it with ``initial_cash`` and a clock standing at
-        the close of ``start`` (default: the feed's latest bar) if the file is new.
+        the close of the bar ``start`` (a session's date, or a minute bar's start; a date on minute
+        bars is that session's last bar; default: the feed's latest bar) if the file is new.
 
-        ``like``: another account of the same market (docs/delivery.md, Shadow accounts). This
-        one then shares its feed, calendar and clock mode, and a new one starts where its clock
-        stands; :meth:`follow` brings an older one level with it.
+        ``sessions``: minute bars are read as a trailing window of this many sessions (None:
+        all), kept back to the bar the clock stands on. ``like``: another account of the same
+        market (docs/delivery.md, Shadow accounts). This one then shares its feed, calendar and
+        clock mode, and a new one starts where its clock stands; :meth:`follow` brings an older
+        one level with it.
         """
-        feed = like.feed if like is not None else FeedSource(bars)
-        sessions = feed.current().sessions
-        day = pd.Timestamp(start, tz="UTC") if start is not None else sessions[-1]
-        if start is not None and day not in sessions:
+        feed = like.feed if like is not None else FeedSource(bars, sessions)
+        if start is not None:
+            feed.keep(start)
+        market = feed.current()
+        bar = market.find(start) if start is not None else len(market) - 1
+        if bar is None:
             raise ConfigError(f"broker: {start} is not a bar of {bars}")
-        at, phase = day.date().isoformat(), "close"
+        at, phase = market.key(bar), "close"
         if like is not None:
             mode, now = like.mode, like._now
             at, phase = like.ledger.clock()["day"], like.ledger.clock()["phase"]
@@ -72,18 +82,18 @@ class PaperBroker:
         if stored != mode:
             ledger.close()
             raise ConfigError(f"broker: {db} keeps a {stored} clock; start it with that clock, or remove the file")
+        feed.keep(ledger.clock()["day"])
         broker = cls(ledger, feed, mode, now)
-        if like is not None:
-            broker.calendar = like.calendar
-        else:
-            broker.calendar.schedule(sessions[0].date(), sessions[-1].date())  # build it before any request
+        if like is None:
+            market = feed.current()
+            broker.calendar.schedule(market.day(0), market.day(len(market) - 1))  # build it before any request
         return broker
 
     # --- the clock ------------------------------------------------------------------------
     def _position(self, feed: Feed) -> tuple[int, Phase]:
         """The clock's bar (an index into the feed) and phase."""
         clock = self.ledger.clock()
-        bar = feed.bar(pd.Timestamp(clock["day"], tz="UTC"))
+        bar = feed.find(clock["day"])
         if bar is None:
             raise BrokerError(500, f"the broker's clock stands at {clock['day']}, which the feed no longer has: "
                                    "its paper account traded another market (data.source or dates changed); "
@@ -99,8 +109,9 @@ class PaperBroker:
     def _view(self) -> ClockView:
         if self.mode == "wall":
             return self.calendar.wall(self._now())
-        clock = self.ledger.clock()
-        return self.calendar.simulated(date.fromisoformat(clock["day"]), clock["phase"])
+        feed = self.feed.current()
+        bar, phase = self._position(feed)
+        return self.calendar.wall(feed.instants(bar, self.calendar)[phase == "close"])
 
     def now(self) -> str:
         return iso(self._view().timestamp)
@@ -155,22 +166,24 @@ class PaperBroker:
             target = bar if phase == "open" else bar + 1
             if target >= len(feed):
                 if until is None:
-                    raise BrokerError(409, f"the feed has no bar after {feed.sessions[bar].date()}: "
+                    raise BrokerError(409, f"the feed has no bar after {feed.key(bar)}: "
                                            "new bars arrive with ingest (or `podracer simulate`)")
                 return False
-            session = self.calendar.session(feed.sessions[target].date())
-            if until is not None and (session.close if phase == "open" else session.open) > until:
+            opens, closes = feed.instants(target, self.calendar)
+            if until is not None and (closes if phase == "open" else opens) > until:
                 return False
-            (self._close_event if phase == "open" else self._open_event)(db, feed, target, session)
+            (self._close_event if phase == "open" else self._open_event)(db, feed, target)
         return True
 
-    def _open_event(self, db: sqlite3.Connection, feed: Feed, bar: int, session: Any) -> None:
-        """The session opens: yesterday's close becomes ``last_equity``; queued orders fill at the
-        open, except those for a symbol without a real bar in this session (they stay open)."""
-        day, at = session.day.isoformat(), iso(session.open)
+    def _open_event(self, db: sqlite3.Connection, feed: Feed, bar: int) -> None:
+        """The bar opens: at a session's first bar, the last session's close becomes ``last_equity``;
+        queued orders fill at the open, except those for a symbol without a real bar in this bar
+        (they stay open)."""
+        day, at = feed.day(bar).isoformat(), iso(feed.instants(bar, self.calendar)[0])
         account = dict(db.execute("SELECT cash, cost_pct FROM account").fetchone())
-        equity = account["cash"] + self._holdings_value(db, feed, feed.close[bar - 1])
-        db.execute("UPDATE account SET last_equity = ?", (equity,))
+        if feed.session_start(bar) == bar:
+            equity = account["cash"] + self._holdings_value(db, feed, feed.close[bar - 1])
+            db.execute("UPDATE account SET last_equity = ?", (equity,))
         orders = self.ledger.open_orders(db)
         batch = [o for o in orders if o["time_in_force"] != "cls" and feed.trades(bar, o["symbol"])
                  and marketable(o, feed.open[bar, feed.column(o["symbol"])])]
@@ -179,21 +192,24 @@ class PaperBroker:
         for order in orders:
             if order["time_in_force"] == "opg" and order["id"] not in filled:
                 Ledger.update_order(db, order["id"], status="canceled", canceled_at=at, updated_at=at)
-        Ledger.set_clock(db, day, "open")
+        Ledger.set_clock(db, feed.key(bar), "open")
 
-    def _close_event(self, db: sqlite3.Connection, feed: Feed, bar: int, session: Any) -> None:
-        """The session closes: ``cls`` orders fill at the close, resting limits the day traded
-        through fill at their limit, and what is left of ``day`` orders expires. A symbol
-        without a real bar in this session fills nothing: its ``cls`` orders are canceled."""
-        day, at = session.day.isoformat(), iso(session.close)
+    def _close_event(self, db: sqlite3.Connection, feed: Feed, bar: int) -> None:
+        """The bar closes: resting limits it traded through fill at their limit. At the session's
+        close (every daily bar; a session's last minute bar) ``cls`` orders fill at the close and
+        what is left of ``day`` orders expires. A symbol without a real bar here fills nothing:
+        its ``cls`` orders are canceled."""
+        day, at = feed.day(bar).isoformat(), iso(feed.instants(bar, self.calendar)[1])
+        last = feed.closes_session(bar, self.calendar)
         cost_pct = db.execute("SELECT cost_pct FROM account").fetchone()["cost_pct"]
         cash = db.execute("SELECT cash FROM account").fetchone()["cash"]
         orders = self.ledger.open_orders(db)
-        on_close = [o for o in orders if o["time_in_force"] == "cls" and feed.trades(bar, o["symbol"])]
-        cash = fill_batch(db, on_close, feed.symbols, feed.close[bar], cash, cost_pct, day, at)
-        for order in orders:
-            if order["time_in_force"] == "cls" and not feed.trades(bar, order["symbol"]):
-                Ledger.update_order(db, order["id"], status="canceled", canceled_at=at, updated_at=at)
+        if last:
+            on_close = [o for o in orders if o["time_in_force"] == "cls" and feed.trades(bar, o["symbol"])]
+            cash = fill_batch(db, on_close, feed.symbols, feed.close[bar], cash, cost_pct, day, at)
+            for order in orders:
+                if order["time_in_force"] == "cls" and not feed.trades(bar, order["symbol"]):
+                    Ledger.update_order(db, order["id"], status="canceled", canceled_at=at, updated_at=at)
         for order in orders:
             j = feed.column(order["symbol"])
             if order["type"] == "limit" and order["time_in_force"] != "cls" and feed.real[bar, j] \
@@ -201,20 +217,20 @@ class PaperBroker:
                 prices = feed.close[bar].copy()
                 prices[j] = order["limit_price"]
                 cash = fill_batch(db, [order], feed.symbols, prices, cash, cost_pct, day, at)
-        for order in self.ledger.open_orders(db):
+        for order in self.ledger.open_orders(db) if last else ():
             if order["time_in_force"] == "day":
                 Ledger.update_order(db, order["id"], status="expired", expired_at=at, updated_at=at)
-        Ledger.set_clock(db, day, "close")
+        Ledger.set_clock(db, feed.key(bar), "close")
 
     # --- prices and the account ----------------------------------------------------------
     def _prices(self, feed: Feed) -> tuple[np.ndarray, np.ndarray]:
-        """The latest price of every symbol (the open during a session, else the close) and the
-        previous session's close; where a symbol has no real bar, the feed carries its last real
-        close in both."""
+        """The latest price of every symbol (the bar's open while it trades, else its close) and
+        the previous session's close; where a symbol has no real bar, the feed carries its last
+        real close in both."""
         bar, phase = self._position(feed)
-        if phase == "open":
-            return feed.open[bar], feed.close[bar - 1] if bar else feed.open[bar]
-        return feed.close[bar], feed.close[bar - 1] if bar else feed.close[bar]
+        latest = feed.open[bar] if phase == "open" else feed.close[bar]
+        before = feed.session_start(bar) - 1
+        return latest, feed.close[before] if before >= 0 else latest
 
     @staticmethod
     def _holdings_value(db: sqlite3.Connection, feed: Feed, prices: np.ndarray) -> float:
@@ -266,7 +282,8 @@ class PaperBroker:
         with self.ledger.tx() as db:
             bar, phase = self._position(feed)
             session = self.mode == "simulated" and phase == "open"
-            if request.time_in_force == "opg" and session:
+            between = feed.intraday and phase == "close" and not feed.closes_session(bar, self.calendar)
+            if request.time_in_force == "opg" and (session or between):
                 raise BrokerError(422, "opg orders are accepted only while the market is closed")
             last, _ = self._prices(feed)
             at = self.now()
@@ -275,7 +292,8 @@ class PaperBroker:
             order = {"id": str(uuid.uuid4()), "client_order_id": request.client_order_id, "symbol": request.symbol,
                      "side": request.side, "type": request.type, "time_in_force": request.time_in_force,
                      "qty": request.qty, "limit_price": request.limit_price,
-                     "status": "new" if session or self._view().is_open else "accepted", "created_at": at,
+                     "status": "new" if session or (self._view().is_open and not feed.intraday) else "accepted",
+                     "created_at": at,
                      "updated_at": at, "submitted_at": at}
             try:
                 Ledger.insert_order(db, order)
@@ -284,8 +302,7 @@ class PaperBroker:
             pending = {**order, "filled_qty": 0}
             if immediate and marketable(pending, feed.open[bar, feed.column(request.symbol)]):
                 cash, cost_pct = db.execute("SELECT cash, cost_pct FROM account").fetchone()
-                fill_batch(db, [pending], feed.symbols, feed.open[bar], cash, cost_pct,
-                           feed.sessions[bar].date().isoformat(), at)
+                fill_batch(db, [pending], feed.symbols, feed.open[bar], cash, cost_pct, feed.day(bar).isoformat(), at)
             row = dict(db.execute("SELECT * FROM orders WHERE id = ?", (order["id"],)).fetchone())
         return order_json(row)
 

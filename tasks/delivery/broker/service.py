@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from types import TracebackType
 
@@ -36,12 +36,15 @@ log = logging.getLogger("podracer.broker")
 LEDGER = "broker.db"
 
 
-def open_exchange(params: Params, db: Path | None = None, clock: ClockMode | None = None, day: date | None = None,
-                  initial_cash: float | None = None, cost_pct: float | None = None) -> Exchange:
+def open_exchange(params: Params, db: Path | None = None, clock: ClockMode | None = None,
+                  day: date | datetime | None = None, initial_cash: float | None = None,
+                  cost_pct: float | None = None) -> Exchange:
     """The champion's paper account in ``db`` (default ``data/broker/broker.db``) on the validated
-    bars, and the shadow's in ``<db>-shadow.db`` on the same market and clock.
+    bars (minute bars: the last ``broker.feed_sessions`` sessions), and the shadow's in
+    ``<db>-shadow.db`` on the same market and clock.
 
-    A new champion account's clock stands at the close of ``day`` (default the latest bar);
+    A new champion account's clock stands at the close of the bar ``day`` (a session's date or a
+    minute bar's start; default the latest bar);
     a new shadow account starts where the champion's clock stands. Both get ``initial_cash``
     and ``cost_pct`` (default the config's ``env``; a replay passes the champion's own, so that
     it trades the env it was trained in).
@@ -50,7 +53,8 @@ def open_exchange(params: Params, db: Path | None = None, clock: ClockMode | Non
     bars = params.dirs.validated / VALIDATED
     cash = params.env.initial_cash if initial_cash is None else initial_cash
     cost = params.env.cost_pct if cost_pct is None else cost_pct
-    main = PaperBroker.open(db, bars, initial_cash=cash, cost_pct=cost, mode=clock or params.broker.clock, start=day)
+    main = PaperBroker.open(db, bars, initial_cash=cash, cost_pct=cost, mode=clock or params.broker.clock, start=day,
+                            sessions=params.broker.feed_sessions)
 
     def shadow(like: PaperBroker) -> PaperBroker:
         return PaperBroker.open(role_path(db, SHADOW), bars, initial_cash=cash, cost_pct=cost, mode=like.mode,
@@ -96,7 +100,7 @@ class BrokerServer:
 
 
 @contextmanager
-def start(params: Params, db: Path | None = None, clock: ClockMode | None = None, day: date | None = None,
+def start(params: Params, db: Path | None = None, clock: ClockMode | None = None, day: date | datetime | None = None,
           initial_cash: float | None = None, cost_pct: float | None = None) -> Iterator[str]:
     """The paper accounts of :func:`open_exchange` served in a thread of this process, on a free
     port of 127.0.0.1, for the ``with`` block; yields its URL. Their keys are :func:`local_keys`."""

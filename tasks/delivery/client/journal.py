@@ -47,6 +47,7 @@ class Journal:
         with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # as the broker's ledger: a killed process loses nothing
             db.executescript(SCHEMA)
             yield db
 
@@ -57,6 +58,14 @@ class Journal:
         with self._db() as db:
             rows = db.execute(sql, (self.account, bar) if bar else (self.account,)).fetchall()
         return [{**dict(r), "body": json.loads(r["body"])} for r in rows]
+
+    def decided(self, version: str, before: str) -> Iterator[str]:
+        """The bars before ``before`` on which ``version`` decided (not halted, not held), newest first."""
+        sql = ("SELECT bar FROM trading_cycles WHERE account = ? AND model_version = ? AND bar < ? "
+               "AND state != 'halted' AND coalesce(json_extract(body, '$.decided'), 1) ORDER BY bar DESC")
+        with self._db() as db:
+            for row in db.execute(sql, (self.account, version, before)):
+                yield row["bar"]
 
     def put(self, record: dict[str, Any]) -> None:
         """Insert or update the record of (``bar``, ``model_version``): its ``state`` and ``body``."""

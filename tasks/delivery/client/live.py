@@ -1,10 +1,14 @@
 """``podracer trade``: the loop that trades every new bar, and the kill switch.
 
 The live loop runs the delivery cycle (:func:`tasks.delivery.client.deliver.cycle`) on the
-latest bar once per champion and shadow version, then waits on the market clock: it sleeps
-until the next close, and looks for the new bar (a nightly ingest and features) at most
-every ``LOOK_SECONDS`` until it is there. SIGTERM or Ctrl-C stop it between cycles; a halt
-(``podracer trade --halt`` or the daily loss limit) is obeyed at the start of each cycle.
+latest bar once per champion and shadow version, then waits on the market clock until the
+next bar is due, and looks for it (a nightly ingest and features) at most every
+``LOOK_SECONDS`` until it is there. A daily bar is due at the next close; a minute bar a
+minute after the latest one closed while the market is open, else a minute after the next
+open. So on minute bars it runs one cycle per new minute bar, and the env's schedule
+(``env.decide_every``) decides which of them are decisions (:meth:`TradingLoop._due`).
+SIGTERM or Ctrl-C stop it between cycles; a halt (``podracer trade --halt`` or the daily
+loss limit) is obeyed at the start of each cycle.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from tasks.config import Params
 from tasks.data import features
 from tasks.delivery.client import deliver
+from tasks.delivery.client.bars import bar_close, bar_key
 from tasks.delivery.client.loop import CycleResult
 from tasks.delivery.client.risk import halt, unhalt
 from tasks.delivery.client.session import trading_session
@@ -25,6 +31,7 @@ from tasks.registry.gate import SHADOW, alias_version, champion_version
 
 log = logging.getLogger("podracer.trade")
 LOOK_SECONDS = 300.0
+MINUTE = timedelta(minutes=1)
 
 
 def switch(params: Params, stop: bool) -> str:
@@ -51,14 +58,23 @@ def forever(params: Params, show: Callable[[CycleResult], None], stop: threading
         traded: set[tuple[str, str | None, str | None]] = set()
         try:
             while not stop.is_set():
-                latest = str(features.load(params.dirs.features).timestamps[-1])[:10]
+                latest = bar_key(features.load(params.dirs.features).timestamps[-1], params.data.freq)
                 state = (latest, champion_version(params.registry), alias_version(params.registry, SHADOW))
                 if state not in traded:
                     show(deliver.cycle(session))
                     traded.add(state)
-                clock = session.client.get_clock()
-                wait = (clock.next_close - datetime.now(timezone.utc)).total_seconds()
-                stop.wait(min(max(wait, params.trade.poll_seconds), LOOK_SECONDS))
+                wait = (due(session.client.get_clock(), latest, params.data.freq) - datetime.now(timezone.utc))
+                stop.wait(min(max(wait.total_seconds(), params.trade.poll_seconds), LOOK_SECONDS))
         except KeyboardInterrupt:
             pass
     log.info("trading loop stopped")
+
+
+def due(clock: Any, latest: str, freq: str) -> datetime:
+    """When the bar after ``latest`` is due, by the broker's ``clock`` (alpaca-py's ``Clock``): the
+    next close for daily bars; for minute bars the close of the minute after ``latest`` while the
+    market is open, else the close of the next session's first minute."""
+    closes = bar_close(latest, freq)
+    if closes is None:
+        return clock.next_close  # type: ignore[no-any-return]
+    return (closes.to_pydatetime() if clock.is_open else clock.next_open) + MINUTE

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -26,13 +26,14 @@ log = logging.getLogger("podracer.trade")
 
 @contextmanager
 def local_broker(params: Params, url: str | None = None, *, ledger: Path | None = None,
-                 clock: Literal["simulated", "wall"] | None = None, day: date | None = None,
+                 clock: Literal["simulated", "wall"] | None = None, day: date | datetime | None = None,
                  initial_cash: float | None = None, cost_pct: float | None = None) -> Iterator[str]:
     """The URL of a local paper broker for the ``with`` block: the one at ``url`` if it answers
     with the account's keys, else one started in this process over ``ledger`` (default
     ``data/broker/broker.db``) and stopped when the block ends.
 
-    A new ledger's account stands at the close of ``day`` (default the latest bar) with
+    A new ledger's account stands at the close of the bar ``day`` (a session's date or a minute
+    bar's start; default the latest bar) with
     ``initial_cash`` and ``cost_pct`` (default the config's ``env``); ``clock`` defaults to
     ``broker.clock``.
     """

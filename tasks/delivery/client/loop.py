@@ -8,6 +8,7 @@ One cycle (``podracer trade``; the pipeline's deliver stage is one cycle):
 4. run the pre-trade risk checks (:mod:`tasks.delivery.client.risk`);
 5. journal the planned orders, then submit them with deterministic client order ids
    (account role, model version, bar, symbol), so a loop killed and restarted resubmits nothing;
+   a bar is named by its date, or by its minute on minute bars (:mod:`tasks.delivery.client.bars`);
 6. poll for the fills, and record the cycle (orders, fills, equity, model version) in
    the journal and as metrics of the trading session's MLflow run.
 
@@ -34,9 +35,10 @@ from alpaca.trading.requests import GetOrdersRequest, MarketOrderRequest
 
 from tasks.config import Params
 from tasks.data import features
+from tasks.delivery.client.bars import bar_close, bar_key, bar_step, bar_time, compact
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.risk import PlannedOrder, check_orders, daily_loss, halt, halted
-from tasks.errors import DataError, PodracerError
+from tasks.errors import ConfigError, DataError, PodracerError
 from tasks.registry.gate import CHAMPION, alias_version
 from tasks.registry.serving import policy_input
 
@@ -62,8 +64,9 @@ def id_prefix(role: str) -> str:
 
 
 def client_order_id(version: str, bar: str, symbol: str, role: str = CHAMPION) -> str:
-    """Deterministic: the same role, model version, bar and symbol always give the same id."""
-    return f"{id_prefix(role)}v{version}-{bar.replace('-', '')}-{symbol}"
+    """Deterministic: the same role, model version, bar and symbol always give the same id
+    (``pdr-v3-20231025-SYM`` for a daily bar, ``pdr-v3-202310251330-SYM`` for a minute bar)."""
+    return f"{id_prefix(role)}v{version}-{compact(bar)}-{symbol}"
 
 
 @dataclass
@@ -154,9 +157,12 @@ class TradingLoop:
         if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
             raise DataError(f"{self.role} version {version} trades {len(meta.symbols)} symbols with "
                             f"{meta.feature_names}; data/features has other symbols or indicators")
+        if getattr(meta.env, "overnight", "carry") == "flatten":
+            raise ConfigError(f"{self.role} version {version} was trained with env.overnight: flatten; the trading "
+                              "loop carries positions overnight only (train with env.overnight: carry)")
         t = len(fs.timestamps) - 1 if bar is None else bar
-        day = str(fs.timestamps[t])[:10]
-        self._check_not_ahead(day)
+        day = bar_key(fs.timestamps[t], meta.freq)
+        self._check_not_ahead(day, meta.freq)
         uri = f"models:/{self.params.registry.model_name}/{version}"
         result = CycleResult(day, version, uri, self.role, swapped_from=swapped)
         done = {r["state"]: r for r in self.journal.cycles(day) if r["model_version"] == version}
@@ -175,7 +181,7 @@ class TradingLoop:
             result.blocked, result.resumed = done["planned"]["body"]["blocked"], True
             result.decided = done["planned"]["body"].get("decided", True)
         else:
-            result.decided = self._due(fs, t, version, meta.env.decide_every)
+            result.decided = self._due(fs, t, day, version, meta.env.decide_every)
             if not result.decided:
                 log.info("bar %s: %s version %s holds its last decision (env.decide_every %d); only the gate "
                          "and close-outs trade", day, self.role, version, meta.env.decide_every)
@@ -195,12 +201,19 @@ class TradingLoop:
         result.orders = self._wait(submitted)
         return self._finish(result, {}, record=True)
 
-    def _check_not_ahead(self, day: str) -> None:
+    def _check_not_ahead(self, day: str, freq: str) -> None:
         """Refuse a bar whose close the broker's clock has not reached: its orders would fill at
-        an open that came before the prices the policy saw (look-ahead)."""
+        an open that came before the prices the policy saw (look-ahead). A daily bar closes with
+        its session, a minute bar a minute after its start."""
         clock = self.client.get_clock()
-        today, bar = clock.timestamp.astimezone(NEW_YORK).date(), date.fromisoformat(day)
-        if bar > today or (bar == today and (clock.is_open or clock.next_open.astimezone(NEW_YORK).date() == bar)):
+        closes = bar_close(day, freq)
+        if closes is None:
+            today, bar = clock.timestamp.astimezone(NEW_YORK).date(), date.fromisoformat(day)
+            ahead = bar > today or (bar == today and (clock.is_open or
+                                                      clock.next_open.astimezone(NEW_YORK).date() == bar))
+        else:
+            ahead = closes > clock.timestamp
+        if ahead:
             raise DataError(f"bar {day} is after the broker's clock ({clock.timestamp.isoformat()}): trading it "
                             "would use prices from after the fills")
 
@@ -219,17 +232,21 @@ class TradingLoop:
         self.client.cancel_orders()
         return reason
 
-    def _due(self, fs: features.FeatureSet, t: int, version: str, every: int) -> bool:
-        """Whether bar ``t`` is a decision bar of ``version`` under ``env.decide_every``: the
-        first bar it trades, then every ``every``-th bar after the last one it decided on (the
-        journal's record), which is the env's schedule, so a replay of the backtest window
-        decides on the bars the backtest did."""
+    def _due(self, fs: features.FeatureSet, t: int, day: str, version: str, every: int) -> bool:
+        """Whether bar ``t`` (named ``day``) is a decision bar of ``version`` under
+        ``env.decide_every``: the first bar it trades, then every ``every``-th bar after the last
+        one it decided on (the journal's record, found among the feature set's bars before
+        ``t``), which is the env's schedule, so a replay of the backtest window decides on the
+        bars the backtest did. Bars are counted as indices, so minute bars count across sessions
+        as the env's window does."""
         if every == 1:
             return True
-        index = {str(ts)[:10]: i for i, ts in enumerate(fs.timestamps[:t])}
-        decided = [index[r["bar"]] for r in self.journal.cycles() if r["model_version"] == version
-                   and r["bar"] in index and r["state"] != "halted" and r["body"].get("decided", True)]
-        return not decided or t - max(decided) >= every
+        before = fs.timestamps[:t]
+        for key in self.journal.decided(version, day):
+            at = int(np.searchsorted(before, bar_time(key)))
+            if at < len(before) and before[at] == bar_time(key):
+                return t - at >= every
+        return True
 
     def _decide(self, model: Any, meta: Any, fs: features.FeatureSet, t: int, day: str,
                 version: str, decide: bool = True) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
@@ -253,7 +270,7 @@ class TradingLoop:
     def _replace_other_versions(self, day: str, version: str) -> None:
         """A new version of the alias trading a bar replaces the open orders an earlier one placed for it."""
         ours = f"{id_prefix(self.role)}v"
-        marker, mine = f"-{day.replace('-', '')}-", f"{ours}{version}-"
+        marker, mine = f"-{compact(day)}-", f"{ours}{version}-"
         for order in self.client.get_orders(GetOrdersRequest(status="open", limit=500)):
             cid = order.client_order_id
             if cid.startswith(ours) and marker in cid and not cid.startswith(mine):
@@ -296,7 +313,7 @@ class TradingLoop:
             self.journal.put({"bar": result.bar, "model_version": result.version, "state": state,
                               "body": result.body()})
             if self.on_cycle is not None:
-                self.on_cycle(result, int(np.datetime64(result.bar, "D").astype(np.int64)))
+                self.on_cycle(result, bar_step(result.bar))
         for order in result.orders:
             log.info("%s %s %d %s: %s", order.get("client_order_id"), order.get("side"), order.get("qty"),
                      order.get("symbol"), order.get("status"))

@@ -8,7 +8,9 @@ what they would block is counted and sent anyway, since the replay's job is to s
 serving equals training. Each cycle decides on bar t and submits; the clock then advances
 to t+1's open, where the orders fill as one batch by the env's rule, and to t+1's close,
 where the account is marked. With the backtest's window, the paper equity equals
-``data/backtest/equity.csv`` to the cent (docs/delivery.md, Parity), which this checks.
+``data/backtest/equity.csv`` to the cent (docs/delivery.md, Parity), which this checks. On
+minute bars the same holds bar by bar: t+1 is the next minute, or the next session's first
+minute after a session's last.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from alpaca.trading.client import TradingClient
 
 from tasks.config import Params
 from tasks.data import features
+from tasks.delivery.client.bars import bar_key
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.local import local_broker
 from tasks.delivery.client.loop import Policy, TradingLoop
-from tasks.delivery.client.session import log_cycle, mlflow_run
+from tasks.delivery.client.session import BatchedMetrics, mlflow_run
 from tasks.delivery.keys import Keys, local_keys
 from tasks.errors import ConfigError, DataError
 from tasks.model.backtest import CURVE_FILE
@@ -45,6 +48,7 @@ CENT = 0.005
 class ReplayResult:
     start: str
     end: str
+    """The first and last bars traded, named as the journal names them (a date, or a minute)."""
     bars: int
     final_equity: float
     max_difference: float | None
@@ -60,7 +64,8 @@ class ReplayResult:
 
 
 def window(params: Params, spec: str) -> tuple[int, int]:
-    """Bar indices of ``START..END`` (dates, inclusive) or of ``test``; the replay starts one bar earlier."""
+    """Bar indices of ``START..END`` (dates, inclusive: every minute bar of those sessions) or of
+    ``test``; the replay starts one bar earlier."""
     fs = features.load(params.dirs.features)
     days = pd.DatetimeIndex(fs.timestamps).normalize()
     if spec == "test":
@@ -90,20 +95,23 @@ def replay(params: Params, spec: str = "test") -> ReplayResult:
     """Trade ``spec`` bar by bar on a fresh simulated account; compare with the backtest."""
     lo, hi = window(params, spec)
     fs = features.load(params.dirs.features)
-    dates = pd.DatetimeIndex(fs.timestamps[lo - 1 : hi + 1]).normalize()
+    stamps = pd.DatetimeIndex(fs.timestamps[lo - 1 : hi + 1], name="ts")
     db, journal = params.dirs.broker / REPLAY_DB, params.dirs.broker / REPLAY_JOURNAL
     for file in (db, journal):
         for stale in (file, file.with_name(file.name + "-wal"), file.with_name(file.name + "-shm")):
             stale.unlink(missing_ok=True)
     keys = local_keys(params)
     equity = []
-    name = f"replay {dates[1].date()}..{dates[-1].date()}"
     champion = Policy(params)
-    env = champion.current()[1].unwrap_python_model().meta.env  # the account the champion was trained for
-    with local_broker(params, ledger=db, clock="simulated", day=dates[0].date(), initial_cash=env.initial_cash,
+    meta = champion.current()[1].unwrap_python_model().meta
+    env, bars = meta.env, [bar_key(ts, meta.freq) for ts in stamps[[1, -1]].to_numpy()]
+    name = f"replay {bars[0]}..{bars[1]}"
+    with local_broker(params, ledger=db, clock="simulated", day=stamps[0].tz_localize("UTC").to_pydatetime(),
+                      initial_cash=env.initial_cash,  # the account the champion was trained for
                       cost_pct=env.cost_pct) as url, mlflow_run(params, name, url):
         client = TradingClient(keys.key_id, keys.secret, url_override=url)
-        loop = TradingLoop(params, client, Journal.of(client, journal), log_cycle, enforce_risk=False)
+        metrics = BatchedMetrics()
+        loop = TradingLoop(params, client, Journal.of(client, journal), metrics, enforce_risk=False)
         loop.policy = champion
         equity.append(float(client.get_account().equity))
         flagged = 0
@@ -113,27 +121,30 @@ def replay(params: Params, spec: str = "test") -> ReplayResult:
             equity.append(float(client.get_account().equity))
             if (t - lo + 2) % 50 == 0:
                 log.info("replay: %d of %d bars, equity %.2f", t - lo + 2, hi - lo + 1, equity[-1])
-        result = _compare(params, dates, np.array(equity), flagged)
+        metrics.flush()
+        result = _compare(params, stamps, bars, np.array(equity), flagged)
         _log_to_mlflow(result)
     return result
 
 
-def _compare(params: Params, dates: pd.DatetimeIndex, paper: np.ndarray, flagged: int) -> ReplayResult:
-    curve = pd.DataFrame({"paper": paper}, index=pd.DatetimeIndex(dates, name="ts"))
+def _compare(params: Params, stamps: pd.DatetimeIndex, bars: list[str], paper: np.ndarray,
+             flagged: int) -> ReplayResult:
+    """The paper curve beside the backtest's (when it covers the same bars); ``bars``: the first and last traded."""
+    curve = pd.DataFrame({"paper": paper}, index=stamps)
     backtest_file = params.dirs.backtest / CURVE_FILE
     difference = None
     if backtest_file.exists():
         backtest = pd.read_csv(backtest_file, index_col=0, parse_dates=True)["agent"]
-        if len(backtest) == len(curve) and (pd.DatetimeIndex(backtest.index).normalize() == curve.index).all():
+        if len(backtest) == len(curve) and (pd.DatetimeIndex(backtest.index) == curve.index).all():
             curve["backtest"] = backtest.to_numpy()
             difference = float(np.abs(curve["paper"] - curve["backtest"]).max())
     with atomic_dir(params.dirs.broker / "replay") as staging:
         curve.to_csv(staging / REPLAY_CURVE)
         _plot(curve, staging / REPLAY_PLOT, difference)
-        (staging / "replay.json").write_text(json.dumps({"start": str(dates[1].date()), "end": str(dates[-1].date()),
+        (staging / "replay.json").write_text(json.dumps({"start": bars[0], "end": bars[1],
                                                           "max_difference": difference}))
     folder = params.dirs.broker / "replay"
-    return ReplayResult(str(dates[1].date()), str(dates[-1].date()), len(dates) - 1, float(paper[-1]), difference,
+    return ReplayResult(bars[0], bars[1], len(stamps) - 1, float(paper[-1]), difference,
                         flagged, folder / REPLAY_PLOT, folder / REPLAY_CURVE)
 
 

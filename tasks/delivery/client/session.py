@@ -17,6 +17,7 @@ trade, and one warning says so.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -56,19 +57,52 @@ class Session:
     shadow cannot trade (Alpaca without a second key pair)."""
 
 
-def log_cycle(result: CycleResult, step: int) -> None:
-    """The cycle as metrics of the active MLflow run (one run per trading session); a shadow's
-    metrics carry its role as a prefix (``shadow_equity``, ...)."""
-    import mlflow
-
-    if mlflow.active_run() is None:
-        return
+def cycle_metrics(result: CycleResult) -> dict[str, float]:
+    """The cycle's metrics; a shadow's carry its role as a prefix (``shadow_equity``, ...)."""
     filled = sum(1 for o in result.orders if o.get("status") == "filled")
     prefix = "" if result.role == CHAMPION else f"{result.role}_"
     metrics = {"equity": result.equity, "cash": result.cash, "orders": len(result.orders),
                "orders_filled": filled, "orders_blocked": len(result.blocked),
                "model_version": float(result.version), "halted": float(result.halted is not None)}
-    mlflow.log_metrics({prefix + name: value for name, value in metrics.items()}, step=step)
+    return {prefix + name: float(value) for name, value in metrics.items()}
+
+
+def log_cycle(result: CycleResult, step: int) -> None:
+    """The cycle as metrics of the active MLflow run (one run per trading session), at once."""
+    import mlflow
+
+    if mlflow.active_run() is None:
+        return
+    mlflow.log_metrics(cycle_metrics(result), step=step)
+
+
+class BatchedMetrics:
+    """The cycles' metrics held and written to the active MLflow run in batches, for a replay:
+    it trades a bar in milliseconds, hundreds a session on minute bars, and one write per bar
+    would take most of its time. :meth:`flush` writes what is held (call it before the run ends)."""
+
+    BATCH = 1000
+    """Metrics per write: MLflow's ``log_batch`` limit."""
+
+    def __init__(self) -> None:
+        self.held: list[Any] = []
+
+    def __call__(self, result: CycleResult, step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.held += [Metric(key, value, now, step) for key, value in cycle_metrics(result).items()]
+        if len(self.held) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        import mlflow
+
+        run = mlflow.active_run()
+        if run is not None:
+            for at in range(0, len(self.held), self.BATCH):
+                mlflow.MlflowClient().log_batch(run.info.run_id, metrics=self.held[at : at + self.BATCH])
+        self.held = []
 
 
 @contextmanager

@@ -138,10 +138,15 @@ def test_an_unknown_symbol_or_a_ragged_arrival_is_refused(ingested, edit, expect
     assert _digests(params) == before
 
 
-@pytest.mark.parametrize("override", ["data.source=arch-demo", "data.freq=1min"])
-def test_simulate_works_on_the_embedded_daily_market_only(tmp_path, override):
-    with pytest.raises(ConfigError, match="embedded daily market"):
-        simulate(_params(tmp_path, override), 3)
+def test_simulate_works_on_the_embedded_market_only(tmp_path):
+    with pytest.raises(ConfigError, match="embedded market"):
+        simulate(_params(tmp_path, "data.source=arch-demo"), 3)
+
+
+def test_simulate_refuses_stored_bars_of_another_frequency(ingested):
+    params, _ = ingested  # daily bars on disk
+    with pytest.raises(DataError, match="data/raw: holds 1d bars but data.freq is 1min"):
+        simulate(params.model_copy(update={"data": params.data.model_copy(update={"freq": "1min"})}), 3)
 
 
 def test_simulate_needs_at_least_one_session(ingested):

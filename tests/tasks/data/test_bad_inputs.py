@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tasks.data.checks import calendar_index
 from tasks.data.ingest import ingest
 from tasks.data.synthetic_daily import nyse_sessions
 from tasks.data.validate import VALIDATED, validate
@@ -298,9 +299,6 @@ def with_nulls(frame: pd.DataFrame) -> pd.DataFrame:
 FILE_CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...], str]] = {
     # name -> (write the file, extra overrides, what must be said)
     "header and no rows": (lambda p: p.write_text("ts,symbol,open,high,low,close,volume\n"), (), "no rows"),
-    "zone-less minutes without data.timezone": (
-        lambda p: intraday_bars(NY_MORNING).to_csv(p, index=False), MINUTES,
-        "no time zone (line 2: 2021-03-04 09:30:00); set data.timezone (e.g. America/New_York)"),
     "zip with two CSVs": (lambda p: write_two(p), (),
                           "a zip must hold exactly one CSV, this one holds 2 CSV files (AAA.csv, BBB.csv)"),
     "close of 1e12": (lambda p: absurd_close(dates_only()).to_csv(p, index=False), (),
@@ -320,6 +318,53 @@ FILE_CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...], str]] = {
                       "not a table (Error tokenizing data. C error: Expected 7 fields in line 6, saw 8)"),
     "a spreadsheet": (lambda p: p.write_bytes(b"PK\x03\x04"), (), "unsupported file type (use .csv, .csv.gz"),
 }
+
+
+def session(*days: str) -> list[str]:
+    """Every minute of these NYSE sessions, as UTC text (2021-03-04 and -05: 14:30Z to 20:59Z)."""
+    minutes = [calendar_index("1min", pd.Timestamp(d, tz="UTC"), pd.Timestamp(d, tz="UTC")) for d in days]
+    return [t.strftime("%Y-%m-%dT%H:%M:%SZ") for m in minutes for t in m]
+
+
+TWO_SESSIONS = session("2021-03-04", "2021-03-05")
+
+
+def afternoon_missing(frame: pd.DataFrame) -> pd.DataFrame:
+    """AAA loses the second half of 2021-03-04: its 195 minutes from 17:45Z to the close."""
+    return frame.drop(index=range(195, 390))
+
+
+# Minute bars, as a file import brings them: name -> (the file's frame, what must be said)
+MINUTE_CASES: dict[str, tuple[Callable[[], pd.DataFrame], str]] = {
+    "a bar at 16:30 New York": (lambda: intraday_bars([*TWO_SESSIONS, "2021-03-05T21:30:00Z"]),
+                                "AAA.parquet: 1 (outside NYSE session)"),
+    "a bar on a Saturday": (lambda: intraday_bars([*TWO_SESSIONS, "2021-03-06T15:00:00Z"]),
+                            "AAA.parquet: 1 (outside NYSE session)"),
+    "a duplicate minute": (lambda: pd.concat([intraday_bars(TWO_SESSIONS)] * 2).iloc[:len(TWO_SESSIONS) * 2 + 1],
+                           "AAA.parquet: 2 (duplicate (symbol, ts), ts not increasing)"),
+    "half a day missing": (lambda: afternoon_missing(intraday_bars(TWO_SESSIONS)),
+                           "AAA.parquet: AAA misses 195 minutes between 2021-03-04 17:44:00+00:00 and "
+                           "2021-03-05 14:30:00+00:00 (validation.max_gap_bars = 5)"),
+    "zone-less minutes without data.timezone": (lambda: intraday_bars(NY_MORNING),
+                                                "no time zone (line 2: 2021-03-04 09:30:00); set data.timezone "
+                                                "(e.g. America/New_York)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MINUTE_CASES))
+def test_bad_minute_bars_end_in_one_line_or_quarantine(tmp_path, case):
+    make, expected = MINUTE_CASES[case]
+    path = tmp_path / "bars.csv"
+    make().to_csv(path, index=False)
+    assert expected in run(tmp_path, path, *MINUTES)
+
+
+def test_the_same_minutes_without_the_fault_pass(tmp_path):
+    """The minute cases above fail for their fault alone: the two clean sessions validate whole."""
+    path = tmp_path / "bars.csv"
+    intraday_bars(TWO_SESSIONS).to_csv(path, index=False)
+    bars = imported(tmp_path, path, *MINUTES)
+    assert len(bars) == 2 * 780 and bars["ts"].iloc[0] == pd.Timestamp("2021-03-04 14:30", tz="UTC")
 
 
 def write_two(path: Path) -> None:

@@ -161,3 +161,15 @@ def test_a_repeated_time_is_not_increasing_and_frequencies_are_one_line_errors()
     with pytest.raises(DataError) as err:
         check_frequency(bars.iloc[:3], "1d", "f.csv")
     assert str(err.value) == "f.csv: 3 intraday timestamps in daily bars (mixed frequencies?), first at row 0"
+
+
+def test_order_is_judged_per_file_and_symbol_and_a_null_time_is_left_to_the_suite():
+    aaa = minute_bars("AAA", "2023-07-05").iloc[:6]
+    again = aaa.assign(_file="AAA-2.parquet")  # the same bars in another file: judged on their own
+    bbb = aaa.assign(symbol="BBB", _file="AAA.parquet")  # another symbol in the first file
+    frame = pd.concat([aaa, bbb, again], ignore_index=True)
+    frame.loc[8, "ts"] = frame.loc[6, "ts"]  # BBB's third bar repeats its first
+    frame.loc[13, "ts"] = pd.NaT  # a null ts: GX's "null ts", not an order failure
+    assert np.flatnonzero(order_failures(frame)).tolist() == [8]
+    frame.loc[15, "ts"] = frame.loc[12, "ts"]  # the second file's AAA goes back in time
+    assert np.flatnonzero(order_failures(frame)).tolist() == [8, 15]

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -5,11 +7,13 @@ import pytest
 from tasks.config import FeatureParams
 from tasks.data import features
 from tasks.data.arrivals import simulate
-from tasks.data.bars import read_parquet
+from tasks.data.bars import read_parquet, write_parquet
 from tasks.data.ingest import ingest
 from tasks.data.validate import VALIDATED, validate
 from tasks.errors import DataError, MissingInput
 from trainers.state import normalise_features
+
+from ...conftest import tiny_params
 
 
 def test_feature_set_follows_the_contract(built):
@@ -33,11 +37,17 @@ def test_normalisation_is_fitted_on_train_only(built):
     assert not np.allclose(fs.mean, later.mean(axis=0))  # the stats did not see later bars
 
 
-def test_features_have_no_look_ahead(built):
+def test_features_have_no_look_ahead(built, tmp_path):
     """Perturbing every bar after t leaves every feature at or before t bit-identical."""
     bars, _ = read_parquet(built.dirs.validated / VALIDATED)
-    names = list(built.features.indicators)
-    base = features.indicators(features.panel(bars), names, built.features, built.data.freq)
+    warm = built.features.warmup
+
+    def build(frame: pd.DataFrame, name: str) -> np.ndarray:
+        params = tiny_params(tmp_path / name)
+        write_parquet(frame, params.dirs.validated / VALIDATED, "1d")
+        return np.asarray(features.build(params, mkdir(tmp_path / name / "out")).features)
+
+    base = build(bars, "base")
     ts = np.sort(bars["ts"].unique())
     rng = np.random.default_rng(0)
     for t in rng.integers(130, len(ts) - 5, size=3):
@@ -47,9 +57,14 @@ def test_features_have_no_look_ahead(built):
         for column in ("open", "high", "low", "close"):
             shaken.loc[later, column] *= factor
         shaken.loc[later, "volume"] *= 3
-        moved = features.indicators(features.panel(shaken), names, built.features, built.data.freq)
-        np.testing.assert_array_equal(moved[: t + 1], base[: t + 1])
-        assert not np.array_equal(moved[t + 1 :], base[t + 1 :])
+        moved = build(shaken, f"t{t}")
+        np.testing.assert_array_equal(moved[: t + 1 - warm], base[: t + 1 - warm])
+        assert not np.array_equal(moved[t + 1 - warm :], base[t + 1 - warm :], equal_nan=True)
+
+
+def mkdir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
 
 
 def test_missing_input_and_empty_split_are_one_line_errors(tiny):
@@ -86,7 +101,7 @@ def test_an_env_window_starts_at_the_bar_before_its_split():
     assert (fs.window("train"), fs.window("validation"), fs.window("test")) == ((0, 1), (1, 3), (3, 5))
 
 
-def test_new_bars_are_appended_to_the_stored_rows_and_equal_a_full_recompute(built_copy):
+def test_new_bars_are_appended_to_the_stored_rows_and_equal_a_full_recompute(built_copy, tmp_path):
     params = built_copy
     before = features.load(params.dirs.features)
     stored = {a: np.array(getattr(before, a)) for a in features.ARRAYS}
@@ -94,7 +109,7 @@ def test_new_bars_are_appended_to_the_stored_rows_and_equal_a_full_recompute(bui
     validate(params)
     result = features.features(params)
     fs = features.load(params.dirs.features)
-    full = features.build(params)  # everything recomputed from the validated bars
+    full = features.build(params, mkdir(tmp_path / "full"))  # everything recomputed from the validated bars
     assert result.appended == 3 and len(fs.timestamps) == len(stored["timestamps"]) + 3 == result.bars
     for name in features.ARRAYS:
         assert np.array_equal(getattr(fs, name), getattr(full, name)), name  # bit for bit
@@ -104,12 +119,14 @@ def test_new_bars_are_appended_to_the_stored_rows_and_equal_a_full_recompute(bui
     assert features.features(params).appended == 0  # nothing new: nothing appended
 
 
-def test_a_revised_history_is_replaced_whole_and_counts_every_bar(built_copy, caplog):
+def test_a_revised_history_is_replaced_whole_and_counts_every_bar(built_copy, tmp_path, caplog):
     params = built_copy
     old = features.load(params.dirs.features)
-    revised = features.FeatureSet(**{**old.__dict__, "prices": np.array(old.prices) * 1.01})
-    assert features.appended_bars(None, old) == len(old.timestamps)  # no stored set
-    assert features.appended_bars(old, old) == 0
+    revised = mkdir(tmp_path / "revised")
+    features.save(features.FeatureSet(**{**old.__dict__, "prices": np.array(old.prices) * 1.01}), revised)
+    bars = len(old.timestamps)
+    assert features.appended_bars(None, params.dirs.features) == bars  # no stored set
+    assert features.appended_bars(params.dirs.features, params.dirs.features) == 0
     with caplog.at_level("WARNING", logger="podracer.features"):
-        assert features.appended_bars(revised, old) == len(old.timestamps)
+        assert features.appended_bars(revised, params.dirs.features) == bars
     assert "revised history" in caplog.text

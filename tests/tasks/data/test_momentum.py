@@ -49,3 +49,42 @@ def test_no_feature_reads_a_later_close_and_none_depends_on_the_price_level(name
 def test_unknown_names_are_refused():
     with pytest.raises(ValueError, match="ret_7"):
         momentum.feature(CLOSE, "ret_7")
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+@pytest.mark.parametrize("window", [2, 8, 20, 21])
+def test_realised_vol_is_each_windows_std_bit_for_bit_in_chunks(monkeypatch, n, window):
+    """A panel's window std sums stock by stock in row order, a single column's pairwise: the
+    chunked sliding windows give each shape exactly its own numbers."""
+    monkeypatch.setattr(momentum, "_CELLS", 64)  # many chunks
+    rng = np.random.default_rng(n + window)
+    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.02, (300, n)), axis=0))
+    ret = momentum.log_returns(close, 1)
+    want = np.full(close.shape, np.nan)
+    for t in range(window, len(close)):
+        want[t] = ret[t - window + 1 : t + 1].std(axis=0)
+    np.testing.assert_array_equal(momentum.realised_vol(close, window), want)
+
+
+def test_ragged_z_equals_scoring_each_bar_on_its_own():
+    rng = np.random.default_rng(4)
+    values = rng.normal(size=(300, 6))
+    values[rng.random(values.shape) < 0.3] = np.nan
+    values[:3] = np.nan  # bars with no value at all stay NaN
+    want = np.full(values.shape, np.nan)
+    for t, row in enumerate(values):
+        have = np.isfinite(row)
+        if have.any():
+            want[t, have] = momentum.cross_sectional_z(row[have][None])[0]
+    np.testing.assert_array_equal(momentum.ragged_z(values), want)
+
+
+@pytest.mark.parametrize("name", momentum.NAMES)
+def test_lookback_bars_before_t_are_all_a_value_at_t_reads(name):
+    rng = np.random.default_rng(1)
+    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.02, (200, 4)), axis=0))
+    full, back = momentum.feature(close, name), momentum.lookback(name)
+    for t in (back, 150, 199):
+        np.testing.assert_array_equal(momentum.feature(close[t - back : t + 1], name)[-1], full[t])
+    if not name.endswith("_xs"):  # one bar fewer is not enough
+        assert np.isnan(momentum.feature(close[200 - back :], name)[-1]).all()

@@ -3,7 +3,9 @@
 import math
 
 import numpy as np
+import pytest
 
+from tasks.data import risk
 from tasks.data.risk import log_returns, turbulence, volatility_proxy
 
 # Two correlated stocks, 9 bars: the covariance's off-diagonal term matters.
@@ -69,3 +71,37 @@ def test_volatility_proxy_of_too_short_a_history_is_all_nan():
 def test_volatility_proxy_starts_as_soon_as_window_returns_exist():
     got = volatility_proxy(CLOSE[:4], window=3, per_year=252.0)  # 3 returns: exactly one window
     assert np.isnan(got[:3]).all() and np.isfinite(got[3])
+
+
+def panel(bars: int, stocks: int) -> np.ndarray:
+    rng = np.random.default_rng(stocks)
+    return 30 * np.exp(np.cumsum(rng.normal(0, 0.001, (bars, stocks)), axis=0))
+
+
+@pytest.mark.parametrize("refresh", [1, 7, 50])
+def test_turbulence_in_chunks_and_from_a_later_bar_equals_the_whole(monkeypatch, refresh):
+    close = panel(523, 12)
+    whole = turbulence(close, 20, refresh)
+    monkeypatch.setattr(risk, "CHUNK", 60)
+    np.testing.assert_array_equal(turbulence(close, 20, refresh), whole)
+    for first in (0, 21, 100, 522):
+        np.testing.assert_array_equal(turbulence(close, 20, refresh, first), whole[first:])
+
+
+@pytest.mark.parametrize("stocks", [12, 30])
+def test_turbulence_of_a_bar_does_not_change_when_later_bars_arrive(stocks):
+    """The last refresh block is cut short by the end of the history; BLAS rounds a row of
+    ``dev @ inv`` differently with the block's height, so the block is padded to full height."""
+    close = panel(1200, stocks)
+    whole = turbulence(close, 120, 390)
+    for bars in (700, 899, 1000, 1111):  # 1111: 209 rows into a block, an odd height
+        np.testing.assert_array_equal(turbulence(close[:bars], 120, 390), whole[:bars])
+
+
+def test_volatility_proxy_in_chunks_and_from_a_later_bar_equals_the_whole(monkeypatch):
+    close = panel(523, 5)
+    whole = volatility_proxy(close, 21, 252.0)
+    monkeypatch.setattr(risk, "CHUNK", 40)
+    np.testing.assert_array_equal(volatility_proxy(close, 21, 252.0), whole)
+    for first in (0, 20, 21, 300, 522):
+        np.testing.assert_array_equal(volatility_proxy(close, 21, 252.0, first), whole[first:])

@@ -6,7 +6,8 @@ import pytest
 
 from tasks.data.bars import read_parquet, write_parquet
 from tasks.data.ingest import ingest
-from tasks.data.validate import REPORT, VALIDATED, row_failures, symbol_chunks, validate
+from tasks.data.suite import row_failures, symbol_chunks
+from tasks.data.validate import REPORT, VALIDATED, validate
 from tasks.errors import DataError, MissingInput, ValidationFailed
 from tests.conftest import tiny_params
 

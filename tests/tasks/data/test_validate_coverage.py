@@ -10,9 +10,10 @@ import pandas as pd
 
 from flows.cli import _describe_validate
 from tasks.data.bars import panel
+from tasks.data.coverage import bar_coverage, coverage_lines, real_bars
 from tasks.data.ingest import ingest
 from tasks.data.synthetic_daily import nyse_sessions
-from tasks.data.validate import _coverage_lines, bar_coverage, real_bars, validate
+from tasks.data.validate import validate
 from tests.conftest import tiny_params
 
 SESSIONS = nyse_sessions(pd.Timestamp("2021-01-04").date(), pd.Timestamp("2021-03-31").date())[:40]
@@ -122,7 +123,7 @@ def test_a_panel_too_short_for_the_features_warm_up_drops_nothing_and_says_featu
     cover = bar_coverage(bars, MIN_HISTORY, 38)
     assert cover.too_short and cover.dropped == () and cover.masked == 125
     assert "- the features stage will refuse this panel: 40 bars is too few for its 38-bar warm-up " \
-           "(features.warmup)" in _coverage_lines(cover)
+           "(features.warmup)" in coverage_lines(cover)
 
 
 def test_no_bars_kept_is_no_coverage():

@@ -2,7 +2,9 @@
 
 Three symbols over the first six sessions of July 2023 (the 3rd is a half day, the 4th a
 holiday). Every price is chosen by hand so that fills, costs and cash can be checked
-against numbers worked out on paper.
+against numbers worked out on paper. The same sessions as minute bars (:func:`write_minutes`)
+follow a rule simple enough to price by hand: the k-th minute of the file opens at
+``10 + k / 100`` (AAA) and ``20 + k / 100`` (BBB) and closes half a cent higher.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import requests
 from alpaca.trading.client import TradingClient
 
 from tasks.data.bars import write_parquet
+from tasks.data.synthetic_daily import nyse_schedule
 from tasks.delivery.broker.accounts import Exchange
 from tasks.delivery.broker.paper import ClockMode, PaperBroker
 from tasks.delivery.broker.service import BrokerServer
@@ -43,6 +46,31 @@ def write_bars(path: Path, sessions: list[str] = SESSIONS) -> None:
     write_parquet(pd.DataFrame(rows), path, "1d")
 
 
+def minutes(sessions: list[str] = SESSIONS[:3]) -> pd.DatetimeIndex:
+    """Every trading minute's start (UTC) of ``sessions``, half days included."""
+    days = nyse_schedule(pd.Timestamp(sessions[0]).date(), pd.Timestamp(sessions[-1]).date())
+    return pd.DatetimeIndex([m for day, row in days.iterrows() if day.strftime("%Y-%m-%d") in sessions
+                             for m in pd.date_range(row["open"], row["close"], freq="1min", inclusive="left")])
+
+
+def minute_open(symbol: str, ts: str) -> float:
+    """The open of ``symbol``'s minute bar starting at ``ts`` (UTC) in :func:`write_minutes`."""
+    return MINUTE_BASE[symbol] + int(minutes().get_loc(pd.Timestamp(ts, tz="UTC"))) / 100
+
+
+MINUTE_BASE = {"AAA": 10.0, "BBB": 20.0}
+
+
+def write_minutes(path: Path, sessions: list[str] = SESSIONS[:3]) -> None:
+    """Minute bars of AAA and BBB over ``sessions`` (06-30, the 07-03 half day, 07-05 by default)."""
+    stamps = minutes(sessions)
+    first = int(minutes().get_loc(stamps[0]))
+    rows = [{"symbol": s, "ts": ts, "open": base + (first + k) / 100, "high": base + (first + k) / 100 + 0.02,
+             "low": base + (first + k) / 100 - 0.02, "close": base + (first + k) / 100 + 0.005, "volume": 1e3}
+            for s, base in MINUTE_BASE.items() for k, ts in enumerate(stamps)]
+    write_parquet(pd.DataFrame(rows), path, "1min")
+
+
 @dataclass
 class Market:
     broker: PaperBroker
@@ -62,12 +90,14 @@ class Market:
 
 @contextmanager
 def market(root: Path, start: str = "2023-06-30", mode: ClockMode = "simulated", cash: float = CASH,
-           db: Path | None = None) -> Iterator[Market]:
-    """A fresh account of ``cash`` whose clock stands at the close of ``start``."""
+           db: Path | None = None, minute: bool = False) -> Iterator[Market]:
+    """A fresh account of ``cash`` whose clock stands at the close of the bar ``start`` (a date,
+    or with ``minute`` the UTC start of a minute bar of :func:`write_minutes`)."""
     bars = root / "bars.parquet"
     if not bars.exists():
-        write_bars(bars)
+        (write_minutes if minute else write_bars)(bars)
+    when = pd.Timestamp(start, tz="UTC").to_pydatetime() if minute else pd.Timestamp(start).date()
     broker = PaperBroker.open(db or root / "broker.db", bars, initial_cash=cash, cost_pct=COST, mode=mode,
-                              start=pd.Timestamp(start).date())
+                              start=when)
     with BrokerServer(Exchange(broker, KEYS)) as server:
         yield Market(broker, TradingClient(KEYS.key_id, KEYS.secret, url_override=server.url), server.url, bars)

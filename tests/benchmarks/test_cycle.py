@@ -6,7 +6,7 @@ from benchmarks.cycle import ROOT, history_cells, row, scratch_params, service_s
 
 
 def test_scratch_params_keep_the_repo_store_and_ports_out(tmp_path: Path):
-    tree = scratch_params(tmp_path, tiny=False, extra=["services.start_timeout=240"])
+    tree = scratch_params(tmp_path, ROOT / "params.yaml", tiny=False, extra=["services.start_timeout=240"])
     assert tree["data_dir"] == str(tmp_path / "data")
     assert tree["registry"]["tracking_uri"] == f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
     assert tree["registry"]["artifact_root"].startswith(str(tmp_path))
@@ -18,7 +18,7 @@ def test_scratch_params_keep_the_repo_store_and_ports_out(tmp_path: Path):
 
 
 def test_tiny_adds_the_suites_sizes_and_a_gate_that_promotes(tmp_path: Path):
-    tree = scratch_params(tmp_path, tiny=True, extra=[])
+    tree = scratch_params(tmp_path, ROOT / "params.yaml", tiny=True, extra=[])
     assert tree["data"]["symbols"] == 4 and tree["ct"]["eval_bars"] == 20
     assert tree["registry"]["gate_margin"] == -1000
     assert tree["evolution"]["search_space"] == {"lr": [0.0001, 0.001], "net_width": [12, 20]}

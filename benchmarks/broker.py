@@ -397,8 +397,17 @@ def main() -> None:
     if args.minute_only:
         with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
             minute = measure_minute(Path(tmp), args.cycles)
-        print("\n" + "\n".join(["| measure | result | target | met |", "|---|---|---|---|", *minute_rows(minute)])
-              + "\n\n" + cycle_table(minute) + "\n\n(--minute-only: not recorded in docs)")
+        text = "\n".join(["| measure | result | target | met |", "|---|---|---|---|", *minute_rows(minute)]) \
+            + "\n\n" + cycle_table(minute)
+        print("\n" + text)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        command = " ".join([".venv/bin/python", "benchmarks/broker.py", *sys.argv[1:]])
+        record(Reading(
+            "broker-minute", "Paper broker at minute cadence: one trading-loop cycle for 100 symbols",
+            f"Latest: {stamp}. Command: `{command}`  \nMachine: {os.cpu_count()} CPUs, {platform.machine()}, "
+            f"Python {platform.python_version()}, OMP_NUM_THREADS={threads}.\n\n{text}",
+            ("date", "command", "cycle p50 / p99 ms"),
+            (stamp, f"`{command}`", f"{minute['loop'][0]:.0f} / {minute['loop'][1]:.0f}")), args.out)
         return
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
         root = Path(tmp)

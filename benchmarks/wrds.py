@@ -10,7 +10,7 @@ fresh subprocess, so its peak RSS is its own:
 - ``fetch``: :meth:`WrdsSource.fetch`, the whole range's bars as one frame (what the ingest
   stage calls); it holds the bars, so it grows with them, never with the trades.
 
-The table is printed only.
+The table is printed and becomes the latest reading of its section of docs/benchmarks.md.
 
     .venv/bin/python benchmarks/wrds.py              # 1 M and 4 M trades
     .venv/bin/python benchmarks/wrds.py --millions 1 4 16
@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # folder would come first and `import wrds` would find this file, not the wrds package.
 sys.path[0] = str(ROOT)
 
+from benchmarks.record import Reading, now, record  # noqa: E402
 from tests.standins.postgres import PostgresServer, seed_taq_bulk, throwaway_postgres  # noqa: E402
 
 SYMBOLS = tuple(f"S{i}" for i in range(9)) + ("BRK.B",)
@@ -114,7 +115,18 @@ def main() -> None:
                 result = measure(server, mode, days[0], days[wanted - 1])
                 rows.append({"trades": wanted * PER_DAY, "days": wanted, "mode": mode, **result})
                 print(f"{size} M {mode}: {result['wall_s']:.1f} s, peak {result['peak_mib']:.0f} MiB", file=sys.stderr)
-    print(table(rows))
+    text = table(rows)
+    print(text)
+    command = ".venv/bin/python benchmarks/wrds.py" + "".join(f" --millions {m}" for m in sizes if sizes != [1, 4])
+    stamp = now()
+    streamed = [r for r in rows if r["mode"] == "stream"]
+    record(Reading(
+        "wrds", "WRDS TAQ to minute bars: the client's memory as the range grows",
+        f"Latest: {stamp}. Command: `{command}` (a throwaway local PostgreSQL, trades generated in it)  \n"
+        f"Machine: {os.cpu_count()} CPUs. Target: the client's peak memory stays flat as the range grows.\n\n{text}",
+        ("date", "command", "stream: peak above imports, MiB, by trades"),
+        (stamp, f"`{command}`", ", ".join(f"{int(r['trades']):,}: {float(r['peak_mib']) - float(r['base_mib']):.0f}"
+                                         for r in streamed))))
 
 
 if __name__ == "__main__":

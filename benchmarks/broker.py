@@ -56,14 +56,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.broker_cycle import MINUTE, OUTPUT_SCALE, build_pipeline, measure_cycles, quantiles  # noqa: E402
+from benchmarks.broker_cycle import (  # noqa: E402
+    MINUTE, MINUTE_SYMBOLS, OUTPUT_SCALE, build_pipeline, measure_cycles, measure_feed, measure_minute, quantiles,
+)
 from benchmarks.record import Reading, record  # noqa: E402
 from tasks.settings import load_env_defaults  # noqa: E402
 from tests.standins.postgres import free_port  # noqa: E402
 
 load_env_defaults()
 
-SYMBOLS, MINUTE_SYMBOLS, CLIENTS, CASH, COST = 30, 100, 16, 1e9, 0.001
+SYMBOLS, CLIENTS, CASH, COST = 30, 16, 1e9, 0.001
 KEY_ID, SECRET = "PKBENCHBROKER0000001", "bench-secret-0123456789abcdefghijklmnopq"
 TARGETS = {"orders": 500.0, "cycle_ms": 250.0, "start_s": 5.0, "minute_cycle_ms": 1000.0}
 TARGET = "orders >= 500/s (16 alpaca-py clients), p99 trading-loop cycle <= 250 ms (30 symbols), " \
@@ -377,7 +379,7 @@ def main() -> None:
     parser.add_argument("--shared", action="store_true", help="note that the machine was shared with other jobs "
                         "(timings provisional)")
     parser.add_argument("--minute-only", action="store_true", help=f"only part 4: the cycle at minute cadence, "
-                        f"{MINUTE_SYMBOLS} symbols (--cycles of them); printed, not appended to the docs")
+                        f"{MINUTE_SYMBOLS} symbols (--cycles of them); recorded in its own section")
     parser.add_argument("--feed", type=Path, help="only part 5: load this validated bars file into a feed")
     parser.add_argument("--feed-sessions", type=int, default=20, help="part 5's window in sessions (0: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
@@ -462,30 +464,6 @@ def main() -> None:
          f"{cycle['loop'][0]:.0f} / {cycle['loop'][1]:.0f} ms",
          f"{statistics.median(s['total'] for s in starts):.2f} s",
          f"{sum(met)} of {len(met)}")), args.out)
-
-
-def measure_feed(path: Path, sessions: int | None) -> str:
-    """Part 5: one load of ``path`` into the broker's feed; its seconds and this process's peak RSS."""
-    import resource
-
-    from tasks.delivery.broker.feed import load_feed
-
-    began = time.perf_counter()
-    feed = load_feed(path, sessions)
-    took = time.perf_counter() - began
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return (f"feed of {path}: {len(feed):,} bars x {len(feed.symbols)} symbols ({feed.freq}, window "
-            f"{sessions or 'all'} sessions) in {took:.1f} s; peak RSS of this process {peak:,.0f} MiB")
-
-
-def measure_minute(root: Path, cycles: int) -> dict[str, Any]:
-    """Part 4: a tiny 100-symbol minute pipeline in ``root``, then ``cycles`` cycles on its last bars."""
-    began = time.perf_counter()
-    params = build_pipeline(root / "minute", MINUTE_SYMBOLS, minute=True)
-    print(f"minute pipeline built in {time.perf_counter() - began:.0f} s", flush=True)
-    cycle = measure_cycles(params, cycles)
-    print(f"minute cycles: { {k: v for k, v in cycle.items() if k != 'parts'} }", flush=True)
-    return cycle
 
 
 if __name__ == "__main__":

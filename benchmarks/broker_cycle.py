@@ -164,3 +164,31 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
             "close": quantiles(close_ms), "with_open": quantiles([a + b for a, b in zip(loop_ms, open_ms)]),
             "orders": orders / cycles, "decided": decided, "parts": dict(sorted(mean.items(), key=lambda kv: -kv[1])),
             "calls": per_cycle}
+
+
+MINUTE_SYMBOLS = 100
+"""Symbols of the minute-cadence cycle (benchmarks/broker.py, part 4)."""
+
+
+def measure_feed(path: Path, sessions: int | None) -> str:
+    """Part 5: one load of ``path`` into the broker's feed; its seconds and this process's peak RSS."""
+    import resource
+
+    from tasks.delivery.broker.feed import load_feed
+
+    began = time.perf_counter()
+    feed = load_feed(path, sessions)
+    took = time.perf_counter() - began
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return (f"feed of {path}: {len(feed):,} bars x {len(feed.symbols)} symbols ({feed.freq}, window "
+            f"{sessions or 'all'} sessions) in {took:.1f} s; peak RSS of this process {peak:,.0f} MiB")
+
+
+def measure_minute(root: Path, cycles: int) -> dict[str, Any]:
+    """Part 4: a tiny 100-symbol minute pipeline in ``root``, then ``cycles`` cycles on its last bars."""
+    began = time.perf_counter()
+    params = build_pipeline(root / "minute", MINUTE_SYMBOLS, minute=True)
+    print(f"minute pipeline built in {time.perf_counter() - began:.0f} s", flush=True)
+    cycle = measure_cycles(params, cycles)
+    print(f"minute cycles: { {k: v for k, v in cycle.items() if k != 'parts'} }", flush=True)
+    return cycle

@@ -63,11 +63,11 @@ def markets_of(rows: Rows) -> list[str]:
     return sorted({r["market"] for r in rows}, key=order.index)
 
 
-def arm_table(rows: Rows) -> list[str]:
+def arm_table(rows: Rows, arms: tuple[str, ...] = ARMS) -> list[str]:
     lines = ["| market | arm | test Sharpe | test cumulative return | validation fitness | train Sharpe | env steps "
              "| seconds |", "|---|---|---|---|---|---|---|---|"]
     for market in markets_of(rows):
-        for arm in ARMS:
+        for arm in arms:
             sub = [r for r in rows if r["market"] == market and r["arm"] == arm]
             if not sub:
                 continue
@@ -80,10 +80,10 @@ def arm_table(rows: Rows) -> list[str]:
     return lines
 
 
-def pair_table(rows: Rows) -> list[str]:
+def pair_table(rows: Rows, pairs: tuple[tuple[str, str], ...] = PAIRS) -> list[str]:
     lines = ["| market | comparison | Δ test Sharpe | Δ test cumulative return |", "|---|---|---|---|"]
     for market in markets_of(rows):
-        for a, b in PAIRS:
+        for a, b in pairs:
             d = diffs(rows, market, a, b)
             if d:
                 lines.append(f"| {market} | {a} − {b} | {paired(d)} | "
@@ -171,20 +171,20 @@ def report(results: list[dict[str, Any]]) -> str:
     return "\n".join([*lines, "", *gate_rate(rows)])
 
 
-def plot_seeds(rows: Rows, path: Path) -> None:
+def plot_seeds(rows: Rows, path: Path, arms: tuple[str, ...] = ARMS) -> None:
     """Test Sharpe of every arm and seed, per market."""
     markets = markets_of(rows)
     figure = Figure(figsize=(4.8 * len(markets), 4), layout="constrained")
     for k, market in enumerate(markets):
         axes = figure.add_subplot(1, len(markets), k + 1)
-        arms = [a for a in ARMS if any(r["market"] == market and r["arm"] == a for r in rows)]
-        for j, arm in enumerate(arms):
+        present = [a for a in arms if any(r["market"] == market and r["arm"] == a for r in rows)]
+        for j, arm in enumerate(present):
             values = [r["sharpe"] for r in rows if r["market"] == market and r["arm"] == arm]
             axes.scatter(np.full(len(values), j) + np.linspace(-0.12, 0.12, len(values)), values, color=f"C{j}", s=16)
             axes.errorbar(j + 0.28, statistics.fmean(values), yerr=statistics.stdev(values) if len(values) > 1 else 0,
                           fmt="s", color=f"C{j}", capsize=3)
         axes.axhline(0, color="grey", linewidth=0.6)
-        axes.set_xticks(range(len(arms)), arms, fontsize=8)
+        axes.set_xticks(range(len(present)), present, fontsize=8, rotation=30)
         axes.set(title=f"{market}: test window", ylabel="test Sharpe (each dot a seed)")
     figure.savefig(path, dpi=100)
 

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tasks.errors import ConfigError
-from trainers.config import TURBULENCE, EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
+from trainers.config import TURBULENCE, EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, SACConfig, TournamentConfig
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -222,6 +222,8 @@ class RegistryParams(_Section):
                                "(0: any edge; negative values are for tests that must promote)")
     gate_resamples: int = Field(2000, ge=99, description="stationary-bootstrap resamples per paired test")
     gate_seed: int = Field(0, description="the bootstrap's seed: the same returns give the same verdict")
+    ensemble: int = Field(1, ge=1, description="register the top k agents as one model, acting on the mean of "
+                          "their target allocations (trainers/ensemble.py); 1: the best validation snapshot alone")
 
 
 class BrokerParams(_Section):
@@ -324,6 +326,7 @@ class Params(_Section):
     features: FeatureParams = FeatureParams()
     env: EnvConfig = EnvConfig()
     ppo: PPOConfig = PPOConfig()
+    sac: SACConfig = SACConfig()
     evolution: EvolutionConfig = EvolutionConfig()
     tournament: TournamentConfig = TournamentConfig()
     nitro: NitroConfig = NitroConfig()
@@ -341,6 +344,16 @@ class Params(_Section):
         if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
             raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
         self.env.check_freq(self.data.freq)
+        if set(self.tournament.algorithms) != {"ppo"} and self.evolution.mode != "tournament":
+            raise ValueError("tournament.algorithms other than ppo need evolution.mode: tournament")
+        if "sac" in self.tournament.algorithms and self.sac.policy != self.ppo.policy:
+            raise ValueError(f"sac.policy {self.sac.policy} must equal ppo.policy {self.ppo.policy}: a model "
+                             "records one policy kind, and an ensemble may mix both learners")
+        pool = (self.tournament.leaderboard_size * len(self.tournament.algorithms)
+                if self.evolution.mode == "tournament" else self.evolution.population)
+        if self.registry.ensemble > pool:
+            raise ValueError(f"registry.ensemble {self.registry.ensemble} is more agents than the "
+                             f"{self.evolution.mode} run keeps ({pool})")
         return self
 
     @property

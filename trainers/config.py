@@ -86,6 +86,88 @@ class PPOConfig:
         return replace(self, **changes)
 
 
+SAC_HPARAMS = ("lr", "gamma", "tau", "updates", "num_envs", "net_width")
+"""SAC's evolvable hyperparameters: the tournament's copies of a SAC agent explore these
+(``SACConfig.search_space``), never PPO's."""
+
+ALGORITHMS = ("ppo", "sac")
+"""The learners a tournament's pool may hold (``tournament.algorithms``)."""
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    """Soft Actor-Critic (Haarnoja et al. 2018, with the automatic temperature of the
+    2018b paper) on the same batched env, state and actions as PPO (:mod:`trainers.sac`).
+
+    The policy is PPO's :class:`~trainers.nets.Actor` (a Gaussian whose ``tanh`` is the
+    action, one learned log-std per stock), so a SAC agent is served, backtested and
+    delivered through the same bundle and pyfunc. Each iteration collects
+    ``num_envs × horizon`` env steps into the replay buffer, then takes ``updates``
+    gradient steps on minibatches of ``batch_size`` drawn from it."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    """Target networks move this fraction of the way to the online ones after every update."""
+    batch_size: int = 256
+    buffer_size: int = 2**14
+    """Replay rows kept on the training device (a ring: the oldest are overwritten). A
+    leaderboard entry hands its whole buffer on to its copies."""
+    updates: int = 64
+    """Gradient steps per iteration."""
+    num_envs: int = 32
+    horizon: int = 128
+    """Steps per env per iteration, as PPO's: ``num_envs × horizon`` env steps an iteration."""
+    net_dims: tuple[int, ...] = (128, 64)
+    """The actor's hidden layers (as ``ppo.net_dims``)."""
+    critic_dims: tuple[int, ...] = (64, 64)
+    """Each Q network's hidden layers, over the state and the action."""
+    init_log_std: float = -0.5
+    init_alpha: float = 0.01
+    """The entropy temperature α at the start; it is then tuned towards ``target_entropy``."""
+    target_entropy: float = -1.0
+    """Target entropy per stock (the total is this × n stocks; -1 per dimension is the SAC paper's)."""
+    policy: Literal["mlp", "shared"] = "mlp"
+    """As ``ppo.policy``: one network over the state, or one per-stock scorer."""
+    search_space: dict[str, tuple[float, float]] = field(default_factory=lambda: {
+        "lr": (2.0**-14, 2.0**-10), "gamma": (0.95, 0.999), "tau": (0.001, 0.02), "updates": (32, 128),
+        "num_envs": (16, 64), "net_width": (64, 256)})
+    """Bounds a SAC agent's hyperparameters are drawn from and explored within."""
+
+    def __post_init__(self) -> None:
+        require(self.lr > 0, "sac lr must be > 0")
+        require(0 < self.gamma < 1, "sac gamma must be in (0, 1)")
+        require(0 < self.tau <= 1, "sac tau must be in (0, 1]")
+        require(self.batch_size >= 1 and self.updates >= 0, "sac batch_size must be >= 1 and updates >= 0")
+        require(self.num_envs >= 1 and self.horizon >= 1, "sac num_envs and horizon must be >= 1")
+        require(self.buffer_size >= self.batch_size, "sac buffer_size must be >= batch_size")
+        require(self.init_alpha > 0, "sac init_alpha must be > 0")
+        require(len(self.net_dims) >= 1 and min(self.net_dims) >= 1, "sac net_dims must be positive")
+        require(len(self.critic_dims) >= 1 and min(self.critic_dims) >= 1, "sac critic_dims must be positive")
+        for name, (lo, hi) in self.search_space.items():
+            require(name in SAC_HPARAMS, f"sac.search_space.{name} is not one of {', '.join(SAC_HPARAMS)}")
+            require(0 < lo <= hi, f"sac.search_space.{name} needs 0 < low <= high")
+
+    @property
+    def net_width(self) -> int:
+        return self.net_dims[0]
+
+    def hparams(self) -> dict[str, float]:
+        """The evolvable hyperparameters as a plain dict."""
+        return {name: float(getattr(self, name)) for name in SAC_HPARAMS}
+
+    def with_hparams(self, values: Mapping[str, float]) -> SACConfig:
+        """This config with ``values`` applied (integers rounded; ``net_width`` rescales ``net_dims``)."""
+        changes: dict[str, Any] = {k: float(values[k]) for k in ("lr", "gamma", "tau") if k in values}
+        changes.update({k: int(round(values[k])) for k in ("updates", "num_envs") if k in values})
+        if "net_width" in values:
+            scale = values["net_width"] / self.net_dims[0]
+            changes["net_dims"] = tuple(max(1, int(round(d * scale))) for d in self.net_dims)
+        return replace(self, **changes)
+
+
 TURBULENCE = "turbulence"
 """The indicator the turbulence gate reads, raw (not normalised)."""
 
@@ -224,8 +306,17 @@ class TournamentConfig:
     """Entries the updater keeps."""
     tournament_size: int = 2
     """The generator samples this many leaderboard entries and copies the fittest."""
+    algorithms: dict[str, float] = field(default_factory=lambda: {"ppo": 1.0})
+    """Each learner's share of the pool's jobs, e.g. ``{ppo: 0.5, sac: 0.5}``
+    (elegantrl-podracers.txt §3: agents "initialized with different DRL algorithms"). Every
+    algorithm keeps its own ``leaderboard_size`` rows and its copies explore only its own
+    hyperparameters (docs/evolution.md, A pool of several algorithms)."""
 
     def __post_init__(self) -> None:
+        for name, share in self.algorithms.items():
+            require(name in ALGORITHMS, f"tournament.algorithms.{name} is not one of {', '.join(ALGORITHMS)}")
+            require(share > 0, f"tournament.algorithms.{name} must be > 0")
+        require(len(self.algorithms) >= 1, "tournament.algorithms needs at least one algorithm")
         require(self.workers >= 1, "workers must be >= 1")
         require(self.jobs is None or self.jobs >= 1, "jobs must be >= 1 (or unset)")
         require(self.leaderboard_size >= 1, "leaderboard_size must be >= 1")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from trainers import profiler
-from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig
+from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, SACConfig
 from trainers.env import MarketData
 from trainers.multiplex import run_job
 from trainers.nitro import CostLedger
@@ -31,6 +31,19 @@ from trainers.selection import explore, initial_population, select
 from trainers.state import StateScales
 
 CHECKPOINT = "evolution.pt"
+
+
+@dataclass(frozen=True)
+class Leader:
+    """One of the agents a run ends with, for an ensemble (``registry.ensemble``): its
+    validation fitness, where it came from and its policy's weights."""
+
+    fitness: float
+    job: int
+    """The agent's index (generational) or job number (tournament)."""
+    algo: str
+    hparams: dict[str, float]
+    actor: dict[str, torch.Tensor]
 
 
 @dataclass
@@ -43,6 +56,11 @@ class EvolutionResult:
     history: list[AgentRecord]
     cost: CostLedger
     """What the whole run spent: env steps, CPU and GPU seconds."""
+    best_algo: str = "ppo"
+    """The learner of the best snapshot."""
+    leaders: list[Leader] = field(default_factory=list)
+    """The agents the run ends with, best validation fitness first: a generational run's
+    best snapshot of each agent, a tournament's leaderboard (each row's final policy)."""
 
     @property
     def env_steps(self) -> int:
@@ -51,10 +69,10 @@ class EvolutionResult:
 
 def make_setting(data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig, cfg: EvolutionConfig,
                  train_window: tuple[int, int], val_window: tuple[int, int], per_year: float,
-                 nitro: NitroConfig = NitroConfig()) -> Setting:
+                 nitro: NitroConfig = NitroConfig(), sac_cfg: SACConfig = SACConfig()) -> Setting:
     """What every job of a run shares, from the run's configs."""
     return Setting(data, scales, env_cfg, ppo_cfg, train_window, val_window, per_year, cfg.fitness,
-                   cfg.iterations_per_generation, cfg.eval_interval, cfg.patience, nitro)
+                   cfg.iterations_per_generation, cfg.eval_interval, cfg.patience, nitro, sac_cfg=sac_cfg)
 
 
 def job_budget(cfg: EvolutionConfig, jobs: int) -> int | None:
@@ -164,12 +182,19 @@ class Evolution:
     def best(self) -> EvolutionResult:
         """The best validation snapshot so far, over every agent and generation (§4.2)."""
         pop = self.pop
-        score, gen, agent = max(((b[0], b[1], i) for i, b in enumerate(pop.best)), key=lambda x: (x[0], -x[2]))
+        order = sorted(range(len(pop.best)), key=lambda i: (-pop.best[i][0], i))
+        hparams = [self._hparams_at(pop.best[i][1], i) for i in order]
+        score, gen, agent = pop.best[order[0]][0], pop.best[order[0]][1], order[0]
         return EvolutionResult(
             best_actor=pop.best[agent][2], best_fitness=score, best_generation=gen, best_agent=agent,
-            best_hparams=next(r.hparams for r in pop.history if (r.generation, r.agent) == (gen, agent)),
-            history=pop.history, cost=pop.cost,
+            best_hparams=hparams[0], history=pop.history, cost=pop.cost,
+            leaders=[Leader(pop.best[i][0], i, "ppo", h, pop.best[i][2]) for i, h in zip(order, hparams)],
         )
+
+    def _hparams_at(self, generation: int, agent: int) -> dict[str, float]:
+        """The hyperparameters ``agent`` trained with in ``generation`` (its snapshot's)."""
+        return next((r.hparams for r in self.pop.history if (r.generation, r.agent) == (generation, agent)),
+                    self.pop.hparams[agent])
 
     def _select(self) -> None:
         """Exploit and explore: bottom agents become copies of top ones (weights, Adam state

@@ -90,6 +90,8 @@ def run_multiplexed(jobs: list[AgentJob], setting: Setting) -> list[AgentJob]:
     ``eval_interval`` (keeping snapshots), patience and budgets, for all at once. A round's
     measured seconds are split over the agents in proportion to their env steps. The
     inputs are not changed."""
+    if any(job.algo != "ppo" for job in jobs):
+        raise ValueError("the multiplexed engine batches PPO agents; other learners run one job at a time (run_job)")
     jobs = [fresh(job) for job in jobs]
     pop = Multiplexed(setting, [setting.agent(job.hparams, job.seed, job.state) for job in jobs])
     gpu = pop.device.type == "cuda"
@@ -118,13 +120,44 @@ def run_multiplexed(jobs: list[AgentJob], setting: Setting) -> list[AgentJob]:
     return jobs
 
 
+def run_off_policy(job: AgentJob, setting: Setting) -> AgentJob:
+    """One SAC agent's job (:class:`trainers.sac.SACAgent`) under the same schedule and
+    evaluator as a PPO job: ``iterations`` iterations within its budget and patience, and
+    an evaluation of its deterministic policy on the validation window every
+    ``eval_interval``. Nitro rescales PPO's rounds only (it reads PPO's surrogate). The
+    input is not changed."""
+    job = fresh(job)
+    agent = setting.agent(job.hparams, job.seed, job.state, job.algo)
+    gpu = agent.actor.log_std.device.type == "cuda"
+    halted = False
+    for it in range(1, setting.iterations + 1):
+        halted = halted or stopped(job, setting, agent.samples_per_iteration)
+        if not halted:
+            profiler.set_phase("training")
+            with job.cost.meter(agent.samples_per_iteration, gpu):
+                agent.train_iteration()
+        if evaluation_due(it, setting.eval_interval, setting.iterations):
+            profiler.set_phase("evaluation")
+            score = job.last if halted else evaluate(agent.actor, setting)
+            record(job, it, score, halted, lambda: copy.deepcopy(agent.actor.state_dict()))
+    job.state = agent.state_dict()
+    return job
+
+
+def evaluate(actor: torch.nn.Module, setting: Setting) -> float:
+    """One deterministic policy's fitness on the validation window (§4.2's evaluator)."""
+    curve = run_policies(actor, setting.data, setting.scales, setting.env_cfg, setting.val_window, accounts=1)
+    return FITNESS[setting.fitness](curve[:, 0], setting.per_year)
+
+
 def run_job(job: AgentJob, setting: Setting) -> AgentJob:
-    """Train one agent for a generation (or a tournament job): :func:`run_multiplexed` on a
-    population of one. On a :meth:`Setting.shipped` setting it trains on the named device
-    and hands its state back on the data's. The input is not changed."""
+    """Train one agent for a generation (or a tournament job): a PPO agent with
+    :func:`run_multiplexed` on a population of one, a SAC agent with :func:`run_off_policy`.
+    On a :meth:`Setting.shipped` setting it trains on the named device and hands its state
+    back on the data's. The input is not changed."""
     home = setting.data.close.device
     if setting.device is not None and torch.device(setting.device) != home:  # shipped: train on the named device
         setting = replace(setting, data=setting.data.to(setting.device), device=None)
-    done = run_multiplexed([job], setting)[0]
+    done = run_off_policy(job, setting) if job.algo == "sac" else run_multiplexed([job], setting)[0]
     done.state, done.best = to_device(done.state, home), to_device(done.best, home)
     return done

@@ -18,11 +18,12 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from trainers.agent import PPOAgent
-from trainers.config import EnvConfig, NitroConfig, PPOConfig
+from trainers.config import EnvConfig, NitroConfig, PPOConfig, SACConfig
 from trainers.env import MarketData
 from trainers.nets import Actor
 from trainers.nitro import BoostScore, CostLedger, actor_convexity, next_env_count
 from trainers.ppo import Rollout
+from trainers.sac import SACAgent
 from trainers.selection import STRUCTURAL
 from trainers.state import StateScales
 
@@ -49,37 +50,54 @@ class Setting:
     nitro: NitroConfig = NitroConfig()
     device: str | None = None
     """Where jobs train when ``data`` travels elsewhere (see :meth:`shipped`); None: ``data``'s device."""
+    sac_cfg: SACConfig = SACConfig()
+    """The SAC base of a pool that holds SAC agents (``tournament.algorithms``)."""
 
     def shipped(self) -> Setting:
         """This setting for another process: the data on the CPU (a Dask scheduler unpickles
         task arguments and need not have a GPU), its device named for the jobs."""
         return replace(self, data=self.data.to("cpu"), device=str(self.data.close.device))
 
-    def agent(self, hparams: Mapping[str, float], seed: int, state: dict[str, Any] | None = None) -> PPOAgent:
-        """An agent with ``hparams`` applied to the PPO base: fresh, or restored from ``state``
-        (a ``PPOAgent.state_dict()``, which the agent copies)."""
-        agent = PPOAgent(self.data, self.scales, self.env_cfg, self.ppo_cfg.with_hparams(hparams),
-                         self.train_window, seed)
+    def base(self, algo: str = "ppo") -> PPOConfig | SACConfig:
+        """The config an ``algo`` agent's hyperparameters apply to."""
+        return self.sac_cfg if algo == "sac" else self.ppo_cfg
+
+    def agent(self, hparams: Mapping[str, float], seed: int, state: dict[str, Any] | None = None,
+              algo: str = "ppo") -> PPOAgent | SACAgent:
+        """An ``algo`` agent with ``hparams`` applied to its base config: fresh, or restored
+        from ``state`` (its ``state_dict()``, which the agent copies)."""
+        agent: PPOAgent | SACAgent
+        if algo == "sac":
+            agent = SACAgent(self.data, self.scales, self.env_cfg, self.sac_cfg.with_hparams(hparams),
+                             self.train_window, seed)
+        else:
+            agent = PPOAgent(self.data, self.scales, self.env_cfg, self.ppo_cfg.with_hparams(hparams),
+                             self.train_window, seed)
         if state is not None:
             agent.load_state_dict(state)
         return agent
 
     def offspring(self, parent_hparams: Mapping[str, float], parent_seed: int, parent_state: dict[str, Any],
-                  hparams: Mapping[str, float], seed: int) -> tuple[dict[str, float], dict[str, Any]]:
-        """A copy of a trained agent (weights and Adam state, deep-copied) with explored
-        ``hparams`` and its own random streams and fresh envs: the selector's exploit step
-        and the tournament generator's. Structural hyperparameters (the net width) are the
-        parent's, since they fix the weights' shapes. Returns the child's hparams and state."""
+                  hparams: Mapping[str, float], seed: int,
+                  algo: str = "ppo") -> tuple[dict[str, float], dict[str, Any]]:
+        """A copy of a trained agent of the same ``algo`` (weights and optimizer state,
+        deep-copied; a SAC agent's replay buffer too) with explored ``hparams`` and its own
+        random streams and fresh envs: the selector's exploit step and the tournament
+        generator's. Structural hyperparameters (the net width) are the parent's, since they
+        fix the weights' shapes. Returns the child's hparams and state."""
         child = {**hparams, **{k: parent_hparams[k] for k in STRUCTURAL if k in parent_hparams}}
-        parent = self.agent(parent_hparams, parent_seed, parent_state)
-        agent = self.agent(child, seed)
-        agent.copy_from(parent)
+        parent = self.agent(parent_hparams, parent_seed, parent_state, algo)
+        agent = self.agent(child, seed, algo=algo)
+        agent.copy_from(parent)  # type: ignore[arg-type]  # same algo: same class
         agent.set_hparams(child)
         return child, agent.state_dict()
 
-    def nominal_cost(self, hparams: Mapping[str, float]) -> float:
+    def nominal_cost(self, hparams: Mapping[str, float], algo: str = "ppo") -> float:
         """Scheduled compute of one job with ``hparams``: env steps plus gradient samples
         over its iterations. Deterministic, so a simulated pool can order finishes by it."""
+        if algo == "sac":
+            sac = self.sac_cfg.with_hparams(hparams)
+            return float(self.iterations * (sac.num_envs * sac.horizon + sac.updates * sac.batch_size))
         cfg = self.ppo_cfg.with_hparams(hparams)
         samples = cfg.learners * cfg.num_envs * cfg.horizon
         return float(self.iterations * samples * (1 + cfg.repeat_times))
@@ -100,6 +118,8 @@ class AgentRecord:
     """The agent rested: the evaluator's patience ran out, or its budget could not pay a round."""
     env_steps: int = 0
     """Env steps the agent had spent in this job when it was evaluated."""
+    algorithm: str = "ppo"
+    """The learner that trains the agent (``ppo`` or ``sac``)."""
 
 
 @dataclass
@@ -120,6 +140,8 @@ class AgentJob:
     """Env steps this job may spend (its share of the run's hard budget); None: no limit."""
     boost: dict[str, Any] | None = None
     """Nitro's score state (the agent's recent R values and round count), carried from job to job."""
+    algo: str = "ppo"
+    """The learner: ``ppo`` (:mod:`trainers.ppo`) or ``sac`` (:mod:`trainers.sac`)."""
     records: list[AgentRecord] = field(default_factory=list)
     cost: CostLedger = field(default_factory=CostLedger)
     """What the job spent: env steps and CPU/GPU seconds (nitro §5.3's cost ledger)."""
@@ -161,7 +183,7 @@ def record(job: AgentJob, iteration: int, score: float, halted: bool,
         if score > job.best[0]:
             job.best = (score, job.generation, snapshot())
     job.records.append(AgentRecord(job.generation, job.index, iteration, score, dict(job.hparams), job.parent, halted,
-                                   job.cost.env_steps))
+                                   job.cost.env_steps, job.algo))
 
 
 def fresh(job: AgentJob) -> AgentJob:

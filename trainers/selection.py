@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LOG_SCALE = ("lr", "entropy_coef")
+LOG_SCALE = ("lr", "entropy_coef", "tau")
 """Searched log-uniformly: they span orders of magnitude."""
-INTEGER = ("repeat_times", "num_envs", "net_width")
+INTEGER = ("repeat_times", "num_envs", "net_width", "updates")
 """Rounded to whole numbers."""
 STRUCTURAL = ("net_width",)
 """Changes the weights' shapes: drawn once per agent and inherited by copies, never perturbed."""

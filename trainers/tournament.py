@@ -25,10 +25,11 @@ import torch
 
 from trainers import profiler
 from trainers._checks import require
-from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
+from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, SACConfig, TournamentConfig
 from trainers.env import MarketData
 from trainers.evolution import (
     EvolutionResult,
+    Leader,
     ProgressFn,
     atomic_save,
     job_budget,
@@ -41,7 +42,8 @@ from trainers.selection import draw, explore, initial_population
 from trainers.state import StateScales
 
 CHECKPOINT = "tournament.pt"
-_INPUTS = ("generation", "index", "hparams", "seed", "state", "best", "last", "falls", "parent", "budget", "boost")
+_INPUTS = ("generation", "index", "hparams", "seed", "state", "best", "last", "falls", "parent", "budget", "boost",
+           "algo")
 """The fields of an :class:`AgentJob` that a job's input consists of (records and env steps are outputs)."""
 
 
@@ -76,7 +78,7 @@ class SimulatedPool:
         original start (from :meth:`schedule`), so it finishes when it would have."""
         free = heapq.heappop(self._free)
         start = max(free, self.clock) if started_at is None else started_at
-        finish = start + self.setting.nominal_cost(job.hparams)
+        finish = start + self.setting.nominal_cost(job.hparams, job.algo)
         heapq.heappush(self._free, finish)
         self._running.append((finish, self._submitted, start, job))
         self._submitted += 1
@@ -114,6 +116,8 @@ class Entry:
     """Lineage depth: 0 for a fresh agent, the parent's depth + 1 for a copy."""
     boost: dict[str, Any] | None = None
     """Nitro's score state, handed on with the weights."""
+    algo: str = "ppo"
+    """The learner that trained it; its copies are trained by the same."""
 
 
 def _rank(fitness: float) -> float:
@@ -122,14 +126,18 @@ def _rank(fitness: float) -> float:
 
 
 def update_board(board: list[Entry], entry: Entry, size: int) -> bool:
-    """The updater (§4.1): insert ``entry`` into ``board`` (best first, at most ``size``
-    rows) if the board is not full or it beats the worst row; on equal fitness the older
-    entry ranks first. Returns whether ``entry`` was inserted."""
-    if len(board) >= size and _rank(entry.fitness) <= _rank(board[-1].fitness):
+    """The updater (§4.1): insert ``entry`` into ``board`` (best first) if its algorithm holds
+    fewer than ``size`` rows or it beats that algorithm's worst row, which it then replaces;
+    on equal fitness the older entry ranks first. Each algorithm keeps its own ``size``
+    rows, so one learner's entries never push another's copies out of the pool. Returns
+    whether ``entry`` was inserted."""
+    own = [e for e in board if e.algo == entry.algo]
+    if len(own) >= size and _rank(entry.fitness) <= _rank(own[-1].fitness):
         return False
     board.append(entry)
     board.sort(key=lambda e: -_rank(e.fitness))  # stable: ties keep their order
-    del board[size:]
+    if len(own) >= size:
+        board.remove(own[-1])
     return True
 
 
@@ -140,9 +148,22 @@ def tournament_select(board: list[Entry], size: int, rng: np.random.Generator) -
     return board[int(picks.min())]
 
 
-def _actor_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """A copy of the policy in a ``PPOAgent.state_dict()``: learner 0's actor (``PPOAgent.actor``)."""
-    return copy.deepcopy(state["learners"][0]["actor"])
+def algorithm_of(job: int, shares: dict[str, float]) -> str:
+    """The learner of the pool's ``job``-th job: the algorithm furthest below its share of
+    the jobs so far (ties: the order of ``shares``), so any prefix of the jobs keeps every
+    algorithm within one job of its share."""
+    counts = dict.fromkeys(shares, 0)
+    total = sum(shares.values())
+    for j in range(job + 1):
+        pick = max(shares, key=lambda a: shares[a] / total * (j + 1) - counts[a])
+        counts[pick] += 1
+    return pick
+
+
+def actor_weights(state: dict[str, Any], algo: str = "ppo") -> dict[str, torch.Tensor]:
+    """A copy of the policy in an agent's state dict: a PPO agent's learner 0 (``PPOAgent.actor``),
+    a SAC agent's actor."""
+    return copy.deepcopy(state["actor"] if algo == "sac" else state["learners"][0]["actor"])
 
 
 @dataclass
@@ -154,6 +175,7 @@ class _Run:
     """The best validation snapshot of all finished jobs (fitness, depth, actor weights)."""
     best_job: int = -1
     best_hparams: dict[str, float] = field(default_factory=dict)
+    best_algo: str = "ppo"
     history: list[AgentRecord] = field(default_factory=list)
     cost: CostLedger = field(default_factory=CostLedger)
     submitted: int = 0
@@ -174,20 +196,35 @@ class Tournament:
     while the board is still empty. Every job is ``run_job``: ``iterations_per_generation``
     iterations, evaluations every ``eval_interval``, patience. Job ``j`` gets seed
     ``seed * 1000 + j``; all other randomness comes from one generator seeded by ``seed``.
+
+    With several ``tournament.algorithms`` the pool is mixed (§3): job ``j`` is trained by
+    :func:`algorithm_of`, a fresh agent draws from its algorithm's search space (the first
+    of each algorithm keeps its defaults), and a copy's parent is a tournament winner among
+    the board rows of the same algorithm, explored within that algorithm's space.
     """
 
     CHECKPOINT = CHECKPOINT
 
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
                  cfg: EvolutionConfig, tcfg: TournamentConfig, train_window: tuple[int, int],
-                 val_window: tuple[int, int], per_year: float, nitro: NitroConfig = NitroConfig()) -> None:
+                 val_window: tuple[int, int], per_year: float, nitro: NitroConfig = NitroConfig(),
+                 sac_cfg: SACConfig = SACConfig()) -> None:
         self.cfg, self.tcfg = cfg, tcfg
         self.jobs = tcfg.jobs if tcfg.jobs is not None else cfg.population * cfg.generations
-        self.setting = make_setting(data, scales, env_cfg, ppo_cfg, cfg, train_window, val_window, per_year, nitro)
+        self.setting = make_setting(data, scales, env_cfg, ppo_cfg, cfg, train_window, val_window, per_year, nitro,
+                                    sac_cfg)
         self.budget = job_budget(cfg, self.jobs)
         self.rng = np.random.default_rng(cfg.seed)
-        self.initial = initial_population(ppo_cfg.hparams(), cfg.search_space, cfg.population, self.rng)
+        algos = [algorithm_of(j, tcfg.algorithms) for j in range(cfg.population)]
+        drawn = {a: initial_population(self.setting.base(a).hparams(), self.space(a), algos.count(a), self.rng)
+                 for a in tcfg.algorithms}
+        self.initial = [(a, drawn[a][algos[:j].count(a)]) for j, a in enumerate(algos)]
+        """The first jobs' algorithms and hyperparameters."""
         self.state = _Run()
+
+    def space(self, algo: str) -> dict[str, tuple[float, float]]:
+        """The search space ``algo``'s agents are drawn from and explored within."""
+        return self.setting.sac_cfg.search_space if algo == "sac" else self.cfg.search_space
 
     def run(self, pool: JobPool | None = None, on_evaluated: ProgressFn | None = None,
             checkpoint_dir: Path | None = None) -> EvolutionResult:
@@ -210,9 +247,11 @@ class Tournament:
             self._fill(pool)
             if checkpoint_dir is not None:
                 self.save(checkpoint_dir / CHECKPOINT)
+        leaders = [Leader(e.fitness, e.job, e.algo, e.hparams, actor_weights(e.state, e.algo)) for e in run.board]
         return EvolutionResult(
             best_actor=run.best[2], best_fitness=run.best[0], best_generation=run.best[1], best_agent=run.best_job,
-            best_hparams=run.best_hparams, history=run.history, cost=run.cost,
+            best_hparams=run.best_hparams, history=run.history, cost=run.cost, best_algo=run.best_algo,
+            leaders=leaders,
         )
 
     def _fill(self, pool: JobPool) -> None:
@@ -231,22 +270,24 @@ class Tournament:
         index, seed = run.submitted, cfg.seed * 1000 + run.submitted
         run.submitted += 1
         if index < len(self.initial):
-            return self._fresh(index, seed, self.initial[index])
-        if not run.board:  # nothing finished yet: a fresh draw from the search space
-            return self._fresh(index, seed, draw(self.setting.ppo_cfg.hparams(), cfg.search_space, self.rng))
+            return self._fresh(index, seed, *self.initial[index])
+        algo = algorithm_of(index, self.tcfg.algorithms)
+        board = [e for e in run.board if e.algo == algo]
+        if not board:  # no agent of this algorithm has finished yet: a fresh draw from its search space
+            return self._fresh(index, seed, algo, draw(self.setting.base(algo).hparams(), self.space(algo), self.rng))
         profiler.set_phase("selection")
-        parent = tournament_select(run.board, self.tcfg.tournament_size, self.rng)
-        mutated = explore(parent.hparams, cfg.search_space, cfg.perturb_factors, cfg.resample_p, self.rng)
-        hparams, state = self.setting.offspring(parent.hparams, parent.seed, parent.state, mutated, seed)
+        parent = tournament_select(board, self.tcfg.tournament_size, self.rng)
+        mutated = explore(parent.hparams, self.space(algo), cfg.perturb_factors, cfg.resample_p, self.rng)
+        hparams, state = self.setting.offspring(parent.hparams, parent.seed, parent.state, mutated, seed, algo)
         depth = parent.depth + 1
-        return AgentJob(depth, index, hparams, seed, state, (-math.inf, depth, _actor_weights(state)),
-                        parent.fitness, 0, parent.job, self.budget, copy.deepcopy(parent.boost))
+        return AgentJob(depth, index, hparams, seed, state, (-math.inf, depth, actor_weights(state, algo)),
+                        parent.fitness, 0, parent.job, self.budget, copy.deepcopy(parent.boost), algo)
 
-    def _fresh(self, index: int, seed: int, hparams: dict[str, float]) -> AgentJob:
-        """A job for a new agent with ``hparams``: lineage depth 0, no parent."""
-        state = self.setting.agent(hparams, seed).state_dict()
-        return AgentJob(0, index, hparams, seed, state, (-math.inf, 0, _actor_weights(state)), math.nan, 0, None,
-                        self.budget)
+    def _fresh(self, index: int, seed: int, algo: str, hparams: dict[str, float]) -> AgentJob:
+        """A job for a new ``algo`` agent with ``hparams``: lineage depth 0, no parent."""
+        state = self.setting.agent(hparams, seed, algo=algo).state_dict()
+        return AgentJob(0, index, hparams, seed, state, (-math.inf, 0, actor_weights(state, algo)), math.nan, 0, None,
+                        self.budget, algo=algo)
 
     def _update(self, done: AgentJob) -> None:
         """Take in a finished job: history, env steps, the leaderboard and the best snapshot."""
@@ -254,19 +295,22 @@ class Tournament:
         run.history.extend(done.records)
         run.cost += done.cost
         update_board(run.board, Entry(done.last, done.index, done.hparams, done.seed, done.state, done.generation,
-                                      done.boost), self.tcfg.leaderboard_size)
+                                      done.boost, done.algo), self.tcfg.leaderboard_size)
         if run.best_job < 0 or done.best[0] > run.best[0]:
             run.best, run.best_job, run.best_hparams = done.best, done.index, dict(done.hparams)
+            run.best_algo = done.algo
 
     def _config(self) -> dict[str, Any]:
-        return {"evolution": asdict(self.cfg), "tournament": asdict(self.tcfg), "nitro": asdict(self.setting.nitro)}
+        sac = asdict(self.setting.sac_cfg) if "sac" in self.tcfg.algorithms else None
+        return {"evolution": asdict(self.cfg), "tournament": asdict(self.tcfg), "nitro": asdict(self.setting.nitro),
+                "sac": sac}
 
     def save(self, path: Path) -> None:
         """Checkpoint the run after a finished job (atomic: temp file, then rename)."""
         run = self.state
         state: dict[str, Any] = {
             "board": [dict(vars(e)) for e in run.board], "best": run.best, "best_job": run.best_job,
-            "best_hparams": run.best_hparams, "history": [asdict(r) for r in run.history],
+            "best_hparams": run.best_hparams, "best_algo": run.best_algo, "history": [asdict(r) for r in run.history],
             "cost": run.cost.as_dict(), "submitted": run.submitted, "clock": run.clock,
             "pending": [({name: getattr(job, name) for name in _INPUTS}, start) for job, start in run.pending],
             "rng": self.rng.bit_generator.state, "config": self._config(),
@@ -281,7 +325,8 @@ class Tournament:
         fitness, depth, weights = state["best"]
         self.state = _Run(
             board=[Entry(**e) for e in state["board"]], best=(fitness, depth, weights), best_job=state["best_job"],
-            best_hparams=state["best_hparams"], history=[AgentRecord(**r) for r in state["history"]],
+            best_hparams=state["best_hparams"], best_algo=state["best_algo"],
+            history=[AgentRecord(**r) for r in state["history"]],
             cost=CostLedger(**state["cost"]), submitted=state["submitted"], clock=state["clock"],
             pending=[(AgentJob(**job), start) for job, start in state["pending"]],
         )

@@ -4,23 +4,31 @@
 indicator names, train-only normalisation stats, state scales, env constants, network
 shape) and ``hparams.json`` (the PPO hyperparameters, for a warm start). The backtest, the MLflow pyfunc and delivery all load it through :func:`load`,
 so a served policy sees exactly the state it was trained on.
+
+The policy is one :class:`trainers.nets.Actor` or an :class:`trainers.ensemble.Ensemble` of
+several (``PolicyMeta.members``); both map a state to an action in (-1, 1), so every
+consumer serves either unchanged.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from tasks.errors import MissingInput
 from trainers.config import EnvConfig
+from trainers.ensemble import Ensemble
 from trainers.nets import Actor
 from trainers.state import StateScales, StockLayout, normalise_features, state_dim
 
 WEIGHTS, META, HPARAMS = "policy.pt", "policy.json", "hparams.json"
+Policy = Actor | Ensemble
+"""A served policy: ``forward(state) -> action in (-1, 1)^n``."""
 
 
 @dataclass(frozen=True)
@@ -36,15 +44,26 @@ class PolicyMeta:
     data_version: str
     policy: str = "mlp"
     """``ppo.policy`` of the weights: ``mlp`` or ``shared`` (a per-stock scorer)."""
+    algorithm: str = "ppo"
+    """The learner that trained a single policy (``ppo`` or ``sac``)."""
+    members: list[dict[str, Any]] = field(default_factory=list)
+    """Empty for a single actor; for an ensemble one dict per member with at least
+    ``algorithm``, ``net_dims``, ``fitness`` (its validation fitness) and ``job``."""
 
     @property
     def state_dim(self) -> int:
         return state_dim(len(self.symbols), len(self.feature_names))
 
-    def actor(self) -> Actor:
-        """An untrained deterministic actor of this bundle's shape, to load weights into."""
+    def actor(self) -> Policy:
+        """An untrained deterministic policy of this bundle's shape, to load weights into: an
+        :class:`Ensemble` of one actor per member (each of its own ``net_dims``), or one actor."""
+        if self.members:
+            return Ensemble([self._actor(m["net_dims"]) for m in self.members], self.env.action)
+        return self._actor(self.net_dims)
+
+    def _actor(self, net_dims: list[int]) -> Actor:
         layout = StockLayout(len(self.symbols), len(self.feature_names), self.scales) if self.policy == "shared" else None
-        return Actor(self.state_dim, len(self.symbols), tuple(self.net_dims), init_log_std=0.0, layout=layout)
+        return Actor(self.state_dim, len(self.symbols), tuple(net_dims), init_log_std=0.0, layout=layout)
 
     def normalise(self, raw: np.ndarray) -> np.ndarray:
         """Normalise raw indicators ``[..., n, k]`` with the saved train-window stats."""
@@ -61,9 +80,16 @@ class PolicyMeta:
         return cls(**raw)
 
 
+def ensemble_weights(actors: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The flat state dict of an :class:`Ensemble` of actors with these state dicts, in
+    ``meta.members``' order (so the train stage saves one without building modules)."""
+    return {f"members.{i}.{k}": v for i, weights in enumerate(actors) for k, v in weights.items()}
+
+
 def save(folder: Path, actor: dict[str, torch.Tensor], meta: PolicyMeta,
          hparams: dict[str, float] | None = None) -> None:
-    """Write the bundle; ``hparams`` (the policy's PPO hyperparameters) let the next
+    """Write the bundle: ``actor`` is the policy's state dict (an ensemble's flat one, see
+    :func:`ensemble_weights`); ``hparams`` (the policy's PPO hyperparameters) let the next
     continuous-training cycle warm-start a population from it."""
     torch.save(actor, folder / WEIGHTS)
     (folder / META).write_text(meta.to_json())
@@ -77,8 +103,8 @@ def load_hparams(folder: Path) -> dict[str, float] | None:
     return {k: float(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else None
 
 
-def load(folder: Path) -> tuple[Actor, PolicyMeta]:
-    """Rebuild the deterministic actor and its constants from a bundle folder."""
+def load(folder: Path) -> tuple[Policy, PolicyMeta]:
+    """Rebuild the deterministic policy (an actor or an ensemble) and its constants from a bundle folder."""
     if not (folder / WEIGHTS).exists():
         raise MissingInput(f"{folder / WEIGHTS}: not found (run `podracer train` first)")
     meta = PolicyMeta.from_json((folder / META).read_text())

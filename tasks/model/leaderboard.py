@@ -18,11 +18,14 @@ from trainers.evolution import EvolutionResult
 
 LEADERBOARD = "leaderboard.csv"
 PLOT = "evolution.png"
-META = ("generation", "agent", "iteration", "fitness", "parent", "stopped", "env_steps")
+MARKERS = {"ppo": "o", "sac": "s"}
+"""The plot's marker of each learner."""
+META = ("generation", "agent", "iteration", "fitness", "parent", "stopped", "env_steps", "algorithm")
 
 
 def table(result: EvolutionResult) -> pd.DataFrame:
-    """One row per evaluation of every agent: fitness, hyperparameters and lineage."""
+    """One row per evaluation of every agent: fitness, its learner (``algorithm``),
+    hyperparameters and lineage. A mixed pool's rows leave the other learner's hyperparameters empty."""
     rows = [{**{k: v for k, v in asdict(r).items() if k != "hparams"}, **r.hparams} for r in result.history]
     return pd.DataFrame(rows)
 
@@ -43,6 +46,8 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
                     for _, rows in board.groupby("agent", sort=False)]
         xlabel = "jobs finished"
         title = "Tournament: each job's fitness; colour = lineage depth, dashed = from its parent"
+        if board.get("algorithm", pd.Series(["ppo"])).nunique() > 1:
+            title += "; o PPO, s SAC"
     else:
         board = board.assign(x=board["generation"] + board["iteration"] / per_job)
         segments = []
@@ -57,7 +62,8 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
     for rows, colour, parent in segments:
         label = None if colour in labelled or mode == "tournament" else f"agent {rows['agent'].iloc[0]}"
         labelled.add(colour)
-        axes.plot(rows["x"], rows["fitness"], "o-", color=colour, markersize=3, label=label)
+        marker = MARKERS.get(str(rows["algorithm"].iloc[0]) if "algorithm" in rows else "ppo", "o")
+        axes.plot(rows["x"], rows["fitness"], f"{marker}-", color=colour, markersize=3, label=label)
         if len(parent):  # join the copy to its parent's last evaluation
             axes.plot([parent["x"].iloc[-1], rows["x"].iloc[0]], [parent["fitness"].iloc[-1], rows["fitness"].iloc[0]],
                       "--", color=colour, linewidth=0.8)
@@ -70,7 +76,7 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
 
 
 def log_nested_runs(board: pd.DataFrame) -> None:
-    """One nested MLflow run per agent per generation under the active run: its
+    """One nested MLflow run per agent per generation under the active run: its learner,
     hyperparameters and parent as params, its fitness at each iteration as a metric."""
     import mlflow  # lazily, like the register stage: the train stage imports this module
 
@@ -78,11 +84,13 @@ def log_nested_runs(board: pd.DataFrame) -> None:
     assert active is not None, "log_nested_runs needs an active parent run"
     for (generation, agent), rows in board.groupby(["generation", "agent"], sort=True):
         first = rows.iloc[0]
-        with mlflow.start_run(run_name=f"gen{generation}-agent{agent}", nested=True,
+        algorithm = str(first.get("algorithm", "ppo"))
+        with mlflow.start_run(run_name=f"gen{generation}-agent{agent}-{algorithm}", nested=True,
                               experiment_id=active.info.experiment_id):
-            hparams = {k: v for k, v in first.items() if k not in META}
+            hparams = {k: v for k, v in first.items() if k not in META and not pd.isna(v)}
             parent = "" if pd.isna(first["parent"]) else str(int(first["parent"]))
-            mlflow.log_params({**hparams, "generation": generation, "agent": agent, "parent": parent})
+            mlflow.log_params({**hparams, "generation": generation, "agent": agent, "parent": parent,
+                               "algorithm": algorithm})
             for _, row in rows.iterrows():
                 mlflow.log_metric("fitness", float(row["fitness"]), step=int(row["iteration"]))
             mlflow.set_tag("stopped", str(bool(rows["stopped"].iloc[-1])))

@@ -238,6 +238,7 @@ def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan =
     spec = [version, str(pick_device(params.train.device)), params.env, params.ppo, params.evolution,
             params.features.model_dump(mode="json"), params.nitro,
             params.tournament if params.evolution.mode == "tournament" else None,
+            params.sac if "sac" in params.tournament.algorithms else None,
             params.train.engine == "multiplexed"]  # the engines agree up to float summation order
     if (plan.train_window, plan.val_window, plan.warm_id) != (None, None, ""):  # the pipeline's names stay
         spec += [plan.train_window, plan.val_window, plan.warm_id]
@@ -253,7 +254,7 @@ def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: S
     if params.evolution.mode == "tournament":
         if plan.warm is not None:
             raise ConfigError("a warm start (the CT cycle) needs evolution.mode: generational")
-        return Tournament(*args, params.tournament, *windows, params.nitro)
+        return Tournament(*args, params.tournament, *windows, params.nitro, params.sac)
     return Evolution(*args, *windows, params.nitro, plan.warm)
 
 
@@ -266,6 +267,34 @@ def execute(run: Evolution | Tournament, params: Params, on_evaluated: ProgressF
             return run.run(pool, on_evaluated, folder)
     with job_runner(params.train, run.setting) as runner:
         return run.run(on_evaluated, folder, runner)
+
+
+def net_dims(params: Params, algo: str, hparams: dict[str, float]) -> list[int]:
+    """The actor's hidden layers of an ``algo`` agent with ``hparams``."""
+    base = params.sac if algo == "sac" else params.ppo
+    return list(base.with_hparams(hparams).net_dims)
+
+
+def policy_bundle(params: Params, fs: features.FeatureSet, scales: StateScales, data_version: str,
+                  result: EvolutionResult) -> tuple[dict[str, torch.Tensor], bundle.PolicyMeta]:
+    """The model to register: the best validation snapshot, or with ``registry.ensemble: k``
+    the run's top k agents as one policy acting on the mean of their target allocations
+    (:class:`trainers.ensemble.Ensemble`; finrl-podracer.txt §6)."""
+    k = params.registry.ensemble
+    meta = bundle.PolicyMeta(
+        symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
+        scales=scales, env=params.env, net_dims=net_dims(params, result.best_algo, result.best_hparams),
+        freq=params.data.freq, data_version=data_version, policy=params.ppo.policy, algorithm=result.best_algo)
+    if k == 1:
+        return {name: v.cpu() for name, v in result.best_actor.items()}, meta
+    leaders = result.leaders[:k]
+    if len(leaders) < k:
+        raise ConfigError(f"registry.ensemble {k}: the run ended with only {len(leaders)} agents")
+    members = [{"algorithm": m.algo, "net_dims": net_dims(params, m.algo, m.hparams), "fitness": m.fitness,
+                "job": m.job} for m in leaders]
+    log.info("ensemble of %d: %s", k, ", ".join(f"job {m.job} ({m.algo}, validation {m.fitness:.3f})" for m in leaders))
+    weights = bundle.ensemble_weights([{name: v.cpu() for name, v in m.actor.items()} for m in leaders])
+    return weights, replace(meta, members=members, algorithm="ensemble")
 
 
 def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> TrainResult:
@@ -321,17 +350,11 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
             result, report = execute(run, params, on_evaluated, folder), None
         lines.flush()
     seconds = time.perf_counter() - started
-    meta = bundle.PolicyMeta(
-        symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
-        scales=scales, env=params.env, net_dims=list(params.ppo.with_hparams(result.best_hparams).net_dims),
-        freq=params.data.freq,
-        data_version=data_version,
-        policy=params.ppo.policy,
-    )
+    weights, meta = policy_bundle(params, fs, scales, data_version, result)
     summary = {"mode": evo.mode, "engine": params.train.engine, "device": str(device), "seconds": seconds,
                "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None}}
     with atomic_dir(out) as staging:
-        bundle.save(staging, {k: v.cpu() for k, v in result.best_actor.items()}, meta, result.best_hparams)
+        bundle.save(staging, weights, meta, result.best_hparams)
         board = leaderboard.table(result)
         board.to_csv(staging / leaderboard.LEADERBOARD, index=False)
         leaderboard.plot(board, staging / leaderboard.PLOT, evo.fitness, evo.mode)

@@ -96,10 +96,15 @@ def seen_bars(fs: features.FeatureSet, w: Windows, champion_cutoff: str | None) 
 
 def warm_start(params: Params, fs: features.FeatureSet, folder: Path) -> tuple[WarmStart | None, str]:
     """The champion bundle in ``folder`` as a warm start, or None and the reason it cannot
-    be one (other symbols, indicators, state scales or network shape): the cycle then
-    trains from scratch and says so."""
+    be one (an ensemble or a policy another learner trained, whose weights are no PPO
+    population member's; other symbols, indicators, state scales or network shape): the
+    cycle then trains from scratch and says so."""
     actor, meta = bundle.load(folder)
     hparams = bundle.load_hparams(folder)
+    if meta.members:
+        return None, f"the champion is an ensemble of {len(meta.members)} agents"
+    if meta.algorithm != "ppo":
+        return None, f"the champion was trained by {meta.algorithm}"
     if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
         return None, "the champion trades other symbols or indicators"
     if meta.scales != state_scales(params, fs) or not np.array_equal(np.asarray(meta.mean), fs.mean):

@@ -176,7 +176,8 @@ def log_coverage(features_dir: Path) -> dict[str, float]:
 def register(params: Params, candidate: Candidate | None = None) -> RegisterResult:
     """Log the run and register the model; carry out the gate's decision.
 
-    The version carries its gate verdict, reason, data version and data cutoff as tags and
+    The version carries its gate verdict, reason, data version, data cutoff and learner
+    (``algorithm``: ppo, sac or ensemble, with an ensemble's ``members``) as tags and
     its gate report as its description. The ``podracer.complete`` tag is written last: a
     version without it was cut off half-way (say, the tracking server died) and the next
     registration deletes it, so no half-registered version survives.
@@ -192,7 +193,10 @@ def register(params: Params, candidate: Candidate | None = None) -> RegisterResu
     drop_incomplete(registry)
     decision = candidate.decision
     version_tags = {DATA_VERSION: meta.data_version, CUTOFF: candidate.cutoff, "origin": candidate.origin,
-                    "gate": decision.action, "gate_reason": candidate.reason[:MAX_TAG], **dict(candidate.tags)}
+                    "gate": decision.action, "gate_reason": candidate.reason[:MAX_TAG], "algorithm": meta.algorithm,
+                    **dict(candidate.tags)}
+    if meta.members:  # an ensemble: who is in it, best first
+        version_tags["members"] = ", ".join(f"job {m['job']} ({m['algorithm']})" for m in meta.members)[:MAX_TAG]
     with mlflow.start_run(experiment_id=experiment_id, run_name=candidate.run_name) as run:
         mlflow.log_params({**params.flat(), "data_version": meta.data_version})
         mlflow.set_tags({**version_tags, "podracer.stage": "register", COMPLETE: "pending"})

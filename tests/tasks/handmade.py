@@ -6,6 +6,8 @@ orders it gives, and the account values they lead to, can be worked out by hand.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import torch
@@ -13,6 +15,7 @@ import torch
 from tasks.data.features import FeatureSet
 from tasks.model import bundle
 from trainers.config import EnvConfig
+from trainers.ensemble import Ensemble
 from trainers.nets import Actor
 from trainers.state import StateScales
 
@@ -33,6 +36,16 @@ def policy(symbols: list[str], feature_names: list[str], bias: list[float], env:
             p.zero_()
         actor.net[-1].bias.copy_(torch.tensor(bias[: actor.net[-1].bias.numel()]))
     return actor, meta
+
+
+def ensemble(symbols: list[str], feature_names: list[str], biases: list[list[float]], env: EnvConfig,
+             **kwargs) -> tuple[Ensemble, bundle.PolicyMeta]:
+    """An ensemble of :func:`policy` actors, member k acting ``tanh(biases[k])`` on any state,
+    and its bundle constants (``kwargs``: :func:`policy`'s)."""
+    members = [policy(symbols, feature_names, bias, env, **kwargs) for bias in biases]
+    meta = replace(members[0][1], members=[{"algorithm": "ppo", "net_dims": [4], "fitness": float(-k), "job": k}
+                                           for k in range(len(biases))])
+    return Ensemble([actor for actor, _ in members], env.action), meta
 
 
 def feature_set(opens: list[list[float]], closes: list[list[float]], dates: list[str],

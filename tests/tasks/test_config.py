@@ -41,6 +41,15 @@ def write(tmp_path: Path, text: str) -> Path:
         ("data:\n  timezone: Mars/Olympus\n", "data: timezone 'Mars/Olympus' is not an IANA time zone"),
         ("data:\n  start: 2024-01-01\n", "data: start 2024-01-01 must be before end 2023-12-31"),
         ("validation:\n  max_abs_log_return: 0\n", "validation.max_abs_log_return: Input should be greater than 0"),
+        ("tournament:\n  algorithms: {ppo: 0.5, a2c: 0.5}\n", "tournament.algorithms.a2c is not one of ppo, sac"),
+        ("tournament:\n  algorithms: {sac: 1.0}\n",
+         "tournament.algorithms other than ppo need evolution.mode: tournament"),
+        ("evolution:\n  mode: tournament\ntournament:\n  algorithms: {sac: 1.0}\nsac:\n  policy: shared\n",
+         "sac.policy shared must equal ppo.policy mlp"),
+        ("registry:\n  ensemble: 9\n", "registry.ensemble 9 is more agents than the generational run keeps (8)"),
+        ("evolution:\n  mode: tournament\ntournament:\n  algorithms: {ppo: 0.5, sac: 0.5}\nregistry:\n  ensemble: 9\n",
+         "registry.ensemble 9 is more agents than the tournament run keeps (8)"),
+        ("sac:\n  search_space: {clip: [0.1, 0.2]}\n", "sac.search_space.clip is not one of"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path, text, expected):

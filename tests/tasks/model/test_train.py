@@ -6,9 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
+from tasks.config import load_params
 from tasks.model import bundle
+from tasks.model.backtest import backtest
 from tasks.model.leaderboard import LEADERBOARD, PLOT
 from tasks.model.train import SUMMARY, GenerationLog, TrainResult, train
+from tests.conftest import TINY
+from trainers.ensemble import Ensemble
 
 
 def test_train_writes_a_bundle_serving_can_load(built):
@@ -58,6 +62,31 @@ def test_tournament_mode_trains_through_the_stage_and_logs_its_cost(built_copy):
     assert summary["mode"] == "tournament" and summary["env_steps"] == result.env_steps > 0
     assert summary["cpu_seconds"] > 0
     assert (params.dirs.models / PLOT).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_mixed_pool_registers_its_top_agents_as_one_ensemble(built_copy):
+    """PPO and SAC in one pool, leaderboard 2 rows each; ``registry.ensemble: 3`` must take the
+    top 3 of those 4 rows, so both learners are in it, best first, and the backtest trades it."""
+    params = load_params(Path("/nonexistent/params.yaml"), [
+        *TINY, f"data_dir={built_copy.data_dir}", "evolution.mode=tournament", "tournament.workers=2",
+        "tournament.jobs=6", "tournament.leaderboard_size=2", "tournament.algorithms={ppo: 0.5, sac: 0.5}",
+        "sac.num_envs=4", "sac.horizon=16", "sac.batch_size=32", "sac.buffer_size=128", "sac.updates=2",
+        "sac.net_dims=[16]", "sac.search_space={lr: [0.0001, 0.001], net_width: [12, 20]}", "registry.ensemble=3"])
+    train(params)
+    policy, meta = bundle.load(params.dirs.models)
+    board = pd.read_csv(params.dirs.models / LEADERBOARD)
+    assert set(board["algorithm"]) == {"ppo", "sac"}
+    assert board.loc[board["algorithm"] == "sac", "clip"].isna().all()  # a SAC row has no PPO hyperparameters
+    assert isinstance(policy, Ensemble) and len(policy.members) == 3 and meta.algorithm == "ensemble"
+    last = board.groupby("agent").last()  # each job's final evaluation: its leaderboard fitness
+    fitness = [m["fitness"] for m in meta.members]
+    assert fitness == sorted(fitness, reverse=True)
+    assert {m["algorithm"] for m in meta.members} == {"ppo", "sac"}
+    for m in meta.members:
+        assert last.loc[m["job"], "algorithm"] == m["algorithm"]
+        assert last.loc[m["job"], "fitness"] == pytest.approx(m["fitness"], rel=1e-12)  # the CSV keeps 16 digits
+    tested = backtest(params)
+    assert tested.metrics["agent"]["sharpe"] == tested.metrics["agent"]["sharpe"]  # a number: the ensemble traded
 
 
 def test_nitro_through_the_stage_keeps_the_budget(built_copy):

@@ -14,10 +14,12 @@ import torch
 from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.registry.serving import PolicyModel, decide, policy_input, turbulence_gate
-from tests.tasks.handmade import policy
+from tests.tasks.handmade import ensemble, policy
 from trainers.config import EnvConfig
+from trainers.ensemble import Ensemble
 from trainers.nets import Actor
-from trainers.orders import fill_orders
+from trainers.orders import WEIGHT_LOGITS, fill_orders, orders
+from trainers.state import build_state
 
 SYMBOLS, CLOSE = ["AAA", "BBB"], np.array([10.0, 20.0])
 
@@ -186,3 +188,54 @@ def test_the_no_trade_band_travels_with_the_bundle(tmp_path):
     loaded, loaded_meta = bundle.load(tmp_path)
     assert loaded_meta.env.rebalance_band == 0.3
     assert decide(loaded, loaded_meta, frame(meta, 1.0))["order_qty"].tolist() == [36, 0]
+
+
+def make_ensemble(action: str, biases: list[list[float]]) -> tuple[Ensemble, bundle.PolicyMeta]:
+    env = EnvConfig(initial_cash=1_000.0, hmax=10, cost_pct=0.01, turbulence_threshold=5.0, action=action)
+    return ensemble(SYMBOLS, ["rsi_30", "turbulence"], biases, env, mean=[[50.0, 0.0]] * 2, std=[[10.0, 1.0]] * 2,
+                    price_ref=(10.0, 20.0))
+
+
+def env_orders(ens: Ensemble, meta: bundle.PolicyMeta, shares, cash: float) -> list[int]:
+    """The orders :func:`trainers.orders.orders` gives for the ensemble's action on the
+    state the env would build for ``frame``'s account (AAA's rsi 55, BBB's 45, calm)."""
+    close = torch.as_tensor(CLOSE).unsqueeze(0)
+    held = torch.tensor([shares], dtype=torch.float64)
+    money = torch.tensor([cash], dtype=torch.float64)
+    feats = torch.as_tensor(meta.normalise(np.array([[55.0, 1.0], [45.0, 1.0]]))).unsqueeze(0)
+    with torch.no_grad():
+        action = ens(build_state(money, held, close, feats, meta.scales))
+    sold, bought = orders(meta.env, action, money, held, close)
+    return (bought - sold)[0].long().tolist()
+
+
+def test_an_ensemble_bundle_serves_the_orders_of_its_mean_allocation(tmp_path):
+    """Members allocating (1/3, 1/3, 1/3) and (4/7, 2/7, 1/7) to AAA, BBB and cash average to
+    (19, 13, 10) / 42. The account is worth 10,000 + 5 · 20 = 10,100: targets
+    floor(19/42 · 10100 / 10) = floor(456.9) = 456 AAA and floor(13/42 · 10100 / 20) = floor(156.3)
+    = 156 BBB, so buy 456 and 151. (Either member alone asks for 336 and 163, or 577 and 139;
+    the mean action (ln 4, ln 2) / 10 would ask for 457 and 156.) Saved and loaded through
+    the pyfunc, the bundle gives the same orders."""
+    member_1 = [float(np.arctanh(np.log(4.0) / WEIGHT_LOGITS)), float(np.arctanh(np.log(2.0) / WEIGHT_LOGITS))]
+    ens, meta = make_ensemble("weights", [[0.0, 0.0], member_1])
+    rows = frame(meta, 1.0, cash=10_000.0)
+    assert decide(ens, meta, rows)["order_qty"].tolist() == [456, 151] == env_orders(ens, meta, (0.0, 5.0), 10_000.0)
+    bundle.save(tmp_path, ens.state_dict(), meta)
+    model = PolicyModel()
+    model.load_context(SimpleNamespace(artifacts={"bundle": str(tmp_path)}))
+    assert isinstance(model.actor, Ensemble) and model.meta == meta
+    out = model.predict(None, rows)
+    assert out["order_qty"].tolist() == [456, 151]
+    np.testing.assert_allclose(out["action"], np.log([1.9, 1.3]) / WEIGHT_LOGITS, atol=1e-6)
+
+
+def test_a_shares_ensemble_bundle_serves_the_orders_of_its_mean_action(tmp_path):
+    """Members acting (tanh 3, tanh -3) and (tanh 1, tanh 1) average to (0.878, -0.117):
+    trunc(8.78) = buy 8 AAA and trunc(-1.17) = sell 1 BBB (the first member alone: 9, -5)."""
+    ens, meta = make_ensemble("shares", [[3.0, -3.0], [1.0, 1.0]])
+    assert decide(ens, meta, frame(meta, 1.0))["order_qty"].tolist() == [8, -1] == env_orders(ens, meta, (0.0, 5.0),
+                                                                                             1_000.0)
+    bundle.save(tmp_path, ens.state_dict(), meta)
+    loaded, loaded_meta = bundle.load(tmp_path)
+    assert decide(loaded, loaded_meta, frame(meta, 1.0))["order_qty"].tolist() == [8, -1]
+    assert decide(loaded, loaded_meta, frame(meta, 5.0))["order_qty"].tolist() == [0, -5]  # the gate still liquidates

@@ -16,11 +16,14 @@ import pandas as pd
 import pytest
 import torch
 
+from tasks.delivery.client.loop import Policy
 from tasks.delivery.client.replay import REPLAY_DB, REPLAY_JOURNAL, replay, verdict
 from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, backtest
 from tasks.registry.register import register
+from tasks.registry.store import client
 from tests.conftest import tiny_params
+from trainers.ensemble import Ensemble
 
 
 def test_a_replay_of_the_test_window_equals_the_backtest_to_the_cent(built_copy, tmp_path):
@@ -67,6 +70,35 @@ def test_a_policy_that_holds_its_decisions_replays_on_the_same_schedule(built_co
     decided = [json.loads(body)["decided"] for _, body in cycles]
     assert len(cycles) == result.bars and decided == [i % 3 == 0 for i in range(result.bars)]
     assert ordered and ordered <= {bar.replace("-", "") for (bar, _), d in zip(cycles, decided) if d}
+
+
+def test_an_ensemble_champion_replays_equal_to_its_backtest(built_copy, tmp_path):
+    """The trained actor and its saturated copy as a two-member ensemble bundle: the pyfunc
+    serves it through the paper broker exactly as the backtest's env ran it."""
+    params = as_ensemble(tiny_params(tmp_path, "registry.gate_margin=-1000"))
+    served = Policy(params).current()[1].unwrap_python_model()
+    assert isinstance(served.actor, Ensemble) and len(served.meta.members) == 2
+    store = client(params.registry)
+    latest = max(store.search_model_versions(f"name='{params.registry.model_name}'"), key=lambda v: int(v.version))
+    assert (latest.tags["algorithm"], latest.tags["members"]) == ("ensemble", "job 0 (ppo), job 1 (ppo)")
+    result = replay(params, "test")
+    assert result.equal_to_the_cent, verdict(result)
+
+
+def as_ensemble(params):
+    """Rewrite the trained bundle as an ensemble of its actor and a copy whose output layer
+    is ×50 (so the two disagree), then backtest and register it again."""
+    weights = torch.load(params.dirs.models / bundle.WEIGHTS, weights_only=True)
+    last = max(k for k in weights if k.endswith(".weight") and k.startswith("net."))
+    torch.save(bundle.ensemble_weights([weights, {**weights, last: weights[last] * 50.0}]),
+               params.dirs.models / bundle.WEIGHTS)
+    meta = json.loads((params.dirs.models / bundle.META).read_text())
+    meta["members"] = [{"algorithm": "ppo", "net_dims": meta["net_dims"], "fitness": 0.0, "job": j} for j in (0, 1)]
+    meta["algorithm"] = "ensemble"
+    (params.dirs.models / bundle.META).write_text(json.dumps(meta))
+    backtest(params)
+    register(params)
+    return params
 
 
 def saturated(params, **env):

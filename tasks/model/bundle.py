@@ -45,7 +45,7 @@ class PolicyMeta:
     policy: str = "mlp"
     """``ppo.policy`` of the weights: ``mlp`` or ``shared`` (a per-stock scorer)."""
     algorithm: str = "ppo"
-    """The learner that trained a single policy (``ppo`` or ``sac``)."""
+    """The learner that trained the policy: ``ppo``, ``sac``, or ``ensemble`` for an ensemble."""
     members: list[dict[str, Any]] = field(default_factory=list)
     """Empty for a single actor; for an ensemble one dict per member with at least
     ``algorithm``, ``net_dims``, ``fitness`` (its validation fitness) and ``job``."""

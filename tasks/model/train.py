@@ -76,6 +76,10 @@ class TrainResult:
     """Date of the last bar training and selection saw (the registry version's ``data_cutoff``)."""
     start: str = ""
     """How the population started, when the plan says (e.g. "warm start from the champion")."""
+    algorithm: str = "ppo"
+    """The learner of the best snapshot (a mixed tournament's may be ``sac``)."""
+    ensemble: int = 1
+    """Agents in the registered model (``registry.ensemble``)."""
 
     @property
     def session_env_steps(self) -> int:
@@ -88,14 +92,15 @@ class TrainResult:
 
     def describe(self) -> str:
         """Which snapshot won, and what training cost, in one line."""
-        where = (f"job {self.best_agent}, lineage depth {self.best_generation}" if self.mode == "tournament"
-                 else f"agent {self.best_agent}, generation {self.best_generation}")
+        where = (f"job {self.best_agent} ({self.algorithm}), lineage depth {self.best_generation}"
+                 if self.mode == "tournament" else f"agent {self.best_agent}, generation {self.best_generation}")
         steps = f"{self.env_steps:,} env steps"
         if self.resumed_env_steps:
             steps += f", {self.session_env_steps:,} of them after resuming"
         return (f"{self.start}; " if self.start else "") + (
             f"best validation {self.fitness} {self.best_fitness:.3f} ({where}), {steps} in "
-            f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device})")
+            f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device})"
+            + (f"; the model is an ensemble of the top {self.ensemble}" if self.ensemble > 1 else ""))
 
 
 def pick_device(choice: str) -> torch.device:
@@ -364,7 +369,8 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
     trained = TrainResult(out, result.best_fitness, result.best_generation, result.best_agent,
                           result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
                           params.train.engine, out / PROFILE_FILES[2] if report is not None else None,
-                          resumed_env_steps, str(fs.timestamps[plan.windows(fs)[1][1]])[:10], plan.start)
+                          resumed_env_steps, str(fs.timestamps[plan.windows(fs)[1][1]])[:10], plan.start,
+                          result.best_algo, params.registry.ensemble)
     log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), trained.env_steps_per_second,
              result.cost.cpu_seconds)
     return trained

@@ -72,7 +72,9 @@ def test_a_mixed_pool_registers_its_top_agents_as_one_ensemble(built_copy):
         "tournament.jobs=6", "tournament.leaderboard_size=2", "tournament.algorithms={ppo: 0.5, sac: 0.5}",
         "sac.num_envs=4", "sac.horizon=16", "sac.batch_size=32", "sac.buffer_size=128", "sac.updates=2",
         "sac.net_dims=[16]", "sac.search_space={lr: [0.0001, 0.001], net_width: [12, 20]}", "registry.ensemble=3"])
-    train(params)
+    trained = train(params)
+    assert trained.describe().endswith("; the model is an ensemble of the top 3")
+    assert f"({trained.algorithm})" in trained.describe() and trained.algorithm in ("ppo", "sac")
     policy, meta = bundle.load(params.dirs.models)
     board = pd.read_csv(params.dirs.models / LEADERBOARD)
     assert set(board["algorithm"]) == {"ppo", "sac"}

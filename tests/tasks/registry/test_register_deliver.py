@@ -84,5 +84,6 @@ def test_register_logs_one_nested_run_per_agent_per_generation(built_copy):
     evo = built_copy.evolution
     assert len(runs) == evo.population * evo.generations
     assert {"params.lr", "params.net_width", "params.parent", "metrics.fitness"} <= set(runs.columns)
+    assert set(runs["params.algorithm"]) == {"ppo"} and runs["tags.mlflow.runName"].str.endswith("-ppo").all()
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id, "training")}
     assert {"training/leaderboard.csv", "training/evolution.png"} <= artifacts

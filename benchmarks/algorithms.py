@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.algorithms_report import write_section  # noqa: E402
-from benchmarks.results import MARKETS, Market, Row, build_market, oracle_scores, seeds_of  # noqa: E402
+from benchmarks.results import MARKETS, Market, Row, build_market, oracle_scores, run_all, seeds_of  # noqa: E402
 from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
 from trainers.ensemble import Ensemble  # noqa: E402
 from trainers.evaluate import buy_and_hold  # noqa: E402
@@ -141,17 +140,8 @@ def main() -> None:
         write_section([json.loads(p.read_text()) for p in args.merge],
                       [json.loads(p.read_text()) for p in args.dev or []], args.out)
         return
-    started = time.perf_counter()
     jobs = [(m, s, args.overrides, args.ensemble) for m in args.markets for s in args.seeds]
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        rows = [r for part in pool.imap(run_seed, jobs) for r in part]
-    command = " ".join([".venv/bin/python benchmarks/algorithms.py", *sys.argv[1:]])
-    result = {"command": command, "minutes": (time.perf_counter() - started) / 60, "rows": [asdict(r) for r in rows],
-              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
-    write_section([result], [], None)
+    write_section([run_all(run_seed, jobs, args.jobs, "benchmarks/algorithms.py", args.json)], [], None)
 
 
 if __name__ == "__main__":

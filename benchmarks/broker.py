@@ -11,7 +11,7 @@ trading-loop cycle, and the start time of ``podracer broker``.
    queued, ``accepted``, for the next open, as the trading loop's orders are). Each
    process's CPU per order comes from ``/proc``.
 2. **one trading-loop cycle for 30 symbols**: see ``benchmarks/broker_cycle.py``.
-3. **``podracer broker`` start time**: the CLI spawned on a free port over the bars of 1.
+3. **``podracer broker`` start time** (``benchmarks/broker_start.py``): the CLI spawned on a free port over the bars of 1.
    (a fresh ledger each time); seconds from spawn until ``GET /v2/clock`` answers 200.
 4. **one trading-loop cycle for 100 symbols at minute cadence**: the same as 2. on a tiny
    100-symbol pipeline of 1-minute bars (``benchmarks/broker_cycle.py``); ``--minute-only``
@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import signal
 import statistics
 import subprocess
@@ -59,9 +58,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.broker_cycle import (  # noqa: E402
     MINUTE, MINUTE_SYMBOLS, OUTPUT_SCALE, build_pipeline, measure_cycles, measure_feed, measure_minute, quantiles,
 )
+from benchmarks.broker_start import import_profile, start_times, stop  # noqa: E402
 from benchmarks.record import Reading, record  # noqa: E402
 from tasks.settings import load_env_defaults  # noqa: E402
-from tests.standins.postgres import free_port  # noqa: E402
 
 load_env_defaults()
 
@@ -107,6 +106,7 @@ def open_account(folder: Path, phase: str, name: str) -> Any:
 
 def serve(folder: Path, phase: str) -> None:
     """``--serve``: a fresh account on ``folder``'s bars, served until SIGTERM; prints its URL."""
+    from tasks.delivery.broker.accounts import Exchange
     from tasks.delivery.broker.service import BrokerServer
     from tasks.delivery.keys import load_keys
 
@@ -114,7 +114,7 @@ def serve(folder: Path, phase: str) -> None:
     keys = load_keys(folder / "unused-keys.json")  # the environment's (APCA_API_KEY_ID / _SECRET_KEY)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with BrokerServer(broker, keys) as server:
+    with BrokerServer(Exchange(broker, keys)) as server:  # one account: the exchange's main
         print(server.url, flush=True)
         while not stop.wait(0.2):
             pass
@@ -135,17 +135,6 @@ def broker_process(folder: Path, phase: str) -> Iterator[tuple[str, int]]:
         yield url, child.pid
     finally:
         stop(child)
-
-
-def stop(child: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 15 s: by PID, this script's own child only."""
-    if child.poll() is None:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -211,80 +200,6 @@ def measure_orders(folder: Path, phase: str, count: int, warmup: int) -> dict[st
         result["client_cpu_ms"] = (time.process_time() - client_cpu) / (count + warmup) * 1e3
         result["server_cpu_ms"] = (cpu_seconds(pid) - server_cpu) / (count + warmup) * 1e3
     return result
-
-
-# --- 3. `podracer broker` start time ----------------------------------------------------------
-def start_times(folder: Path, bars: Path, repeats: int) -> list[dict[str, float]]:
-    """Seconds from spawning ``podracer broker`` (a fresh ledger each time) until ``GET
-    /v2/clock`` answers 200 (``total``), until its port first takes a connection
-    (``listening``), and the first answer's own time (``answer``)."""
-    import requests
-
-    from tasks.delivery.keys import load_keys
-
-    data = folder / "data"
-    (data / "validated").mkdir(parents=True, exist_ok=True)
-    shutil.copy(bars, data / "validated" / "bars.parquet")
-    (folder / "params.yaml").write_text(f"data_dir: {data}\n")
-    keys = load_keys(data / "broker" / "keys.json", create=True, env={})  # the file the broker reads
-    headers = keys.headers()
-    cli = Path(sys.executable).parent / "podracer"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APCA_")}
-    out = []
-    for _ in range(repeats):
-        for stale in ("broker.db", "broker.db-wal", "broker.db-shm"):
-            (data / "broker" / stale).unlink(missing_ok=True)
-        port = free_port()
-        began = time.perf_counter()
-        child = subprocess.Popen([str(cli), "broker", "-p", str(folder / "params.yaml"), "--port", str(port)],
-                                 cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            while True:
-                if child.poll() is not None:
-                    raise SystemExit(f"podracer broker exited with {child.returncode}: "
-                                     f"{child.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-                sent = time.perf_counter()
-                try:
-                    status = requests.get(f"http://127.0.0.1:{port}/v2/clock", headers=headers, timeout=30).status_code
-                except requests.ConnectionError:
-                    status = None
-                if status == 200:
-                    done = time.perf_counter()
-                    out.append({"total": done - began, "listening": sent - began, "answer": done - sent})
-                    break
-                if time.perf_counter() - began > 120:
-                    raise SystemExit(f"podracer broker did not answer 200 within 120 s (last status {status})")
-                time.sleep(0.02)
-        finally:
-            stop(child)
-    return out
-
-
-def import_profile(modules: str = "flows.cli, tasks.delivery.broker.service") -> dict[str, Any]:
-    """``python -X importtime -c 'import MODULES'``: the total, and the heaviest third-party
-    packages the project imports (cumulative seconds at their first import, their own
-    dependencies included) with the project module that imports each."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {modules}"], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-    stack: list[tuple[int, str]] = []
-    found: dict[str, tuple[float, str]] = {}
-    total = 0.0
-    for line in reversed([x for x in done.stderr.splitlines() if x.startswith("import time:") and "|" in x][1:]):
-        _, cumulative, name = line.split("|")
-        depth = (len(name) - len(name.lstrip()) - 1) // 2
-        name = name.strip()
-        while stack and stack[-1][0] >= depth:
-            stack.pop()
-        stack.append((depth, name))
-        if depth == 0:
-            total += int(cumulative) / 1e6
-        ours = [n.split(".")[0] in ("flows", "tasks", "trainers") for _, n in stack[:-1]]
-        package = name.split(".")[0]
-        if all(ours) and not package.startswith("_") and package not in ("flows", "tasks", "trainers"):
-            seconds, via = found.get(package, (0.0, stack[-2][1] if len(stack) > 1 else ""))
-            found[package] = (seconds + int(cumulative) / 1e6, via)  # a package the project itself imports
-    heavy = sorted(((s, n, v) for n, (s, v) in found.items() if s >= 0.1), reverse=True)[:6]
-    return {"total": total, "heavy": heavy}
 
 
 # --- the report -------------------------------------------------------------------------------

@@ -223,17 +223,25 @@ def main() -> None:
         except OverlapError as err:  # a bad file or a bug keeps its traceback
             sys.exit(f"results.py --merge: {err}")
         return
-    started = time.perf_counter()
-    jobs = [(m, s, args.overrides) for m in args.markets for s in args.seeds]
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        rows = [r for part in pool.imap(run_seed, jobs) for r in part]
-    command = " ".join([".venv/bin/python benchmarks/results.py", *sys.argv[1:]])
-    result = {"command": command, "minutes": (time.perf_counter() - started) / 60, "rows": [asdict(r) for r in rows],
-              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
+    result = run_all(run_seed, [(m, s, args.overrides) for m in args.markets for s in args.seeds], args.jobs,
+                     "benchmarks/results.py", args.json)
     write_report([result], None, None)
+
+
+def run_all(run: Callable[[Any], list[Row]], jobs: list[Any], processes: int, script: str,
+            out: Path | None) -> dict[str, Any]:
+    """``run`` on every (market, seed) job in ``processes`` spawned processes: the rows, with
+    the command that made them, its minutes and when it finished (written to ``out`` as JSON)."""
+    started = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        rows = [r for part in pool.imap(run, jobs) for r in part]
+    result = {"command": " ".join([f".venv/bin/python {script}", *sys.argv[1:]]),
+              "minutes": (time.perf_counter() - started) / 60, "rows": [asdict(r) for r in rows],
+              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
+    return result
 
 
 if __name__ == "__main__":

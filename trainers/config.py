@@ -11,13 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from trainers._checks import require
 
 HPARAMS = ("lr", "entropy_coef", "clip", "gamma", "gae_lambda", "repeat_times", "num_envs", "net_width")
 """Hyperparameters that may differ between agents of a population and be evolved;
 ``net_width`` is the first hidden layer's width (the others keep their proportions)."""
+
+
+C = TypeVar("C", "PPOConfig", "SACConfig")
+
+
+def evolved(cfg: C, values: Mapping[str, float], floats: tuple[str, ...], integers: tuple[str, ...]) -> C:
+    """``cfg`` with the evolved ``values`` applied: ``floats`` as floats, ``integers`` rounded,
+    and ``net_width`` rescaling ``net_dims`` (the other layers keep their proportions)."""
+    changes: dict[str, Any] = {k: float(values[k]) for k in floats if k in values}
+    changes.update({k: int(round(values[k])) for k in integers if k in values})
+    if "net_width" in values:
+        scale = values["net_width"] / cfg.net_dims[0]
+        changes["net_dims"] = tuple(max(1, int(round(d * scale))) for d in cfg.net_dims)
+    return replace(cfg, **changes)
 
 
 @dataclass(frozen=True)
@@ -77,13 +91,7 @@ class PPOConfig:
     def with_hparams(self, values: Mapping[str, float]) -> PPOConfig:
         """This config with ``values`` applied (integers rounded; ``net_width`` rescales
         ``net_dims``)."""
-        changes: dict[str, Any] = {k: float(values[k]) for k in ("lr", "entropy_coef", "clip", "gamma", "gae_lambda")
-                                   if k in values}
-        changes.update({k: int(round(values[k])) for k in ("repeat_times", "num_envs") if k in values})
-        if "net_width" in values:
-            scale = values["net_width"] / self.net_dims[0]
-            changes["net_dims"] = tuple(max(1, int(round(d * scale))) for d in self.net_dims)
-        return replace(self, **changes)
+        return evolved(self, values, ("lr", "entropy_coef", "clip", "gamma", "gae_lambda"), ("repeat_times", "num_envs"))
 
 
 SAC_HPARAMS = ("lr", "gamma", "tau", "updates", "num_envs", "net_width")
@@ -160,12 +168,7 @@ class SACConfig:
 
     def with_hparams(self, values: Mapping[str, float]) -> SACConfig:
         """This config with ``values`` applied (integers rounded; ``net_width`` rescales ``net_dims``)."""
-        changes: dict[str, Any] = {k: float(values[k]) for k in ("lr", "gamma", "tau") if k in values}
-        changes.update({k: int(round(values[k])) for k in ("updates", "num_envs") if k in values})
-        if "net_width" in values:
-            scale = values["net_width"] / self.net_dims[0]
-            changes["net_dims"] = tuple(max(1, int(round(d * scale))) for d in self.net_dims)
-        return replace(self, **changes)
+        return evolved(self, values, ("lr", "gamma", "tau"), ("updates", "num_envs"))
 
 
 TURBULENCE = "turbulence"

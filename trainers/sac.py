@@ -228,11 +228,13 @@ class SACAgent:
 
         alpha = self.log_alpha.exp().detach()
         actions, logprob = sample_action(self.actor, b_obs, self.generator)
+        self.critics.requires_grad_(False)  # the actor's loss differentiates through Q, never into it
         q1, q2 = (q(b_obs, actions) for q in self.critics)
         actor_loss = (alpha * logprob - torch.min(q1, q2)).mean()
         self.actor_optimizer.zero_grad()
-        actor_loss.backward()  # also leaves gradients on the critics; their next step zeroes them first
+        actor_loss.backward()
         self.actor_optimizer.step()
+        self.critics.requires_grad_(True)
 
         alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
         self.alpha_optimizer.zero_grad()

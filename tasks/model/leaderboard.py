@@ -46,8 +46,6 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
                     for _, rows in board.groupby("agent", sort=False)]
         xlabel = "jobs finished"
         title = "Tournament: each job's fitness; colour = lineage depth, dashed = from its parent"
-        if board.get("algorithm", pd.Series(["ppo"])).nunique() > 1:
-            title += "; o PPO, s SAC"
     else:
         board = board.assign(x=board["generation"] + board["iteration"] / per_job)
         segments = []
@@ -63,10 +61,13 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
         label = None if colour in labelled or mode == "tournament" else f"agent {rows['agent'].iloc[0]}"
         labelled.add(colour)
         marker = MARKERS.get(str(rows["algorithm"].iloc[0]) if "algorithm" in rows else "ppo", "o")
-        axes.plot(rows["x"], rows["fitness"], f"{marker}-", color=colour, markersize=3, label=label)
+        axes.plot(rows["x"], rows["fitness"], f"{marker}-", color=colour, markersize=4, label=label)
         if len(parent):  # join the copy to its parent's last evaluation
             axes.plot([parent["x"].iloc[-1], rows["x"].iloc[0]], [parent["fitness"].iloc[-1], rows["fitness"].iloc[0]],
                       "--", color=colour, linewidth=0.8)
+    learners = sorted(set(board["algorithm"])) if "algorithm" in board else []
+    for learner in learners if len(learners) > 1 else []:  # a mixed pool: which marker is which learner
+        axes.plot([], [], MARKERS.get(learner, "o"), color="black", label=learner.upper())
     best = board.loc[board["fitness"].idxmax()]
     axes.scatter([best["x"]], [best["fitness"]], s=120, facecolors="none", edgecolors="black",
                  label="best snapshot (the model)", zorder=5)

@@ -40,12 +40,12 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.algorithms_report import write_section  # noqa: E402
 from benchmarks.results import MARKETS, Market, Row, build_market, oracle_scores, run_all, seeds_of  # noqa: E402
 from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
+from benchmarks.train import blank_actor  # noqa: E402
 from trainers.ensemble import Ensemble  # noqa: E402
 from trainers.evaluate import buy_and_hold  # noqa: E402
 from trainers.evolution import EvolutionResult, Leader  # noqa: E402
 from trainers.metrics import performance  # noqa: E402
 from trainers.nets import Actor  # noqa: E402
-from trainers.state import StockLayout, state_dim  # noqa: E402
 from trainers.tournament import Tournament  # noqa: E402
 
 POOLS = {"ppo": {"ppo": 1.0}, "sac": {"sac": 1.0}, "mixed": {"ppo": 0.5, "sac": 0.5}}
@@ -53,10 +53,8 @@ POOLS = {"ppo": {"ppo": 1.0}, "sac": {"sac": 1.0}, "mixed": {"ppo": 0.5, "sac": 
 
 def actor_of(m: Market, algo: str, hparams: dict[str, float], weights: dict[str, torch.Tensor]) -> Actor:
     """The deterministic actor an ``algo`` agent with ``hparams`` trained, with ``weights``."""
-    p = m.params
-    cfg = p.sac.with_hparams(hparams) if algo == "sac" else p.ppo.with_hparams(hparams)
-    layout = StockLayout(m.data.n_stocks, m.data.n_features, m.scales) if cfg.policy == "shared" else None
-    actor = Actor(state_dim(m.data.n_stocks, m.data.n_features), m.data.n_stocks, cfg.net_dims, 0.0, layout)
+    base = m.params.sac if algo == "sac" else m.params.ppo
+    actor = blank_actor(m.data, m.scales, base.with_hparams(hparams))
     actor.load_state_dict(weights)
     return actor.eval()
 

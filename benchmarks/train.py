@@ -42,7 +42,7 @@ from benchmarks.record import Reading, now, record  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
 from tasks.data.features import FeatureSet  # noqa: E402
 from trainers.agent import PPOAgent  # noqa: E402
-from trainers.config import EnvConfig, PPOConfig  # noqa: E402
+from trainers.config import EnvConfig, PPOConfig, SACConfig  # noqa: E402
 from trainers.env import MarketData, MarketEnv  # noqa: E402
 from trainers.evaluate import buy_and_hold, run_policy  # noqa: E402
 from trainers.metrics import periods_per_year, sharpe  # noqa: E402
@@ -88,7 +88,7 @@ def scales_for(data: MarketData, cfg: EnvConfig, first: int) -> StateScales:
     return StateScales(1 / cfg.initial_cash, 1 / cfg.hmax, tuple(data.close[first].tolist()))
 
 
-def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig) -> Actor:
+def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig | SACConfig) -> Actor:
     """A deterministic actor of ``cfg``'s shape for ``data``, to load trained weights into."""
     layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
     return Actor(state_dim(data.n_stocks, data.n_features), data.n_stocks, cfg.net_dims, 0.0, layout)

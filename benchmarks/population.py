@@ -15,8 +15,8 @@ Populations:
 
     make install && .venv/bin/python benchmarks/population.py          # about 10 minutes on 2 cores
     .venv/bin/python benchmarks/population.py --sizes 8 --repeats 1    # quicker
-    .venv/bin/python benchmarks/population.py --save-market m.pt       # the market for a GPU machine
-    python3 benchmarks/population.py --market m.pt --device cuda       # there: needs only torch + numpy
+
+On a GPU machine, benchmarks/gpu.py's ``ppo`` section measures a batched population by size.
 """
 
 from __future__ import annotations
@@ -148,14 +148,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2, help="PPO iterations per agent per generation")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--market", type=Path, help="a market saved with --save-market (skips stages 1-3)")
-    parser.add_argument("--save-market", type=Path)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
-    market = torch.load(args.market, weights_only=False) if args.market else pipeline_market(args.device)
-    if args.save_market:
-        torch.save(market, args.save_market)
-        return
+    market = pipeline_market(args.device)
     rows = []
     for population in args.sizes:
         for uniform in (True, False):

@@ -17,7 +17,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tasks.errors import ConfigError
-from trainers.config import TURBULENCE, EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, SACConfig, TournamentConfig
+from trainers.config import (
+    TURBULENCE,
+    CompileMode,
+    EnvConfig,
+    EvolutionConfig,
+    NitroConfig,
+    PPOConfig,
+    RngDevice,
+    RuntimeConfig,
+    SACConfig,
+    TournamentConfig,
+)
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -197,6 +208,20 @@ class TrainParams(_Section):
     dask_workers: int = Field(2, ge=1, description="worker processes of the 'local' cluster")
     profile: bool = Field(False, description="profile training (trainers/profiler.py); `--profile` sets it")
     resume: bool = Field(False, description="continue a killed run from its last generation; `--resume` sets it")
+    compile: CompileMode = Field("eager", description="eager: kernels launched one by one; graphs: record the "
+                                 "rollout, the update and the evaluator's decision once as CUDA graphs and replay "
+                                 "them (CUDA only); inductor: torch.compile their bodies too (docs/training.md, GPU "
+                                 "workers)")
+    deterministic: bool = Field(False, description="torch.use_deterministic_algorithms: a CUDA run repeats bit "
+                                "for bit on the same GPU, somewhat slower")
+    rng: RngDevice = Field("device", description="device: random streams on the training device; cpu: on the "
+                           "CPU, so a CUDA run draws exactly the numbers a CPU run draws (to check one against "
+                           "the other)")
+
+    @property
+    def runtime(self) -> RuntimeConfig:
+        """How the steps execute, for the trainers."""
+        return RuntimeConfig(self.compile, self.deterministic, self.rng)
 
     @model_validator(mode="after")
     def _check_dask(self) -> TrainParams:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from trainers.config import EnvConfig, PPOConfig
+from trainers.draws import restore
 from trainers.env import MarketData, MarketEnv
 from trainers.nets import Actor, Critic
 from trainers.state import StateScales, StockLayout
@@ -44,17 +45,21 @@ class Learner:
     optimizer: dict[str, Any]
     generator: torch.Generator
     obs: torch.Tensor | None = None
+    seed: int = 0
+    """The seed of ``generator``: where its stream restarts when a saved state does not fit it."""
 
     @classmethod
     def fresh(cls, state_dim: int, action_dim: int, cfg: PPOConfig, seed: int, device: torch.device,
-              layout: StockLayout | None = None, init_seed: int | None = None) -> Learner:
+              layout: StockLayout | None = None, init_seed: int | None = None,
+              rng_device: torch.device | str | None = None) -> Learner:
         """Networks initialised from ``init_seed`` (default ``seed``), actions and minibatches
-        drawn from ``seed``."""
+        drawn from ``seed`` (on ``rng_device``, default ``device``: trainers/draws.py)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed if init_seed is None else init_seed)
             actor = Actor(state_dim, action_dim, cfg.net_dims, cfg.init_log_std, layout).to(device)
             critic = Critic(state_dim, cfg.net_dims).to(device)
-        return cls(cfg, actor, critic, {"state": {}}, torch.Generator(device=device).manual_seed(seed))
+        generator = torch.Generator(device=rng_device or device).manual_seed(seed)
+        return cls(cfg, actor, critic, {"state": {}}, generator, seed=seed)
 
     def set_hparams(self, values: Mapping[str, float]) -> None:
         """Apply evolved hyperparameters; the network shape stays, so ``net_width`` must be its own."""
@@ -76,7 +81,7 @@ class Learner:
         self.critic.load_state_dict(state["critic"])
         self.optimizer = {"state": copy.deepcopy(state["optimizer"]["state"])}
         self.set_hparams(state["hparams"])
-        self.generator.set_state(state["rng"])
+        restore(self.generator, state["rng"], self.seed)
         obs = state["obs"]
         self.obs = None if obs is None else obs.to(self.actor.log_std.device).clone()
 
@@ -92,13 +97,16 @@ class PPOAgent:
         cfg: PPOConfig,
         window: tuple[int, int],
         seed: int,
+        rng_device: torch.device | str | None = None,
     ) -> None:
         device = data.close.device
         seeds = [seed + j * SEED_STRIDE for j in range(cfg.learners)]
-        self.envs = [MarketEnv(data, scales, env_cfg, cfg.num_envs, window, seed=s) for s in seeds]
+        self.envs = [MarketEnv(data, scales, env_cfg, cfg.num_envs, window, seed=s, rng_device=rng_device)
+                     for s in seeds]
         dims, actions = self.envs[0].state_dim, self.envs[0].action_dim
         layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
-        self.learners = [Learner.fresh(dims, actions, cfg, s, device, layout, init_seed=seed) for s in seeds]
+        self.learners = [Learner.fresh(dims, actions, cfg, s, device, layout, init_seed=seed, rng_device=rng_device)
+                         for s in seeds]
 
     @property
     def cfg(self) -> PPOConfig:

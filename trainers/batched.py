@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,10 +48,15 @@ class BatchedNets:
     ``widths[i]`` are agent ``i``'s hidden widths; every tensor is padded to the largest.
     """
 
-    def __init__(self, params: list[torch.Tensor], widths: list[list[int]], layout: StockLayout | None = None) -> None:
+    def __init__(self, params: list[torch.Tensor], widths: list[list[int]], layout: StockLayout | None = None,
+                 price_ref: torch.Tensor | None = None) -> None:
         self.params, self.widths, self.n = params, widths, len(widths)
         self.layout = layout
         """The actors' per-stock layout (``policy: shared``), the same for every agent."""
+        if price_ref is None and layout is not None:
+            price_ref = layout.price_ref_on(params[0].device)
+        self.price_ref = price_ref
+        """The layout's reference prices on the model's device, made once."""
         depth = (len(params) - 1) // 4  # log_std + (weight, bias) per layer, actor and critic alike
         self.log_std = params[0]
         self.actor = list(zip(params[1 : 1 + 2 * depth : 2], params[2 : 2 + 2 * depth : 2]))
@@ -95,12 +100,15 @@ class BatchedNets:
         """Whether ``agents`` are all the agents and need every padded unit."""
         return len(agents) == self.n and all(c == tuple(t.shape[1:]) for c, t in zip(self._cuts(agents), self.params))
 
-    def crop(self, tensors: Sequence[torch.Tensor], agents: Sequence[int]) -> list[torch.Tensor]:
+    def crop(self, tensors: Sequence[torch.Tensor], agents: Sequence[int],
+             rows: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Copies of rows ``agents`` of ``tensors`` (shaped like ``params``), cut to their
-        widths; the tensors themselves when :meth:`whole`."""
+        widths; the tensors themselves when :meth:`whole`. ``rows`` is ``agents`` on the
+        device, when the caller keeps one."""
         if self.whole(agents):
             return list(tensors)
-        rows = torch.tensor(agents, device=tensors[0].device)
+        if rows is None:
+            rows = torch.tensor(agents, device=tensors[0].device)
         return [t.index_select(0, rows)[(slice(None), *(slice(0, c) for c in cut))].contiguous()
                 for t, cut in zip(tensors, self._cuts(agents))]
 
@@ -113,13 +121,13 @@ class BatchedNets:
         for t, v in zip(tensors, values):
             t[(rows, *(slice(0, c) for c in v.shape[1:]))] = v
 
-    def sub(self, agents: Sequence[int], grad: bool = False) -> BatchedNets:
+    def sub(self, agents: Sequence[int], grad: bool = False, rows: torch.Tensor | None = None) -> BatchedNets:
         """The model of ``agents`` alone, cut to their widths; with ``grad``, its tensors are
         leaves to differentiate (copies, or ``params`` themselves when whole)."""
-        tensors = self.crop(self.params, agents)
+        tensors = self.crop(self.params, agents, rows)
         if grad:
             tensors = [t.detach().requires_grad_() for t in tensors]
-        return BatchedNets(tensors, [self.widths[i] for i in agents], self.layout)
+        return BatchedNets(tensors, [self.widths[i] for i in agents], self.layout, self.price_ref)
 
     @staticmethod
     def _mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
@@ -134,7 +142,7 @@ class BatchedNets:
         (a shared per-stock scorer runs on the ``[N, M·n, k + 2]`` stock rows, as one batch)."""
         if self.layout is None:
             return self._mlp(self.actor, states)
-        rows = self.layout.per_stock(states)
+        rows = self.layout.per_stock(states, self.price_ref)
         return self._mlp(self.actor, rows.flatten(1, 2)).reshape(rows.shape[:3])
 
     def value(self, states: torch.Tensor) -> torch.Tensor:
@@ -198,15 +206,26 @@ class BatchedAdam:
 
     @torch.no_grad()
     def step(self, sub: BatchedNets, grads: Sequence[torch.Tensor], agents: Sequence[int],
-             max_grad_norm: float) -> None:
+             max_grad_norm: float, rows: torch.Tensor | None = None, active: torch.Tensor | None = None) -> None:
         """Clip each agent's gradient to ``max_grad_norm`` (as nn.utils.clip_grad_norm_), then
-        one Adam step of ``agents``, whose model ``sub`` (:meth:`BatchedNets.sub`) ``grads`` belong to."""
+        one Adam step of ``agents``, whose model ``sub`` (:meth:`BatchedNets.sub`) ``grads``
+        belong to; ``rows`` is ``agents`` as a tensor on the device, when the caller keeps one.
+
+        With ``active`` (``[N]`` bool on the device, ``agents`` every agent) the step moves only
+        the active agents and leaves the others' weights, moments and step counts as they were:
+        the whole padded population steps with fixed shapes and no host reads (the static
+        update, docs/training.md)."""
         nets, n = self.nets, len(agents)
-        rows = torch.tensor(agents, device=self.lr.device)
+        if rows is None:
+            rows = torch.tensor(agents, device=self.lr.device)
         norms = torch.stack([torch.linalg.vector_norm(g.reshape(n, -1), dim=1) for g in grads])
         coef = (max_grad_norm / (torch.linalg.vector_norm(norms, dim=0) + 1e-6)).clamp(max=1.0)
-        self.step_count[rows] += 1
-        steps = self.step_count[rows]
+        if active is None:
+            self.step_count[rows] += 1
+            steps = self.step_count[rows]
+        else:
+            self.step_count.add_(active.to(self.step_count.dtype))
+            steps = self.step_count.clamp(min=1.0)  # a resting agent's factors are computed, then masked
         beta1, beta2 = BETAS
         step_size = (self.lr[rows] / (1 - beta1**steps)).to(torch.float32)
         bias2_sqrt = (1 - beta2**steps).sqrt().to(torch.float32)
@@ -214,10 +233,16 @@ class BatchedAdam:
         for p, g, m, v in zip(sub.params, grads, *moments):
             shape = (n,) + (1,) * (p.dim() - 1)
             g = g * coef.reshape(shape)
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            if active is None:
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            else:
+                moving = active.reshape(shape)
+                m.copy_(torch.where(moving, m.lerp(g, 1 - beta1), m))
+                v.copy_(torch.where(moving, v.mul(beta2).addcmul_(g, g, value=1 - beta2), v))
             denom = (v.sqrt() / bias2_sqrt.reshape(shape)).add_(EPS)
-            p.add_((m * -step_size.reshape(shape)) / denom)
+            update = (m * -step_size.reshape(shape)) / denom
+            p.add_(update if active is None else torch.where(moving, update, 0.0))
         nets.paste(nets.params, agents, sub.params)
         nets.paste(self.exp_avg, agents, moments[0])
         nets.paste(self.exp_avg_sq, agents, moments[1])
@@ -250,7 +275,12 @@ class BatchedAdam:
 
 @dataclass
 class Layout:
-    """Where each agent's envs sit in the stacked env (flat) and in the padded ``[N, M]`` layout."""
+    """Where each agent's envs sit in the stacked env (flat) and in the padded ``[N, M]`` layout.
+
+    Made once per group of agents and kept: its index tensors live on the device, so
+    gathering a step's states builds nothing from host data. When every agent has the same
+    number of envs, a single step's ``[E, ...]`` and ``[N, M, ...]`` are views of each other.
+    """
 
     counts: list[int]
     """Envs per agent, on the host."""
@@ -263,6 +293,7 @@ class Layout:
     """``[E_total]`` its position among that agent's envs."""
     width: int
     """``M``: envs of the largest agent."""
+    _index: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, sizes: Sequence[int], device: torch.device) -> Layout:
@@ -272,20 +303,31 @@ class Layout:
         local = torch.arange(sum(sizes), device=device) - offsets[agent]
         return cls(list(sizes), size, offsets, agent, local, max(sizes))
 
+    @property
+    def uniform(self) -> bool:
+        """Every agent has the same number of envs (no padded slots)."""
+        return min(self.counts) == self.width
+
     def to_agents(self, x: torch.Tensor) -> torch.Tensor:
         """``[H, E_total, ...]`` → ``[N, H·M, ...]`` (padded slots repeat an agent's last env)."""
         h, total = x.shape[0], x.shape[1]
-        local = torch.minimum(torch.arange(self.width, device=x.device), self.sizes.unsqueeze(1) - 1)
-        cols = self.offsets.unsqueeze(1) + local
-        steps = torch.arange(h, device=x.device).view(1, h, 1)
-        index = (steps * total + cols.unsqueeze(1)).reshape(len(self.sizes), -1)
-        return x.reshape(h * total, *x.shape[2:])[index]
+        if h == 1 and self.uniform:
+            return x.reshape(len(self.counts), self.width, *x.shape[2:])
+        if ("to", h) not in self._index:
+            local = torch.minimum(torch.arange(self.width, device=x.device), self.sizes.unsqueeze(1) - 1)
+            cols = self.offsets.unsqueeze(1) + local
+            steps = torch.arange(h, device=x.device).view(1, h, 1)
+            self._index["to", h] = (steps * total + cols.unsqueeze(1)).reshape(len(self.sizes), -1)
+        return x.reshape(h * total, *x.shape[2:])[self._index["to", h]]
 
     def from_agents(self, y: torch.Tensor, h: int) -> torch.Tensor:
         """Inverse of :meth:`to_agents`: ``[N, H·M, ...]`` → ``[H, E_total, ...]``."""
-        steps = torch.arange(h, device=y.device).unsqueeze(1)
-        index = self.agent_of_env * (h * self.width) + steps * self.width + self.local_of_env
-        return y.reshape(-1, *y.shape[2:])[index]
+        if h == 1 and self.uniform:
+            return y.reshape(1, -1, *y.shape[2:])
+        if ("from", h) not in self._index:
+            steps = torch.arange(h, device=y.device).unsqueeze(1)
+            self._index["from", h] = self.agent_of_env * (h * self.width) + steps * self.width + self.local_of_env
+        return y.reshape(-1, *y.shape[2:])[self._index["from", h]]
 
     def samples(self, i: int, h: int) -> torch.Tensor:
         """Flat rollout rows of agent ``i`` in its own flattening order (``t·E_i + e``), which is

@@ -171,6 +171,29 @@ class SACConfig:
         return evolved(self, values, ("lr", "gamma", "tau"), ("updates", "num_envs"))
 
 
+CompileMode = Literal["eager", "graphs", "inductor"]
+RngDevice = Literal["device", "cpu"]
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How training executes on its device, never what it computes (docs/training.md, GPU
+    workers): ``params.yaml``'s ``train.compile``, ``train.deterministic`` and ``train.rng``."""
+
+    compile: CompileMode = "eager"
+    """``eager``: kernels launched one by one. ``graphs``: the rollout, the PPO update and the evaluator's
+    decision are recorded once as CUDA graphs and replayed (CUDA only). ``inductor``: their
+    bodies are compiled by ``torch.compile`` (fused kernels), and on CUDA also replayed as
+    CUDA graphs. Anything but ``eager`` runs the update on the whole padded population with
+    masks (fixed shapes), which is within float rounding of the default."""
+    deterministic: bool = False
+    """``torch.use_deterministic_algorithms`` (and cuBLAS's fixed workspace): a CUDA run
+    repeats bit for bit on the same GPU, at some cost in speed."""
+    rng: RngDevice = "device"
+    """Where the random streams live: on the training device (fast), or on the CPU, so a
+    CUDA run draws the very numbers a CPU run draws (for checking one against the other)."""
+
+
 TURBULENCE = "turbulence"
 """The indicator the turbulence gate reads, raw (not normalised)."""
 

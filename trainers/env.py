@@ -23,6 +23,11 @@ MDP rules (docs/design.md, The market MDP):
   taken there (docs/training.md, Minute bars: the MDP);
 * the end of an episode (its length or the end of data) is a truncation, never terminal.
 
+A **static** env (CUDA, or a compiled step; docs/training.md, GPU workers) keeps every shape
+fixed and never reads the device from the host: it returns every env's final state instead
+of listing the truncated ones, takes its episodes drawn up front for a whole rollout
+(:meth:`MarketEnv.draw_episodes`), and a window's single pass counts its bars on the host.
+
 With a ``baseline`` action, :meth:`MarketEnv.step` also returns each stock's **credit**
 (``ppo.credit: per_stock``): what the sampled action's trade in that stock earned over
 its holding period, less what the baseline's would have, from the same account.
@@ -37,6 +42,7 @@ import torch
 
 from trainers._checks import require
 from trainers.config import EnvConfig
+from trainers.draws import draw_on, restore
 from trainers.market import MarketData  # the env's callers import it from here too
 from trainers.orders import Fill, execute_orders
 from trainers.state import StateScales, account_block, state_dim
@@ -45,9 +51,9 @@ from trainers.state import StateScales, account_block, state_dim
 class FinalStates(NamedTuple):
     """Last states of the episodes a step truncated: ``states[j]`` belongs to env ``index[j]``.
 
-    On the CPU only the truncated envs are listed. On CUDA every env is (``index`` is
-    ``arange(E)``), so the step never asks the device how many truncated; the caller
-    masks with ``truncated``.
+    On the CPU only the truncated envs are listed. A static env lists every env (``index`` is
+    ``arange(E)``), so the step never asks the device how many truncated; the caller masks
+    with ``truncated``.
     """
 
     index: torch.Tensor
@@ -94,6 +100,7 @@ class MarketEnv:
         *,
         random_start: bool = True,
         seed: int = 0,
+        rng_device: torch.device | str | None = None,
     ) -> None:
         t_lo, t_hi = window
         require(0 <= t_lo < t_hi < data.close.shape[0], f"bad env window {window}")
@@ -103,7 +110,9 @@ class MarketEnv:
         self.num_envs, self.t_lo, self.t_hi = num_envs, t_lo, t_hi
         self.random_start = random_start
         self.device = data.close.device
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.seed = seed
+        self.generator = torch.Generator(device=rng_device or self.device).manual_seed(seed)
+        """Episode starts and lengths; on the CPU with ``train.rng: cpu`` (trainers/draws.py)."""
         self.rows = data.state_rows(scales)
         self.head = 1 + data.n_stocks
         """Columns of the account part of the state."""
@@ -113,11 +122,16 @@ class MarketEnv:
         self.value = self.cash.clone()
         self.t = torch.full((e,), t_lo, dtype=torch.long, device=self.device)
         self.t_end = torch.full((e,), t_hi, dtype=torch.long, device=self.device)
+        self.bar = t_lo
+        """The bar every account is at, counted on the host (a window's single pass only)."""
         self._all = torch.arange(e, device=self.device)
-        self.host_sync_free = self.device.type == "cpu"
-        """Whether reading a value on the host is free (CPU); on CUDA the step avoids it."""
+        self.static = self.device.type != "cpu"
+        """Fixed shapes and no host reads of the device (see the module's docstring): on CUDA,
+        or set for a compiled step. On the CPU a host read is free, and the step lists only
+        the truncated envs."""
         self.streams: list[tuple[torch.Generator, int]] = [(self.generator, e)]
         """Random streams and how many consecutive envs each draws for (one, or one per stacked env)."""
+        self._home: dict[str, torch.Tensor] | None = None
 
     ACCOUNT = ("cash", "shares", "value", "t", "t_end")
     """The per-env state tensors (dim 0 is the env)."""
@@ -136,15 +150,35 @@ class MarketEnv:
         env = cls(first.data, first.scales, first.cfg, sum(e.num_envs for e in envs), (first.t_lo, first.t_hi),
                   random_start=first.random_start)
         env.streams = [stream for e in envs for stream in e.streams]
+        env.static = first.static
         for name in cls.ACCOUNT:
             setattr(env, name, torch.cat([getattr(e, name) for e in envs]))
         return env
+
+    def restack(self, envs: Sequence[MarketEnv]) -> None:
+        """Take the accounts of ``envs`` (those this env was stacked from) again, into the
+        tensors this env holds now, so a recorded step finds them where it left them."""
+        for name in self.ACCOUNT:
+            torch.cat([getattr(e, name) for e in envs], out=getattr(self, name))
 
     def unstack(self, envs: Sequence[MarketEnv]) -> None:
         """Write this stacked env's accounts back into the ``envs`` it was stacked from."""
         for name in self.ACCOUNT:
             for e, part in zip(envs, getattr(self, name).split([e.num_envs for e in envs])):
                 setattr(e, name, part.clone())
+
+    def pin(self) -> None:
+        """Keep the accounts in fixed tensors from step to step: the first call remembers the
+        tensors they are in, later calls copy the current values back into those. A step
+        replayed from a CUDA graph reads and writes fixed addresses (trainers/capture.py)."""
+        if self._home is None:
+            self._home = {name: getattr(self, name) for name in self.ACCOUNT}
+            return
+        for name, home in self._home.items():
+            now = getattr(self, name)
+            if now is not home:
+                home.copy_(now)
+                setattr(self, name, home)
 
     @property
     def state_dim(self) -> int:
@@ -161,12 +195,14 @@ class MarketEnv:
         as they were (its orders are all zero), so :meth:`step` skips to the next decision."""
         return self.cfg.turbulence_threshold is None and self.data.tradable is None and not self.flattens
 
-    def _skip_to(self, stop: torch.Tensor, path: list[torch.Tensor]) -> None:
+    def _skip_to(self, stop: torch.Tensor, path: list[torch.Tensor], held: int) -> None:
         """Hold to ``stop`` without trading (:attr:`holds_idle`); a window's single pass marks
-        the account at each close on the way (every env is at the same bar there)."""
-        if not self.random_start and self.cfg.decide_every > 1:
-            bars = range(int(self.t[0]) + 1, int(stop[0]) + 1)
-            path.extend(self.cash + (self.shares * self.data.close[b]).sum(dim=1) for b in bars)
+        the account at each of the ``held`` closes on the way (every env is at the same bar
+        there, and the host counts them)."""
+        if not self.random_start:
+            close = self.data.close
+            path.extend(self.cash + (self.shares * close.index_select(0, self.t + j)).sum(dim=1)
+                        for j in range(1, held + 1))
         self.t = stop
 
     @property
@@ -191,6 +227,7 @@ class MarketEnv:
 
     def reset(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """Reset every sub-environment and return the first states."""
+        self.bar = self.t_lo
         self._reset_where(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), self._episodes())
         return self.observe(out)
 
@@ -199,12 +236,23 @@ class MarketEnv:
         needed or not, so the random stream never depends on which envs finished."""
         if not self.random_start:
             return torch.full_like(self.t, self.t_lo), torch.full_like(self.t, self.t_hi)
+        start, end = self.draw_episodes(1)
+        return start[0], end[0]
+
+    def draw_episodes(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(start, end) bars ``[steps, E]`` of the episodes the next ``steps`` training steps
+        draw, made up front (a rollout draws its whole horizon at once). Each stream draws its
+        starts, then its lengths, step after step, as a step-by-step rollout would
+        (:func:`trainers.draws.draw_on`)."""
         starts, lengths = [], []
         for g, count in self.streams:
-            starts.append(torch.randint(self.t_lo, self.t_hi, (count,), generator=g, device=self.device))
-            lengths.append(torch.randint(self.cfg.min_episode_len, self.cfg.episode_len + 1, (count,), generator=g,
-                                         device=self.device))
-        start, length = (parts[0] if len(parts) == 1 else torch.cat(parts) for parts in (starts, lengths))
+            start, length = draw_on(g, steps, lambda lead, g=g, count=count: (
+                torch.randint(self.t_lo, self.t_hi, (*lead, count), generator=g, device=g.device),
+                torch.randint(self.cfg.min_episode_len, self.cfg.episode_len + 1, (*lead, count), generator=g,
+                              device=g.device)), self.device)
+            starts.append(start)
+            lengths.append(length)
+        start, length = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1) for parts in (starts, lengths))
         return start, torch.clamp(start + length, max=self.t_hi)  # a start below t_hi leaves >= 1 step
 
     def _reset_where(self, mask: torch.Tensor, episodes: tuple[torch.Tensor, torch.Tensor]) -> None:
@@ -223,26 +271,33 @@ class MarketEnv:
         return self.data.turbulence[self.t] >= self.cfg.turbulence_threshold
 
     def step(self, action: torch.Tensor, out: torch.Tensor | None = None,
-             baseline: torch.Tensor | None = None) -> Step:
+             baseline: torch.Tensor | None = None,
+             episodes: tuple[torch.Tensor, torch.Tensor] | None = None) -> Step:
         """Advance every sub-environment by one decision: ``decide_every`` bars, fewer where its
         episode ends sooner. ``action`` trades at the first bar's close; the others trade only
         the gate and close-outs. ``out`` (``[E, state_dim]``) receives the next states, e.g.
         the rollout buffer's next slot. With a ``baseline`` action (the policy's mean) the step
-        also returns the per-stock credit of :meth:`_credit`.
+        also returns the per-stock credit of :meth:`_credit`. ``episodes`` are this step's
+        row of :meth:`draw_episodes` (default: drawn here).
 
         Truncated sub-environments start a new episode inside the step, and the last states
         of the finished ones come back in ``final`` so the learner can bootstrap their value.
         """
         start, stop = self.t, torch.clamp(self.t + self.cfg.decide_every, max=self.t_end)
+        held = 0
+        if not self.random_start:  # every account at one bar, which the host counts
+            bar, self.bar = self.bar, min(self.bar + self.cfg.decide_every, self.t_hi)
+            held = self.bar - bar - 1
         credit = self._bar(action, baseline, stop)
         path = [] if self.random_start else [self.account_value()]
         if self.holds_idle:
-            self._skip_to(stop, path)
-        for _ in range(1, 1 if self.holds_idle else self.cfg.decide_every):
-            active = self.t < stop
-            # a window's single pass (every env at the same bar) or the CPU: stop when all are done
-            if (self.host_sync_free or not self.random_start) and not bool(active.any()):
+            self._skip_to(stop, path, held)
+        for j in range(1, 1 if self.holds_idle else self.cfg.decide_every):
+            if not self.random_start and j > held:
                 break
+            active = self.t < stop
+            if not self.static and self.random_start and not bool(active.any()):
+                break  # the CPU's shortcut: every episode is done
             self._bar(None, None, stop, active)
             if not self.random_start:
                 path.append(self.account_value())
@@ -259,13 +314,13 @@ class MarketEnv:
         if not self.random_start:  # one pass over the window: nothing resets
             return Step(self.observe(out), reward, truncated, FinalStates(self._all[:0], self.rows[:0]), credit,
                         torch.stack(path))
-        episodes = self._episodes()
-        if self.host_sync_free:  # list only the truncated envs; skip the reset when none did
+        episodes = self._episodes() if episodes is None else episodes
+        if not self.static:  # list only the truncated envs; skip the reset when none did
             index = truncated.nonzero().squeeze(1)
             if not len(index):
                 return Step(self.observe(out), reward, truncated, FinalStates(index, self.rows[:0]), credit)
             final = FinalStates(index, self.observe(index=index))
-        else:  # CUDA: no host round trip; every env's pre-reset state is returned
+        else:  # no host round trip: every env's pre-reset state is returned
             final = FinalStates(self._all, self.observe())
         self._reset_where(truncated, episodes)
         return Step(self.observe(out), reward, truncated, final, credit)
@@ -366,4 +421,4 @@ class MarketEnv:
         for name in self.ACCOUNT:
             setattr(self, name, state[name].to(self.device).clone())
         self._set_size(len(self.cash))  # Nitro may have resized the batch since it was built
-        self.generator.set_state(state["rng"])
+        restore(self.generator, state["rng"], self.seed)

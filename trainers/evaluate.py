@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from trainers import profiler
-from trainers.config import EnvConfig
+from trainers.capture import Recorded, capturing
+from trainers.config import CompileMode, EnvConfig
 from trainers.env import MarketData, MarketEnv
 from trainers.orders import Fill, fill_next
 from trainers.state import StateScales
@@ -23,16 +24,21 @@ Policy = Callable[[torch.Tensor], torch.Tensor]
 
 @torch.no_grad()
 def run_policies(
-    policy: Policy, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int], accounts: int
+    policy: Policy, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int], accounts: int,
+    compile: CompileMode = "eager",
 ) -> np.ndarray:
     """Account values ``[T + 1, accounts]`` at each close of ``window``, one account per row of
     ``policy``'s batch: the multiplexed evaluator scores N agents in one pass this way.
 
     Each account starts with ``initial_cash`` at the close of ``window[0]``; T is
     ``window[1] − window[0]``. The policy decides at every ``cfg.decide_every``-th close.
+    On CUDA with ``compile`` other than ``eager``, a whole decision is recorded once and
+    replayed (:func:`_replayed`).
     """
     env = MarketEnv(data, scales, cfg, num_envs=accounts, window=window, random_start=False)
     state = env.reset()
+    if capturing(env.device, compile):
+        return _replayed(policy, env, state, cfg.decide_every)
     values = [env.account_value().unsqueeze(0)]
     for _ in range(-(-(window[1] - window[0]) // cfg.decide_every)):  # one step per decision
         with profiler.operation("inference"):
@@ -43,6 +49,36 @@ def run_policies(
             assert step.path is not None
             values.append(step.path)
     return torch.cat(values).cpu().numpy().astype(np.float64)
+
+
+def _replayed(policy: Policy, env: MarketEnv, state: torch.Tensor, every: int) -> np.ndarray:
+    """:func:`run_policies`'s pass with each full decision (``every`` bars) replayed from a
+    CUDA graph (trainers/capture.py); a shorter last decision runs as it is. The env's bar
+    clock is the host's, set before each decision (a replay runs no Python)."""
+    values = torch.empty((env.t_hi - env.t_lo + 1, env.num_envs), dtype=torch.float64, device=env.device)
+    values[0] = env.account_value()
+    path = torch.empty((every, env.num_envs), dtype=torch.float64, device=env.device)
+    env.pin()
+
+    def decide() -> None:
+        step = env.step(policy(state))
+        assert step.path is not None
+        state.copy_(step.state)
+        path.copy_(step.path)
+        env.pin()
+
+    recorded, bar = Recorded(decide, enabled=True), env.t_lo
+    while bar < env.t_hi:
+        bars, env.bar = min(every, env.t_hi - bar), bar
+        if bars == every:
+            recorded()
+            values[bar - env.t_lo + 1 : bar - env.t_lo + 1 + bars] = path
+        else:
+            step = env.step(policy(state))
+            assert step.path is not None
+            values[bar - env.t_lo + 1 :] = step.path
+        bar += bars
+    return values.cpu().numpy()
 
 
 def run_policy(

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from trainers import profiler
-from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, SACConfig
+from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
 from trainers.env import MarketData
 from trainers.multiplex import run_job
 from trainers.nitro import CostLedger
@@ -69,10 +69,12 @@ class EvolutionResult:
 
 def make_setting(data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig, cfg: EvolutionConfig,
                  train_window: tuple[int, int], val_window: tuple[int, int], per_year: float,
-                 nitro: NitroConfig = NitroConfig(), sac_cfg: SACConfig = SACConfig()) -> Setting:
+                 nitro: NitroConfig = NitroConfig(), sac_cfg: SACConfig = SACConfig(),
+                 runtime: RuntimeConfig = RuntimeConfig()) -> Setting:
     """What every job of a run shares, from the run's configs."""
     return Setting(data, scales, env_cfg, ppo_cfg, train_window, val_window, per_year, cfg.fitness,
-                   cfg.iterations_per_generation, cfg.eval_interval, cfg.patience, nitro, sac_cfg=sac_cfg)
+                   cfg.iterations_per_generation, cfg.eval_interval, cfg.patience, nitro, sac_cfg=sac_cfg,
+                   runtime=runtime)
 
 
 def job_budget(cfg: EvolutionConfig, jobs: int) -> int | None:
@@ -131,9 +133,11 @@ class Evolution:
 
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
                  cfg: EvolutionConfig, train_window: tuple[int, int], val_window: tuple[int, int],
-                 per_year: float, nitro: NitroConfig = NitroConfig(), warm: WarmStart | None = None) -> None:
+                 per_year: float, nitro: NitroConfig = NitroConfig(), warm: WarmStart | None = None,
+                 runtime: RuntimeConfig = RuntimeConfig()) -> None:
         self.cfg = cfg
-        self.setting = make_setting(data, scales, env_cfg, ppo_cfg, cfg, train_window, val_window, per_year, nitro)
+        self.setting = make_setting(data, scales, env_cfg, ppo_cfg, cfg, train_window, val_window, per_year, nitro,
+                                    runtime=runtime)
         self.budget = job_budget(cfg, cfg.population * cfg.generations)
         self.rng = np.random.default_rng(cfg.seed)
         if warm is None:
@@ -225,8 +229,10 @@ class Evolution:
         atomic_save(state, path)
 
     def load(self, path: Path) -> None:
-        """Resume from :meth:`save`: the run continues as if it had never stopped."""
-        state = torch.load(path, weights_only=True)
+        """Resume from :meth:`save`: the run continues as if it had never stopped (on the
+        device it was saved on; on another, from the same weights and accounts with its random
+        streams restarted, trainers/draws.py)."""
+        state = torch.load(path, map_location="cpu", weights_only=True)
         if state["config"] != self._config():
             raise ValueError(f"{path}: checkpoint of a different evolution config; start afresh without --resume")
         self.pop = _Population(

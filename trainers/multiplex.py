@@ -39,7 +39,7 @@ class Multiplexed:
             first = sum(len(rows) for rows in self.rows)
             self.rows.append(list(range(first, first + len(agent.learners))))
         self.ppo = PPO([lrn for a in self.agents for lrn in a.learners], [env for a in self.agents for env in a.envs],
-                       setting.ppo_cfg)
+                       setting.ppo_cfg, setting.runtime)
         self.device = self.ppo.device
 
     def train_iteration(self, group: Sequence[int]) -> list[Rollout]:
@@ -70,7 +70,8 @@ class Multiplexed:
         def policy(states: torch.Tensor) -> torch.Tensor:
             return torch.tanh(nets.mean(states.unsqueeze(1))).squeeze(1)
 
-        curves = run_policies(policy, s.data, s.scales, s.env_cfg, s.val_window, accounts=len(self.agents))
+        curves = run_policies(policy, s.data, s.scales, s.env_cfg, s.val_window, accounts=len(self.agents),
+                              compile=s.runtime.compile)
         return [FITNESS[s.fitness](curves[:, i], s.per_year) for i in range(curves.shape[1])]
 
     def actor_state(self, i: int) -> dict[str, torch.Tensor]:
@@ -82,6 +83,7 @@ class Multiplexed:
     def finish(self) -> list[dict]:
         """Write the batched weights and Adam states back to the agents; their state dicts."""
         self.ppo.write_back()
+        self.ppo.release()
         return [agent.state_dict() for agent in self.agents]
 
 
@@ -146,7 +148,8 @@ def run_off_policy(job: AgentJob, setting: Setting) -> AgentJob:
 
 def evaluate(actor: torch.nn.Module, setting: Setting) -> float:
     """One deterministic policy's fitness on the validation window (§4.2's evaluator)."""
-    curve = run_policies(actor, setting.data, setting.scales, setting.env_cfg, setting.val_window, accounts=1)
+    curve = run_policies(actor, setting.data, setting.scales, setting.env_cfg, setting.val_window, accounts=1,
+                         compile=setting.runtime.compile)
     return FITNESS[setting.fitness](curve[:, 0], setting.per_year)
 
 

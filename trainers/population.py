@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from trainers.agent import PPOAgent
-from trainers.config import EnvConfig, NitroConfig, PPOConfig, SACConfig
+from trainers.config import EnvConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
 from trainers.env import MarketData
 from trainers.nets import Actor
 from trainers.nitro import BoostScore, CostLedger, actor_convexity, next_env_count
@@ -52,6 +52,14 @@ class Setting:
     """Where jobs train when ``data`` travels elsewhere (see :meth:`shipped`); None: ``data``'s device."""
     sac_cfg: SACConfig = SACConfig()
     """The SAC base of a pool that holds SAC agents (``tournament.algorithms``)."""
+    runtime: RuntimeConfig = RuntimeConfig()
+    """How the steps execute (``train.compile``, ``train.deterministic``, ``train.rng``)."""
+
+    @property
+    def rng_device(self) -> str | None:
+        """Where the agents' random streams live: the CPU under ``train.rng: cpu``; None: the
+        training device."""
+        return "cpu" if self.runtime.rng == "cpu" else None
 
     def shipped(self) -> Setting:
         """This setting for another process: the data on the CPU (a Dask scheduler unpickles
@@ -69,10 +77,10 @@ class Setting:
         agent: PPOAgent | SACAgent
         if algo == "sac":
             agent = SACAgent(self.data, self.scales, self.env_cfg, self.sac_cfg.with_hparams(hparams),
-                             self.train_window, seed)
+                             self.train_window, seed, self.rng_device)
         else:
             agent = PPOAgent(self.data, self.scales, self.env_cfg, self.ppo_cfg.with_hparams(hparams),
-                             self.train_window, seed)
+                             self.train_window, seed, self.rng_device)
         if state is not None:
             agent.load_state_dict(state)
         return agent
@@ -194,10 +202,11 @@ def fresh(job: AgentJob) -> AgentJob:
 
 
 def to_device(tree: T, device: torch.device | str) -> T:
-    """``tree`` (dicts, lists and tuples of tensors) with every tensor on ``device``. Random
-    generator states are CPU byte tensors on every device, so they stay valid."""
+    """``tree`` (dicts, lists and tuples of tensors) with every tensor on ``device``, except
+    random generator states: those are CPU byte tensors on every device
+    (``Generator.set_state`` takes nothing else), so byte tensors stay where they are."""
     if isinstance(tree, torch.Tensor):
-        return tree.to(device)  # type: ignore[return-value]
+        return tree if tree.dtype == torch.uint8 else tree.to(device)  # type: ignore[return-value]
     if isinstance(tree, dict):
         return {k: to_device(v, device) for k, v in tree.items()}  # type: ignore[return-value]
     if isinstance(tree, (list, tuple)):

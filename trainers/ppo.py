@@ -14,6 +14,20 @@ the order it would alone, so batching changes nothing but the kernels: a generat
 agents share one set of them (gmi-drl-gpu-multiplexing.txt §3), their weights padded into
 :class:`~trainers.batched.BatchedNets` and their Adam states in
 :class:`~trainers.batched.BatchedAdam`.
+
+The hot loop never reads the device from the host (docs/training.md, GPU workers): a
+rollout's noise and episodes are drawn before it (trainers/draws.py), its bookkeeping is
+built once per group (trainers/schedule.py), and two update schedules share one loss and
+one Adam step:
+
+* **grouped** (the CPU's default): each gradient step trains the learners that still have
+  minibatches, grouped by width and cut to it (no padded FLOPs);
+* **static** (CUDA, or ``train.compile``): each gradient step trains the whole padded
+  population with fixed shapes, and masks rest the learners that are done, so the steps can
+  be recorded once and replayed, or compiled (trainers/capture.py).
+
+Both give each learner the same minibatches in the same order, so they agree within float
+rounding (tests/trainers/test_ppo_static.py).
 """
 
 from __future__ import annotations
@@ -26,8 +40,11 @@ import torch
 from trainers import profiler
 from trainers.agent import Learner
 from trainers.batched import BatchedAdam, BatchedNets, Layout
-from trainers.config import PPOConfig
+from trainers.capture import capturing, compiled
+from trainers.config import PPOConfig, RuntimeConfig
+from trainers.draws import permutations
 from trainers.env import FinalStates, MarketEnv
+from trainers.schedule import Group, Slot
 
 WIDTH_SPREAD = 1.5
 """Learners whose first hidden layers differ by more than this factor update in separate batched matmuls."""
@@ -37,7 +54,8 @@ WIDTH_SPREAD = 1.5
 class Rollout:
     """Contiguous ``[H, E, ...]`` tensors of one rollout, on the env's device. With
     ``credit: per_stock``, ``logprobs`` and ``advantages`` (the env's credits) are per
-    action, ``[H, E, n]``; ``returns`` are the GAE(λ) value targets either way."""
+    action, ``[H, E, n]``; ``returns`` are the GAE(λ) value targets either way. Recorded
+    steps reuse their buffers: a rollout is valid until the next iteration of its group."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -88,19 +106,77 @@ def clipped(ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.T
     return surr.sum(-1) if per_action else surr
 
 
+def act(nets: BatchedNets, layout: Layout, slot: Slot, per_stock: bool) -> torch.Tensor | None:
+    """The policy's part of a rollout step: sample every env's action from its learner's
+    Gaussian with the step's drawn noise, record it and its log-probability in ``slot``;
+    returns the baseline action (the mean's ``tanh``) with ``credit: per_stock``."""
+    mean = nets.mean(layout.to_agents(slot.obs.unsqueeze(0)))
+    action = mean + nets.log_std.exp().unsqueeze(1) * slot.noise
+    slot.actions.copy_(layout.from_agents(action, 1)[0])
+    slot.logprobs.copy_(layout.from_agents(nets.log_prob(mean, action, per_stock), 1)[0])
+    return torch.tanh(layout.from_agents(mean, 1)[0]) if per_stock else None
+
+
+def advance(env: MarketEnv, nets: BatchedNets, layout: Layout, slot: Slot, baseline: torch.Tensor | None) -> None:
+    """The env's part of a rollout step: trade the recorded actions, write the next states
+    into the buffer's next row and the critic's values of the episodes that ended there."""
+    step = env.step(torch.tanh(slot.actions), out=slot.next_obs, baseline=baseline, episodes=(slot.starts, slot.ends))
+    slot.rewards.copy_(step.reward)
+    slot.truncated.copy_(step.truncated)
+    if slot.credits is not None:
+        assert step.credit is not None
+        slot.credits.copy_(step.credit)
+    if env.static:  # every env's final state comes back: value them all, keep the truncated
+        values = layout.from_agents(nets.value(layout.to_agents(step.final.states.unsqueeze(0))), 1)[0]
+        slot.final_values.copy_(torch.where(step.truncated, values, 0.0))
+    elif len(step.final.index):  # a shape, known on the host
+        slot.final_values.index_copy_(0, step.final.index, _values_at(nets, layout, step.final))
+
+
+def rollout_step(env: MarketEnv, nets: BatchedNets, layout: Layout, slot: Slot, per_stock: bool) -> None:
+    """One rollout step, policy then env: the unit ``train.compile: inductor`` compiles."""
+    advance(env, nets, layout, slot, act(nets, layout, slot, per_stock))
+
+
+def ppo_loss(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, weight: torch.Tensor,
+             clip: torch.Tensor, entropy_coef: torch.Tensor, value_coef: float) -> torch.Tensor:
+    """Each learner's loss on its minibatch ``idx`` ``[n, B]`` of the flat ``batch``, rows
+    weighted by ``weight`` ``[n, B]``: the clipped surrogate plus ``value_coef`` × the value
+    loss minus ``entropy_coef`` × the entropy, summed over the learners."""
+    mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = (
+        x.index_select(0, idx.flatten()).unflatten(0, idx.shape) for x in batch)
+    mean = nets.mean(mb_obs)
+    per_action = mb_logprobs.dim() == mb_actions.dim()
+    ratio = (nets.log_prob(mean, mb_actions, per_action) - mb_logprobs).exp()
+    c = clip.reshape((-1,) + (1,) * (ratio.dim() - 1))
+    pg_loss = -(clipped(ratio, mb_advantages, c, per_action) * weight).sum(1)
+    v_loss = ((nets.value(mb_obs) - mb_returns).pow(2) * weight).sum(1)
+    return (pg_loss + value_coef * v_loss - entropy_coef * nets.entropy()).sum()
+
+
 class PPO:
     """``learners`` and their ``envs`` as one batched model; :meth:`write_back` hands the
     trained weights and Adam moments back to the learners. ``cfg`` holds what they share
     (horizon, batch size, loss coefficients, credit); each learner's own ``cfg`` its
-    evolved hyperparameters."""
+    evolved hyperparameters. ``static`` picks the update schedule (default: static on CUDA
+    or under ``runtime.compile``, grouped otherwise)."""
 
-    def __init__(self, learners: Sequence[Learner], envs: Sequence[MarketEnv], cfg: PPOConfig) -> None:
+    def __init__(self, learners: Sequence[Learner], envs: Sequence[MarketEnv], cfg: PPOConfig,
+                 runtime: RuntimeConfig = RuntimeConfig(), static: bool | None = None) -> None:
         self.learners, self.envs, self.cfg = list(learners), list(envs), cfg
         self.device = self.envs[0].device
         self.nets = BatchedNets.stack([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
         self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64))
         for i, learner in enumerate(self.learners):
             self.adam.load_state_of(i, learner.optimizer)
+        self.static = (self.device.type != "cpu" or runtime.compile != "eager") if static is None else static
+        self.recording = capturing(self.device, runtime.compile)
+        self._rollout_step = compiled(rollout_step, runtime.compile)
+        self._loss = compiled(ppo_loss, runtime.compile)
+        self._everyone = list(range(len(self.learners)))
+        self._hparams = {name: self.hparam(name) for name in ("clip", "entropy_coef")}
+        self._indices: dict[tuple[int, ...], torch.Tensor] = {}
+        self._groups: dict[tuple, Group] = {}
 
     def hparam(self, name: str, dtype: torch.dtype = torch.float32,
                group: Sequence[int] | None = None) -> torch.Tensor:
@@ -109,9 +185,24 @@ class PPO:
         values = [float(getattr(self.learners[i].cfg, name)) for i in group]
         return torch.tensor(values, dtype=dtype, device=self.device)
 
+    def index(self, rows: Sequence[int]) -> torch.Tensor:
+        """``rows`` as a tensor on the device, made once."""
+        key = tuple(rows)
+        if key not in self._indices:
+            self._indices[key] = torch.tensor(key, dtype=torch.long, device=self.device)
+        return self._indices[key]
+
+    def group(self, group: Sequence[int]) -> Group:
+        """The kept bookkeeping of ``group`` (made on its first iteration, and again when
+        Nitro rescales an env count)."""
+        key = (tuple(group), tuple(self.envs[i].num_envs for i in group))
+        if key not in self._groups:
+            self._groups[key] = Group(self, list(group))
+        return self._groups[key]
+
     def layout(self, group: Sequence[int]) -> Layout:
         """Where the envs of the learners in ``group`` sit in their stacked env and batches."""
-        return Layout.of([self.envs[i].num_envs for i in group], self.device)
+        return self.group(group).schedule.layout
 
     def train_iteration(self, group: Sequence[int]) -> list[Rollout]:
         """One PPO iteration (rollout + update) of the learners in ``group``; the others rest,
@@ -124,78 +215,75 @@ class PPO:
     def collect(self, group: Sequence[int]) -> Rollout:
         """Step the envs of ``group`` for ``horizon`` steps and compute GAE(λ) per learner.
         The env writes each next state straight into the buffer."""
-        layout, nets = self.layout(group), self.nets.sub(group)
+        g = self.group(group)
         learners = [self.learners[i] for i in group]
         for learner, i in zip(learners, group):
             if learner.obs is None:
                 learner.obs = self.envs[i].reset()
-        env = MarketEnv.stack([self.envs[i] for i in group])
-        h, total, dev = self.cfg.horizon, env.num_envs, self.device
-        per_stock = self.cfg.credit == "per_stock"
-        obs = torch.empty((h + 1, total, env.state_dim), device=dev)
-        actions = torch.empty((h, total, env.action_dim), device=dev)
-        logprobs = torch.empty((h, total, env.action_dim) if per_stock else (h, total), device=dev)
-        credits = torch.empty((h, total, env.action_dim), device=dev) if per_stock else None
-        rewards = torch.empty((h, total), device=dev)
-        truncated = torch.empty((h, total), dtype=torch.bool, device=dev)
-        final_values = torch.zeros((h, total), device=dev)
-        noise = torch.zeros((len(group), layout.width, env.action_dim), device=dev)
-        std = nets.log_std.exp().unsqueeze(1)
-        obs[0] = torch.cat([learner.obs for learner in learners])
-        for t in range(h):
-            with profiler.operation("inference"):
-                mean = nets.mean(layout.to_agents(obs[t : t + 1]))
-                for j, (learner, count) in enumerate(zip(learners, layout.counts)):
-                    torch.randn((count, env.action_dim), generator=learner.generator, device=dev,
-                                out=noise[j, :count])
-                action = mean + std * noise
-                actions[t] = layout.from_agents(action, 1)[0]
-                logprobs[t] = layout.from_agents(nets.log_prob(mean, action, per_stock), 1)[0]
-            with profiler.operation("simulation"):
-                baseline = torch.tanh(layout.from_agents(mean, 1)[0]) if per_stock else None
-                step = env.step(torch.tanh(actions[t]), out=obs[t + 1], baseline=baseline)
-            rewards[t], truncated[t] = step.reward, step.truncated
-            if credits is not None:
-                credits[t] = step.credit
-            if len(step.final.index):  # a shape, known on the host: no device sync
-                with profiler.operation("inference"):
-                    final_values[t].index_copy_(0, step.final.index, _values_at(nets, layout, step.final))
-        env.unstack([self.envs[i] for i in group])
-        for learner, part in zip(learners, obs[h].split(layout.counts)):
+        buf = g.load(learners, [self.envs[i] for i in group])
+        g.rollout()
+        g.env.unstack([self.envs[i] for i in group])
+        for learner, part in zip(learners, buf.obs[self.cfg.horizon].split(g.schedule.layout.counts)):
             learner.obs = part.clone()
+        h = self.cfg.horizon
+        assert buf.values is not None and buf.advantages is not None and buf.returns is not None
+        return Rollout(buf.obs[:h], buf.actions, buf.logprobs, buf.rewards, buf.truncated, buf.values,
+                       buf.advantages, buf.returns)
+
+    def rollout(self, g: Group) -> None:
+        """The rollout proper, from drawn noise to advantages, on the group's buffers: what a
+        recorded rollout replays."""
+        buf, layout, h = g.buf, g.schedule.layout, self.cfg.horizon
+        per_stock = self.cfg.credit == "per_stock"
+        for t in range(h):
+            slot = buf.at(t)
+            if self._rollout_step is rollout_step:
+                with profiler.operation("inference"):
+                    baseline = act(g.nets, layout, slot, per_stock)
+                with profiler.operation("simulation"):
+                    advance(g.env, g.nets, layout, slot, baseline)
+            else:
+                self._rollout_step(g.env, g.nets, layout, slot, per_stock)
         with profiler.operation("advantage"):
-            final_values = torch.where(truncated, final_values, 0.0)
-            values = layout.from_agents(nets.value(layout.to_agents(obs[:h])), h)
-            next_value = layout.from_agents(nets.value(layout.to_agents(obs[h : h + 1])), 1)[0]
-            per_env = layout.agent_of_env
-            gamma, lam = self.hparam("gamma", group=group)[per_env], self.hparam("gae_lambda", group=group)[per_env]
-            advantages = gae_advantages(rewards, values, next_value, truncated, final_values, gamma, lam)
-        return Rollout(obs[:h], actions, logprobs, rewards, truncated, values,
-                       advantages if credits is None else credits, advantages + values)
+            final_values = torch.where(buf.truncated, buf.final_values, 0.0)
+            values = layout.from_agents(g.nets.value(layout.to_agents(buf.obs[:h])), h)
+            next_value = layout.from_agents(g.nets.value(layout.to_agents(buf.obs[h : h + 1])), 1)[0]
+            advantages = gae_advantages(buf.rewards, values, next_value, buf.truncated, final_values,
+                                        g.schedule.gamma, g.schedule.lam)
+            g.keep(values=values, advantages=advantages if buf.credits is None else buf.credits,
+                   returns=advantages + values)
+            assert buf.advantages is not None
+            g.keep(normalised=normalised(buf.advantages, layout))
+        if self.recording:
+            g.env.pin()
 
     def update(self, group: Sequence[int], rollout: Rollout) -> None:
-        """``repeat_times`` epochs of minibatch steps per learner on its normalised advantages,
-        each step batched over the learners that still have minibatches to go."""
-        layout, h, n = self.layout(group), rollout.rewards.shape[0], len(group)
-        b_advantages = normalised(rollout.advantages, layout)
-        b_obs, b_actions, b_logprobs, b_advantages, b_returns = (
-            x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, b_advantages, rollout.returns))
-        batch = (b_obs, b_actions, b_logprobs, b_advantages, b_returns)
-        size = [h * count for count in layout.counts]
-        width = [min(self.cfg.batch_size, s) for s in size]
-        minibatches = [s // w for s, w in zip(size, width)]
-        steps = [int(self.learners[i].cfg.repeat_times) * b for i, b in zip(group, minibatches)]
+        """``repeat_times`` epochs of minibatch steps per learner on its normalised advantages:
+        the static schedule (every learner every step, masked) or the grouped one (the
+        learners with minibatches to go, by width)."""
+        g = self.group(group)
+        buf, schedule = g.buf, g.schedule
+        if rollout.advantages is not buf.advantages:  # a rollout collected elsewhere (tests)
+            g.keep(normalised=normalised(rollout.advantages, schedule.layout))
+        assert buf.normalised is not None
+        batch = tuple(x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, buf.normalised,
+                                                 rollout.returns))
+        perms = [permutations(self.learners[i].generator, schedule.repeat_times[j], schedule.sizes[j], self.device)
+                 for j, i in enumerate(group)]
+        table = schedule.table(perms)
+        if self.static:
+            g.batch = batch
+            weight, active = schedule.static_masks()
+            for s in range(table.shape[0]):
+                g.minibatch(table[s], weight[s], active[s])
+                with profiler.operation("backprop"):
+                    g.gradient()
+            return
         clip, entropy_coef = self.hparam("clip", group=group), self.hparam("entropy_coef", group=group)
-        b_inds: list[torch.Tensor] = [torch.empty(0)] * n
-        for s in range(max(steps)):
-            active = [j for j in range(n) if s < steps[j]]
-            mb_inds = {}
-            for j in active:
-                if s % minibatches[j] == 0:  # a new epoch: a new permutation of the learner's samples
-                    perm = torch.randperm(size[j], generator=self.learners[group[j]].generator, device=self.device)
-                    b_inds[j] = layout.samples(j, h)[perm]
-                start = (s % minibatches[j]) * width[j]
-                mb_inds[j] = b_inds[j][start : start + width[j]]
+        n = len(group)
+        for s in range(max(schedule.steps)):
+            active = [j for j in range(n) if s < schedule.steps[j]]
+            mb_inds = {j: table[s, group[j], : schedule.widths[j]] for j in active}
             for part in self.by_width(group, active):
                 with profiler.operation("backprop"):
                     self.gradient_step([group[j] for j in part], part, [mb_inds[j] for j in part], batch, clip,
@@ -204,27 +292,29 @@ class PPO:
     def gradient_step(self, learners: list[int], active: list[int], mb_inds: list[torch.Tensor],
                       batch: tuple[torch.Tensor, ...], clip: torch.Tensor, entropy_coef: torch.Tensor) -> None:
         """One Adam step for ``learners`` (positions ``active`` in the update's group) on their
-        minibatches ``mb_inds``: the clipped surrogate plus ``value_coef`` × the value loss
-        minus ``entropy_coef`` × the entropy, on the model cut to them and their widths."""
-        picked = torch.tensor(active, device=self.device)
+        minibatches ``mb_inds``, on the model cut to them and their widths (the grouped schedule)."""
+        picked = self.index(active)
         nets = self.nets.sub(learners, grad=True)
         longest = max(len(r) for r in mb_inds)
         if all(len(r) == longest for r in mb_inds):
             idx, weight = torch.stack(mb_inds), torch.full((len(mb_inds), longest), 1.0 / longest, device=self.device)
         else:  # a learner with fewer samples than batch_size: pad its rows, weigh them out
-            idx = torch.stack([torch.cat((r, r[: longest - len(r)])) for r in mb_inds])
+            idx = torch.stack([r[torch.arange(longest, device=self.device) % len(r)] for r in mb_inds])
             weight = torch.stack([(torch.arange(longest, device=self.device) < len(r)) / len(r) for r in mb_inds])
-        mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = (
-            x.index_select(0, idx.flatten()).unflatten(0, idx.shape) for x in batch)
-        mean = nets.mean(mb_obs)
-        per_action = mb_logprobs.dim() == mb_actions.dim()
-        ratio = (nets.log_prob(mean, mb_actions, per_action) - mb_logprobs).exp()
-        c = clip[picked].reshape((-1,) + (1,) * (ratio.dim() - 1))
-        pg_loss = -(clipped(ratio, mb_advantages, c, per_action) * weight).sum(1)
-        v_loss = ((nets.value(mb_obs) - mb_returns).pow(2) * weight).sum(1)
-        loss = pg_loss + self.cfg.value_coef * v_loss - entropy_coef[picked] * nets.entropy()
-        grads = torch.autograd.grad(loss.sum(), nets.params)
-        self.adam.step(nets, grads, learners, self.cfg.max_grad_norm)
+        loss = self._loss(nets, batch, idx, weight, clip[picked], entropy_coef[picked], self.cfg.value_coef)
+        grads = torch.autograd.grad(loss, nets.params)
+        self.adam.step(nets, grads, learners, self.cfg.max_grad_norm, rows=self.index(learners))
+
+    def static_step(self, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, weight: torch.Tensor,
+                    active: torch.Tensor) -> None:
+        """One Adam step of the whole padded population on minibatches ``idx`` ``[N, B]``
+        weighted by ``weight``; learners not ``active`` are left exactly as they were."""
+        nets = self.nets.sub(self._everyone, grad=True)  # the parameters themselves, as leaves
+        loss = self._loss(nets, batch, idx, weight, self._hparams["clip"], self._hparams["entropy_coef"],
+                          self.cfg.value_coef)
+        grads = torch.autograd.grad(loss, nets.params)
+        self.adam.step(nets, grads, self._everyone, self.cfg.max_grad_norm, rows=self.index(self._everyone),
+                       active=active)
 
     def by_width(self, group: Sequence[int], active: list[int]) -> list[list[int]]:
         """``active`` in groups of similar width (grouped batched matmuls): a group's widest
@@ -242,9 +332,17 @@ class PPO:
     def fuse(self, rows: Sequence[int]) -> None:
         """Average the actor and critic parameters over ``rows``, one agent's parallel learners
         (finrl-podracer.txt §4.4: learners exchange parameters, not gradients, once per epoch)."""
-        index = torch.tensor(list(rows), device=self.device)
+        index = self.index(rows)
         for p in self.nets.params:
             p[index] = p.index_select(0, index).mean(dim=0, keepdim=True).expand(len(rows), *p.shape[1:])
+
+    def release(self) -> None:
+        """Drop the groups' buffers and recorded steps now: a CUDA graph keeps its memory pool
+        while it lives, and a group and its recorded steps refer to each other, which only a
+        garbage collection would undo."""
+        for group in self._groups.values():
+            group.drop()
+        self._groups.clear()
 
     @torch.no_grad()
     def write_back(self) -> None:

@@ -36,6 +36,7 @@ from torch import nn
 
 from trainers import profiler
 from trainers.config import EnvConfig, SACConfig
+from trainers.draws import restore, to_device
 from trainers.env import MarketData, MarketEnv
 from trainers.nets import Actor, mlp
 from trainers.state import StateScales, StockLayout
@@ -76,7 +77,7 @@ def sample_action(actor: Actor, obs: torch.Tensor, generator: torch.Generator) -
     """A reparameterised sample ``a = tanh(mean + std · ε)``, ``ε ~ N(0, 1)`` from
     ``generator``, and its ``log π(a|s)``; gradients flow through the mean and std."""
     mean, std = actor.mean(obs), actor.log_std.exp()
-    u = mean + std * torch.randn(mean.shape, generator=generator, device=mean.device)
+    u = mean + std * to_device(torch.randn(mean.shape, generator=generator, device=generator.device), mean.device)
     return torch.tanh(u), squashed_logprob(mean, std, u)
 
 
@@ -131,7 +132,8 @@ class ReplayBuffer:
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
         """``batch_size`` rows drawn uniformly with replacement from the filled slots:
         ``(b_obs, b_actions, b_rewards, b_next_obs)``."""
-        mb_inds = torch.randint(0, self.filled, (batch_size,), generator=generator, device=self.device)
+        mb_inds = to_device(torch.randint(0, self.filled, (batch_size,), generator=generator, device=generator.device),
+                            self.device)
         return tuple(getattr(self, name).index_select(0, mb_inds) for name in self.FIELDS)
 
     def state_dict(self) -> dict[str, Any]:
@@ -151,9 +153,10 @@ class SACAgent:
     so a copy keeps learning from its parent's experience)."""
 
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, cfg: SACConfig,
-                 window: tuple[int, int], seed: int) -> None:
+                 window: tuple[int, int], seed: int, rng_device: torch.device | str | None = None) -> None:
         self.cfg = cfg
-        self.env = MarketEnv(data, scales, env_cfg, cfg.num_envs, window, seed=seed)
+        self.seed = seed
+        self.env = MarketEnv(data, scales, env_cfg, cfg.num_envs, window, seed=seed, rng_device=rng_device)
         device, dims, actions = self.env.device, self.env.state_dim, self.env.action_dim
         layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
         with torch.random.fork_rng(devices=[]):
@@ -164,10 +167,11 @@ class SACAgent:
         """The target critics ``Q1', Q2'``: copies that follow by :func:`soft_update`."""
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
         self.target_entropy = cfg.target_entropy * data.n_stocks
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
-        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=cfg.lr)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
-        self.generator = torch.Generator(device=device).manual_seed(seed)
+        # fused: the step count lives on the device and no step reads it back (docs/training.md)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr, fused=True)
+        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=cfg.lr, fused=True)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.lr, fused=True)
+        self.generator = torch.Generator(device=rng_device or device).manual_seed(seed)
         """The agent's random stream: action noise and buffer draws."""
         self.buffer = ReplayBuffer(cfg.buffer_size, dims, actions, device)
         self.obs: torch.Tensor | None = None
@@ -291,7 +295,7 @@ class SACAgent:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.set_hparams(state["hparams"])
-        self.generator.set_state(state["rng"].cpu())
+        restore(self.generator, state["rng"], self.seed)
         self.env.load_state_dict(state["env"])
         self.buffer.load_state_dict(state["buffer"])
         obs = state["obs"]

@@ -11,10 +11,13 @@ indicators of every stock, each scaled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import torch
+
+A = TypeVar("A", np.ndarray, torch.Tensor)
 
 FEATURE_CLIP = 10.0
 """Normalised indicators are clipped to ±FEATURE_CLIP standard deviations."""
@@ -53,20 +56,25 @@ class StockLayout:
     n_stocks: int
     n_features: int
     scales: StateScales
+    _price_refs: dict[tuple[torch.device, torch.dtype], torch.Tensor] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
     def width(self) -> int:
         """Inputs per stock: k indicators, the stock's weight and the cash weight."""
         return self.n_features + 2
 
-    def per_stock(self, state: torch.Tensor) -> torch.Tensor:
+    def per_stock(self, state: torch.Tensor, price_ref: torch.Tensor | None = None) -> torch.Tensor:
         """``[..., S]`` flat states to ``[..., n, k + 2]`` per-stock inputs (float32).
 
         Weights are holdings marked at the state's closes over the account value, both
-        rebuilt from the scaled state with the saved constants.
+        rebuilt from the scaled state with the saved constants. ``price_ref`` is
+        :meth:`price_ref_on` the state's device (by default looked up here; a compiled step
+        passes its own).
         """
         n, k, sc = self.n_stocks, self.n_features, self.scales
-        price_ref = torch.as_tensor(sc.price_ref, dtype=state.dtype, device=state.device)
+        if price_ref is None:
+            price_ref = self.price_ref_on(state.device, state.dtype)
         cash = state[..., :1] / sc.cash_scale
         held = state[..., 1 : 1 + n] / sc.shares_scale * state[..., 1 + n : 1 + 2 * n] * price_ref
         value = (cash + held.sum(-1, keepdim=True)).clamp(min=1e-9)
@@ -76,17 +84,30 @@ class StockLayout:
         return torch.cat((feats, weights, cash_weight), dim=-1)
 
 
+    def price_ref_on(self, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The saved reference prices as a tensor on ``device``, made once per device: built
+        from the host's numbers on every call, it would be a host-to-device copy each time."""
+        key = (device, dtype)
+        if key not in self._price_refs:
+            self._price_refs[key] = torch.as_tensor(self.scales.price_ref, dtype=dtype, device=device)
+        return self._price_refs[key]
+
+
 def state_dim(n_stocks: int, n_features: int) -> int:
     """Length of the state vector: 1 cash + n shares + n prices + n·k indicators."""
     return 1 + 2 * n_stocks + n_stocks * n_features
 
 
-def normalise_features(raw: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+def normalise_features(raw: A, mean: A, std: A) -> A:
     """Z-score indicators with train-window statistics and clip them (float32).
 
     ``raw`` is ``[..., n, k]``; ``mean`` and ``std`` are ``[n, k]`` and were fitted on the
-    training split only (docs/data.md, Contracts).
+    training split only (docs/data.md, Contracts). numpy arrays, or torch tensors (on any
+    device; benchmarks/gpu_market.py builds its market on the GPU).
     """
+    if isinstance(raw, torch.Tensor):
+        z = (raw.to(torch.float64) - mean) / std
+        return z.clamp(-FEATURE_CLIP, FEATURE_CLIP).to(torch.float32)
     z = (raw.astype(np.float64) - mean) / std
     return np.clip(z, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
 

@@ -25,7 +25,15 @@ import torch
 
 from trainers import profiler
 from trainers._checks import require
-from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, SACConfig, TournamentConfig
+from trainers.config import (
+    EnvConfig,
+    EvolutionConfig,
+    NitroConfig,
+    PPOConfig,
+    RuntimeConfig,
+    SACConfig,
+    TournamentConfig,
+)
 from trainers.env import MarketData
 from trainers.evolution import (
     EvolutionResult,
@@ -208,11 +216,11 @@ class Tournament:
     def __init__(self, data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: PPOConfig,
                  cfg: EvolutionConfig, tcfg: TournamentConfig, train_window: tuple[int, int],
                  val_window: tuple[int, int], per_year: float, nitro: NitroConfig = NitroConfig(),
-                 sac_cfg: SACConfig = SACConfig()) -> None:
+                 sac_cfg: SACConfig = SACConfig(), runtime: RuntimeConfig = RuntimeConfig()) -> None:
         self.cfg, self.tcfg = cfg, tcfg
         self.jobs = tcfg.jobs if tcfg.jobs is not None else cfg.population * cfg.generations
         self.setting = make_setting(data, scales, env_cfg, ppo_cfg, cfg, train_window, val_window, per_year, nitro,
-                                    sac_cfg)
+                                    sac_cfg, runtime)
         self.budget = job_budget(cfg, self.jobs)
         self.rng = np.random.default_rng(cfg.seed)
         algos = [algorithm_of(j, tcfg.algorithms) for j in range(cfg.population)]
@@ -319,7 +327,7 @@ class Tournament:
 
     def load(self, path: Path) -> None:
         """Resume from :meth:`save`: the run continues as if it had never stopped."""
-        state = torch.load(path, weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         if state["config"] != self._config():
             raise ValueError(f"{path}: checkpoint of a different evolution or tournament config; start afresh")
         fitness, depth, weights = state["best"]

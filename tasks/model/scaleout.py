@@ -87,11 +87,6 @@ def _shared_prefect_api() -> Iterator[None]:
         yield
 
 
-def _keep(setting: Setting) -> Setting:
-    """Identity: as a Dask task, it leaves the setting in a worker's memory for jobs to share."""
-    return setting
-
-
 class DaskPool:
     """A :class:`~trainers.population.JobPool` on Dask: jobs come back in the order they
     really finish (tournament mode has no generation barrier; :func:`run_on` waits for all).
@@ -100,7 +95,7 @@ class DaskPool:
     client, so its task run nests under whatever flow or task run is current. The pool opens
     no flow run of its own: a flow's task runner (and its Dask client) ends with the flow
     function, while the pool outlives the calls of the loop that drives it. The setting
-    (market data included) goes to the cluster once and every job refers to it. Closing the
+    (market data included) goes to every worker once and every job refers to it. Closing the
     ``client`` drops the jobs still pending (:func:`dask_pool` does that when its block ends).
     """
 
@@ -109,7 +104,9 @@ class DaskPool:
 
         self._client, self.setting = client, setting
         self._resources = GPU if gpu else None
-        self._setting = client.submit(_keep, setting.shipped(), resources=self._resources, pure=False)
+        # on every worker: held by one, the setting would draw every job there (Dask schedules
+        # a task where its inputs are, and a market of GBs is never worth stealing for)
+        self._setting = client.scatter(setting.shipped(), broadcast=True, hash=False)
         self._finished = as_completed(loop=client.loop)
         self._jobs: dict[str, AgentJob] = {}
         """The pending jobs' inputs by Dask key, in submission order (``_finished`` holds their futures)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -108,6 +109,14 @@ def pick_device(choice: str) -> torch.device:
     if choice == "auto":
         choice = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(choice)
+
+
+def set_deterministic(on: bool) -> None:
+    """``train.deterministic``: deterministic kernels only (a CUDA run then repeats bit for bit on
+    the same GPU). cuBLAS needs its fixed workspace set before its first call."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on)
 
 
 def _annotations(count: int = 20_000) -> None:
@@ -238,9 +247,10 @@ class GenerationLog:
 
 def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> Path:
     """The folder of this run's checkpoints. It is named by the data version and every
-    setting that shapes training, so ``--resume`` only ever continues the same run."""
+    setting that shapes training, so ``--resume`` only ever continues the same run; not by
+    the device, so a run checkpointed on a GPU resumes on a CPU and back (trainers/draws.py)."""
     version = data_version or current_version(params)
-    spec = [version, str(pick_device(params.train.device)), params.env, params.ppo, params.evolution,
+    spec = [version, params.env, params.ppo, params.evolution,
             params.features.model_dump(mode="json"), params.nitro,
             params.tournament if params.evolution.mode == "tournament" else None,
             params.sac if "sac" in params.tournament.algorithms else None,
@@ -256,11 +266,12 @@ def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: S
     train split, selecting on validation)."""
     args = (data, scales, params.env, params.ppo, params.evolution)
     windows = (*plan.windows(fs), periods_per_year(params.data.freq))
+    runtime = params.train.runtime
     if params.evolution.mode == "tournament":
         if plan.warm is not None:
             raise ConfigError("a warm start (the CT cycle) needs evolution.mode: generational")
-        return Tournament(*args, params.tournament, *windows, params.nitro, params.sac)
-    return Evolution(*args, *windows, params.nitro, plan.warm)
+        return Tournament(*args, params.tournament, *windows, params.nitro, params.sac, runtime)
+    return Evolution(*args, *windows, params.nitro, plan.warm, runtime)
 
 
 def execute(run: Evolution | Tournament, params: Params, on_evaluated: ProgressFn, folder: Path) -> EvolutionResult:
@@ -314,6 +325,9 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
         data_version = current_version(params)
     params = plan.configure(params, data_version)
     device = pick_device(params.train.device)
+    set_deterministic(params.train.deterministic)
+    if params.train.compile == "graphs" and device.type != "cuda":
+        log.info("train.compile: graphs records CUDA graphs; on the %s the static step runs as it is", device)
     torch.manual_seed(params.evolution.seed)
     data = fs.market(device)
     scales = state_scales(params, fs)

@@ -49,7 +49,7 @@ def test_a_key_that_is_a_prefix_of_another_finds_its_own_section(tmp_path):
 
 SCRIPTS = {"data": "data.py", "train": "train.py", "nitro": "nitro.py", "population": "population.py",
            "broker": "broker.py", "cycle": "cycle.py", "ceiling": "ceiling.py", "selection": "selection.py",
-           "paper": "paper.py", "train_freq": "train_freq.py"}
+           "paper": "paper.py", "train_freq": "train_freq.py", "gpu": "gpu_report.py"}
 
 
 @pytest.mark.parametrize("key", sorted(SCRIPTS))

@@ -65,7 +65,7 @@ BUGS = {
             "test_a_copied_agent_starts_the_next_generation_with_its_parents_weights_and_adam_state",)),
     9: Bug("the value bootstrap taken from the reset state", "trainers/ppo.py",
            "_values_at(nets, layout, step.final)",
-           "_values_at(nets, layout, FinalStates(step.final.index, obs[t + 1][step.final.index]))",
+           "_values_at(nets, layout, FinalStates(step.final.index, slot.next_obs[step.final.index]))",
            ("tests/trainers/test_ppo.py::test_rollout_values_truncated_episodes_from_their_final_state",)),
     10: Bug("Alpaca keeps extended-hours bars", "tasks/data/sources/alpaca.py",
             "return bars[inside].reset_index(drop=True)", "return bars.reset_index(drop=True)",
@@ -97,6 +97,19 @@ BUGS = {
     18: Bug("the shadow's record tested every night (repeated looks)", "tasks/registry/gate.py",
             "if bars - tested >= every:", "if bars - tested >= 1:",
             ("tests/tasks/registry/test_gate.py",)),
+    25: Bug("the evaluator reads the bar it is at back from the device", "trainers/env.py",
+            "for j in range(1, held + 1))", "for j in range(1, int(self.t[0]) * 0 + held + 1))",
+            ("tests/trainers/test_sync_free.py::test_the_evaluators_decision_reads_nothing_back",)),
+    26: Bug("a recorded group allocates new rollout buffers every iteration", "trainers/ppo.py",
+            "        if not ppo.recording:\n            self.buf = self._buffers()",
+            "        if True:\n            self.buf = self._buffers()",
+            ("tests/trainers/test_capture.py::test_recorded_rollouts_and_updates_read_the_same_tensors_every_time",)),
+    27: Bug("a CPU generator draws a whole horizon in one call", "trainers/draws.py",
+            'if generator.device.type == "cpu":', 'if generator.device.type == "never":',
+            ("tests/trainers/test_draws.py::test_a_horizon_drawn_up_front_is_what_step_by_step_draws_take",)),
+    28: Bug("generator states moved to the device with the rest of a state", "trainers/population.py",
+            "return tree if tree.dtype == torch.uint8 else tree.to(device)", "return tree.to(device)",
+            ("tests/trainers/test_draws.py::test_generator_states_stay_cpu_byte_tensors_when_a_state_moves",)),
 }
 
 

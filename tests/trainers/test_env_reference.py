@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,7 +41,7 @@ def ref_state(acct: ReferenceAccount, data: MarketData, scales: StateScales) -> 
 
 def check_state(row: torch.Tensor, acct: ReferenceAccount, data: MarketData, scales: StateScales) -> None:
     expected = torch.tensor(ref_state(acct, data, scales), dtype=torch.float32)
-    torch.testing.assert_close(row, expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(row.cpu(), expected, rtol=1e-6, atol=1e-6)
 
 
 @st.composite
@@ -69,9 +70,23 @@ def scenarios(draw):
 @settings(deadline=None)
 @given(scenarios())
 def test_batched_env_matches_the_scalar_reference(scenario):
+    check_against_reference(scenario, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@settings(deadline=None, max_examples=40)
+@given(scenarios())
+def test_the_cuda_env_matches_the_scalar_reference(scenario):
+    """The static step on CUDA (no host reads, every env's final state) fills as the reference does."""
+    check_against_reference(scenario, "cuda")
+
+
+def check_against_reference(scenario: tuple, device: str) -> None:
     seed, n, e, actions, cfg, random_start, ragged, sessions = scenario
     data = make_market(seed, t=30, n=n, k=2, ragged=ragged, sessions=sessions)
     scales = StateScales(1 / cfg.initial_cash, 1 / cfg.hmax, tuple(data.close[0].tolist()))
+    data = data.to(device)
     env = MarketEnv(data, scales, cfg, e, (0, 29), random_start=random_start, seed=seed)
     state = env.reset()
     accounts = []
@@ -88,7 +103,7 @@ def test_batched_env_matches_the_scalar_reference(scenario):
     for action in actions:
         if not random_start and accounts[0].t >= 29:
             break
-        step = env.step(torch.from_numpy(action))
+        step = env.step(torch.from_numpy(action).to(device))
         state, reward, truncated, final = step.state, step.reward, step.truncated, step.last_states()
         for i, acct in enumerate(accounts):
             ref = acct.decide(action[i].tolist(), cfg.decide_every, ends[i])

@@ -196,20 +196,15 @@ def test_fusing_averages_the_learners_parameters():
             torch.testing.assert_close(new[row], old.mean(dim=0), rtol=0, atol=1e-7)
 
 
-def test_the_cuda_step_path_gives_the_same_rollout(monkeypatch):
-    """CUDA steps never ask the device which envs truncated; run that path on the CPU and
-    check it matches the CPU path (states, rewards and truncations exactly)."""
+def test_the_static_step_path_gives_the_same_rollout():
+    """A static env (CUDA's path: it never asks the device which envs truncated, and values
+    every env's final state) gives the CPU path's rollout: states, rewards and truncations
+    exactly, advantages to rounding."""
     cpu = population(3, 5).collect([0, 1])
-    stack = MarketEnv.stack.__func__
-
-    def cuda_like(cls, envs):
-        env = stack(cls, envs)
-        env.host_sync_free = False
-        return env
-
-    monkeypatch.setattr(MarketEnv, "stack", classmethod(cuda_like))
-    other = population(3, 5).collect([0, 1])
-    assert cpu.truncated.any()
+    ppo = population(3, 5)
+    ppo.static = True
+    other = ppo.collect([0, 1])
+    assert ppo.group([0, 1]).env.static and cpu.truncated.any()
     for name in ("obs", "actions", "rewards", "truncated"):
         assert torch.equal(getattr(cpu, name), getattr(other, name)), name
     torch.testing.assert_close(cpu.advantages, other.advantages)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
@@ -13,12 +15,13 @@ from typing import Any
 
 import pytest
 import torch
-from distributed import LocalCluster
+from distributed import LocalCluster, get_task_stream
 from prefect_dask.client import PrefectDaskClient
 
 from tasks.config import TrainParams, load_params
 from tasks.errors import ConfigError
-from tasks.model.scaleout import DaskPool, job_pool, job_runner
+from tasks.model.scaleout import DaskPool, job_pool, job_runner, run_on
+from tests.standins.postgres import free_port
 from tests.trainers.helpers import market, scales
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
 from trainers.evolution import Evolution, run_serially
@@ -71,6 +74,13 @@ def assert_same(x: Any, y: Any, path: str = "job") -> None:
         assert x == y, path
 
 
+def evolution(population: int, quantile: float) -> Evolution:
+    """Two generations of tiny agents whose learning rates and env counts are evolved."""
+    evo = EvolutionConfig(population=population, generations=2, iterations_per_generation=2, eval_interval=1,
+                          quantile=quantile, search_space={"lr": (1e-3, 1e-2), "num_envs": (2, 6)})
+    return Evolution(DATA, SETTING.scales, ENV, PPO, evo, (0, 39), (39, 59), 252.0)
+
+
 def wait_until(condition: Callable[[], bool], seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -101,14 +111,8 @@ def test_a_generation_on_a_local_cluster_equals_the_serial_run(prefect_server: N
 
 @pytest.mark.slow
 def test_an_evolution_on_dask_ends_as_the_in_process_one(cluster: LocalCluster) -> None:
-    evo = EvolutionConfig(population=3, generations=2, iterations_per_generation=2, eval_interval=1, quantile=0.34,
-                          search_space={"lr": (1e-3, 1e-2), "num_envs": (2, 6)})
-
-    def run() -> Evolution:
-        return Evolution(DATA, SETTING.scales, ENV, PPO, evo, (0, 39), (39, 59), 252.0)
-
-    local = run().run(runner=run_serially)
-    remote_run = run()
+    local = evolution(3, 0.34).run(runner=run_serially)
+    remote_run = evolution(3, 0.34)
     with job_runner(TrainParams(engine="dask", dask=cluster.scheduler_address), remote_run.setting) as runner:
         remote = remote_run.run(runner=runner)
     assert_same(asdict(remote), asdict(local), "result")
@@ -145,12 +149,52 @@ def test_gpu_jobs_ask_for_the_gpu_resource_and_run(cluster: LocalCluster) -> Non
         pool = DaskPool(client, SETTING, gpu=True)
         for job in inputs:
             pool.submit(job)
-        wait_until(lambda: len(tasks) == 3)  # the shared setting and the two jobs
-        assert all(ts.resource_restrictions == {"GPU": 1} for ts in tasks.values())
+        jobs_of = lambda: [ts for key, ts in tasks.items() if str(key).startswith("run_job-")]  # noqa: E731
+        wait_until(lambda: len(jobs_of()) == 2)
+        assert all(ts.resource_restrictions == {"GPU": 1} for ts in jobs_of())
+        setting = [ts for ts in tasks.values() if ts not in jobs_of()]  # the shared setting, on every worker
+        assert len(setting) == 1 and len(setting[0].who_has) == len(cluster.workers)
         returned = [pool.next_finished() for _ in inputs]
     assert sorted(job.index for job in returned) == [0, 1]
     for job in returned:
         assert_same(asdict(job), asdict(in_process(inputs[job.index])))
+
+
+@pytest.fixture(scope="module")
+def gpu_workers(prefect_server: None) -> Iterator[str]:
+    """``dask scheduler`` and two ``dask worker --resources GPU=1`` processes on 127.0.0.1, as
+    deploy/dask/docker-compose.yml runs its GPU worker; stopped by PID at the end."""
+    dask = str(Path(sys.executable).with_name("dask"))
+    port = free_port()
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    scheduler = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                                 **quiet)
+    address = f"tcp://127.0.0.1:{port}"
+    workers = [subprocess.Popen([dask, "worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads",
+                                 "1", "--resources", "GPU=1", "--no-dashboard"], **quiet) for _ in range(2)]
+    try:
+        with PrefectDaskClient(address, set_as_default=False, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield address
+    finally:
+        for process in [*workers, scheduler]:
+            process.terminate()
+        for process in [*workers, scheduler]:
+            process.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_population_on_two_gpu_worker_processes_ends_as_in_process(gpu_workers: str) -> None:
+    """Every job asks for one GPU (the LocalCluster test above checks the restriction on the
+    scheduler); both ``GPU=1`` worker processes train jobs, since the setting is on each of
+    them, and the leaderboard equals the in-process run's bit for bit."""
+    local = evolution(4, 0.25).run(runner=run_serially)
+    remote_run = evolution(4, 0.25)
+    with PrefectDaskClient(gpu_workers, set_as_default=False) as client, get_task_stream(client) as stream:
+        remote = remote_run.run(runner=run_on(DaskPool(client, remote_run.setting, gpu=True)))
+    workers = [task["worker"] for task in stream.data if task["key"].startswith("run_job-")]  # train-agent-generation
+    assert len(workers) == 4 * 2 and len(set(workers)) == 2  # every agent's job, both generations, on both
+    assert_same(asdict(remote), asdict(local), "result")
 
 
 def test_in_process_is_the_default() -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tasks.model import bundle
-from tasks.model.train import checkpoint_dir, train
+from tasks.model.train import checkpoint_dir, set_deterministic, train
 from tests.conftest import REPO, TINY, tiny_params
 from trainers.evolution import CHECKPOINT
 
@@ -58,3 +58,22 @@ def test_resume_without_a_checkpoint_is_one_line(built_copy, tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 1
     assert "no checkpoint of this run" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+def test_the_checkpoint_folder_names_no_device(tmp_path):
+    """A run checkpointed on a GPU resumes on a CPU and back (trainers/draws.py): the folder
+    is named by the data and the training settings, not by where they ran."""
+    cpu = tiny_params(tmp_path, "train.device=cpu")
+    assert checkpoint_dir(cpu, "v1") == checkpoint_dir(tiny_params(tmp_path, "train.device=cuda"), "v1")
+    assert checkpoint_dir(cpu, "v1") != checkpoint_dir(tiny_params(tmp_path, "ppo.lr=0.001"), "v1")
+
+
+def test_train_deterministic_turns_on_deterministic_kernels(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        set_deterministic(True)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        set_deterministic(False)
+    assert not torch.are_deterministic_algorithms_enabled()

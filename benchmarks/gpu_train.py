@@ -75,9 +75,12 @@ def hot_steps(args: Args) -> dict[str, Callable[[], None]]:
     sac = SACAgent(data, scales_of(data, 0), paper_env(), SACConfig(num_envs=4, horizon=8, batch_size=8, updates=1,
                                                                     net_dims=(8,), policy="shared"), (0, 250), 0)
     sac.train_iteration()
+    def sac_step() -> None:
+        sac.gradient_step()
+
     return {"rollout": lambda: ppo.rollout(group),
             "ppo_gradient_step": lambda: ppo.static_step(group.batch, idx, weight[0], active[0]),
-            "evaluator_decision": decide, "sac_gradient_step": lambda: sac.gradient_step() and None}
+            "evaluator_decision": decide, "sac_gradient_step": sac_step}
 
 
 def update_flops_per_sample(stocks: int, features: int, hidden: int, state_dim: int, repeat_times: int) -> float:

@@ -39,7 +39,7 @@ SEARCH = {"lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.
 epochs), so the population keeps one shape and every step stays the same."""
 
 
-def population(args: Args, data: MarketData, agents: int, runtime: RuntimeConfig, **ppo: Any) -> PPO:
+def population(data: MarketData, agents: int, runtime: RuntimeConfig, **ppo: Any) -> PPO:
     """``agents`` fresh PPO agents of the paper's config as one batched model (static schedule)."""
     cfg = paper_ppo(**ppo)
     made = [PPOAgent(data, scales_of(data, 0), paper_env(), cfg, (0, data.close.shape[0] - 1), seed)
@@ -58,7 +58,7 @@ def hot_steps(args: Args) -> dict[str, Callable[[], None]]:
     stocks = 4 if args.tiny else 30
     data = sample_market(stocks, 300, seed=0, device=args.device)
     small = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
-    ppo = population(args, data, 2, RuntimeConfig(), **small)
+    ppo = population(data, 2, RuntimeConfig(), **small)
     ppo.train_iteration([0, 1])
     group = ppo.group([0, 1])
     group.load(ppo.learners, ppo.envs)
@@ -116,7 +116,7 @@ def section_ppo(args: Args) -> dict[str, Any]:
 
 
 def _ppo_rate(args: Args, data: MarketData, agents: int, mode: str, small: dict[str, int]) -> dict[str, Any]:
-    ppo = population(args, data, agents, RuntimeConfig(compile=mode), **small)
+    ppo = population(data, agents, RuntimeConfig(compile=mode), **small)
     group, dev = list(range(agents)), torch.device(args.device)
     for _ in range(2):  # warm-up; a recorded step is captured on the second
         ppo.train_iteration(group)

@@ -54,7 +54,7 @@ def rss_mib() -> float:
 
 def run_child(mode: str, host: str, port: int, dbname: str, start: date, end: date) -> dict[str, float]:
     """Read the bars of ``start..end`` once (called in a subprocess) and measure it."""
-    from tasks.config import WrdsParams
+    from tasks.config_data import WrdsParams
     from tasks.data.sources import Request
     from tasks.data.sources.wrds import WrdsSource
 

@@ -8,14 +8,15 @@ An unknown key or a bad value is a one-line :class:`ConfigError` naming the key.
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta, timezone
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from tasks.config_data import DataParams, Section
 from tasks.errors import ConfigError
 from trainers.config import (
     TURBULENCE,
@@ -41,118 +42,7 @@ Indicator = Literal[
 the scale-free per-stock features of ``tasks/data/momentum.py``."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class YahooParams(_Section):
-    """yfinance: retries with exponential backoff; intraday ranges are chunked to Yahoo's limits."""
-
-    retries: int = Field(3, ge=1)
-    backoff_seconds: float = Field(1.0, ge=0.0)
-    timeout_seconds: float = Field(10.0, gt=0.0)
-
-
-class WrdsParams(_Section):
-    """WRDS PostgreSQL. Credentials come from the environment (``WRDS_USERNAME``,
-    ``PGPASSWORD``) or ``~/.pgpass``, never from this file."""
-
-    dataset: Literal["crsp", "taq"] = "crsp"
-    host: str = "wrds-pgdata.wharton.upenn.edu"
-    port: int = 9737
-    dbname: str = "wrds"
-
-
-class AlpacaParams(_Section):
-    """Alpaca market data. Keys come from ``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``."""
-
-    data_url: str = "https://data.alpaca.markets"
-    feed: Literal["iex", "sip"] = "iex"
-    page_limit: int = Field(10_000, ge=1, le=10_000)
-
-
-SourceName = Literal["synthetic", "file", "yahoo", "wrds", "alpaca", "arch-demo"]
-
-SOURCE_RANGES: dict[str, tuple[date, date]] = {
-    "synthetic": (date(2016, 1, 1), date(2023, 12, 31)),
-    "arch-demo": (date(1999, 1, 1), date(2018, 12, 31)),
-    "yahoo": (date(2016, 1, 1), date(2023, 12, 31)),
-    "wrds": (date(2016, 1, 1), date(2023, 12, 31)),
-    "alpaca": (date(2016, 1, 1), date(2023, 12, 31)),
-}
-"""Each source's default ``data.start..data.end``: a range it has data for. arch ships
-1999-01-04..2018-12-31; a file has no default (it is imported whole)."""
-YAHOO_MINUTE_DAYS = 29
-"""Yahoo's 1-minute default: the last 29 days up to yesterday (it keeps about 30)."""
-
-
-def default_range(source: str, freq: str, today: date | None = None) -> tuple[date, date] | None:
-    """The range ``source`` brings when ``data.start`` / ``data.end`` are unset (None: a file,
-    imported whole, or an unknown source, which validation then names)."""
-    if source == "yahoo" and freq == "1min":
-        today = today or datetime.now(timezone.utc).date()
-        return today - timedelta(days=YAHOO_MINUTE_DAYS), today - timedelta(days=1)
-    return SOURCE_RANGES.get(source)
-
-
-class DataParams(_Section):
-    """Where bars come from (stage 1, ingest)."""
-
-    source: SourceName = "synthetic"
-    freq: Literal["1d", "1min"] = "1d"
-    start: date | None = Field(None, description="first day; unset: the source's default range "
-                               "(synthetic 2016-01-01..2023-12-31, arch-demo 1999-01-01..2018-12-31; file: whole file)")
-    end: date | None = Field(None, description="last day; unset: the source's default range")
-    symbols: int = Field(30, ge=1, le=500, description="synthetic: number of stocks")
-    signal: float = Field(0.5, ge=0.0, description="synthetic: learnable structure; 0 = null market")
-    seed: int = 7
-    tickers: list[str] = Field(default_factory=list, description="yahoo / wrds / alpaca: symbols to fetch")
-    path: Path | None = Field(None, description="file: a CSV or Parquet file of bars")
-    columns: dict[str, str] = Field(
-        default_factory=dict, description="file: column in the file -> bars-contract column"
-    )
-    timezone: str | None = Field(None, description="file: IANA zone of tz-naive intraday timestamps "
-                                 "(e.g. America/New_York), converted to UTC; date-only values are sessions")
-    yahoo: YahooParams = YahooParams()
-    wrds: WrdsParams = WrdsParams()
-    alpaca: AlpacaParams = AlpacaParams()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _source_range(cls, values: Any) -> Any:
-        """Fill an unset (or null) start / end from the source's own range, so a
-        ``-s data.source=arch-demo`` override gets arch-demo's dates, not another source's."""
-        if not isinstance(values, dict):
-            return values
-        span = default_range(str(values.get("source", "synthetic")), str(values.get("freq", "1d")))
-        if span is None:
-            return values
-        return {**values, **{k: d for k, d in zip(("start", "end"), span, strict=True) if values.get(k) is None}}
-
-    @model_validator(mode="after")
-    def _check(self) -> DataParams:
-        if self.start is not None and self.end is not None and self.start >= self.end:
-            raise ValueError(f"start {self.start} must be before end {self.end}")
-        if self.timezone is not None:
-            try:
-                ZoneInfo(self.timezone)
-            except (ZoneInfoNotFoundError, ValueError):
-                raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone "
-                                 "(e.g. America/New_York)") from None
-        if self.source == "file" and self.path is None:
-            raise ValueError("path is required when source is 'file'")
-        if self.source in ("yahoo", "wrds", "alpaca") and not self.tickers:
-            raise ValueError(f"tickers is required when source is '{self.source}'")
-        return self
-
-    def span(self) -> tuple[date, date]:
-        """``start..end`` of a synthetic or fetched source (set from the source's range when unset)."""
-        if self.start is None or self.end is None:
-            raise ConfigError(f"data.start and data.end are needed for source {self.source}")
-        return self.start, self.end
-
-
-class ValidationParams(_Section):
+class ValidationParams(Section):
     """Stage 2: how strict validation is."""
 
     max_bad_fraction: float = Field(0.0, ge=0.0, le=1.0, description="quarantined share of rows that stops the run")
@@ -162,7 +52,7 @@ class ValidationParams(_Section):
                                       "this (3: a x20 move no listed stock makes in one bar) is quarantined")
 
 
-class FeatureParams(_Section):
+class FeatureParams(Section):
     """Stage 3: indicators and the date splits (train < validation < test)."""
 
     indicators: list[Indicator] = Field(
@@ -196,7 +86,7 @@ class FeatureParams(_Section):
         return self
 
 
-class TrainParams(_Section):
+class TrainParams(Section):
     """Stage 4: where and how the population trains."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -230,11 +120,11 @@ class TrainParams(_Section):
         return self
 
 
-class BacktestParams(_Section):
+class BacktestParams(Section):
     risk_free: float = Field(0.0, description="annual risk-free rate for the Sharpe ratio")
 
 
-class RegistryParams(_Section):
+class RegistryParams(Section):
     """Stage 6: the MLflow store and the champion gate."""
 
     tracking_uri: str = "sqlite:///mlflow/mlflow.db"
@@ -251,7 +141,7 @@ class RegistryParams(_Section):
                           "their target allocations (trainers/ensemble.py); 1: the best validation snapshot alone")
 
 
-class BrokerParams(_Section):
+class BrokerParams(Section):
     """The local paper broker (``podracer broker``): Alpaca's Trading API on 127.0.0.1 (docs/delivery.md)."""
 
     host: str = Field("127.0.0.1", description="address the service binds; keep it on loopback")
@@ -271,7 +161,7 @@ class BrokerParams(_Section):
         return self
 
 
-class RiskParams(_Section):
+class RiskParams(Section):
     """Pre-trade checks of the trading loop; an order that fails one is not sent (docs/delivery.md)."""
 
     max_order_notional: float = Field(250_000.0, gt=0, description="largest order, at the last close")
@@ -281,7 +171,7 @@ class RiskParams(_Section):
                                     "below the previous close")
 
 
-class TradeParams(_Section):
+class TradeParams(Section):
     """Stage 7 and ``podracer trade``: which broker the trading loop drives through alpaca-py."""
 
     broker: Literal["local", "alpaca"] = Field("local", description="local: the paper broker service; "
@@ -301,7 +191,7 @@ class TradeParams(_Section):
         return self
 
 
-class ServicesParams(_Section):
+class ServicesParams(Section):
     """``podracer up``: the local Prefect and MLflow servers beside the broker, on 127.0.0.1 (docs/operations.md)."""
 
     prefect_port: int = Field(4200, ge=1, le=65535, description="Prefect server and UI")
@@ -312,7 +202,7 @@ class ServicesParams(_Section):
                                 "delivered for this long is delivered again")
 
 
-class CTParams(_Section):
+class CTParams(Section):
     """The continuous-training cycle (``flows/ct_cycle.py``, docs/operations.md)."""
 
     generations: int = Field(2, ge=1, description="generations of the warm-started population per cycle")
@@ -323,7 +213,7 @@ class CTParams(_Section):
                              "docs/operations.md, the gate)")
 
 
-class ScheduleParams(_Section):
+class ScheduleParams(Section):
     """When the deployments run by themselves (cron, in ``timezone``)."""
 
     timezone: str = Field("America/New_York", description="IANA time zone of the cron schedules")
@@ -342,7 +232,7 @@ class ScheduleParams(_Section):
         return self
 
 
-class Params(_Section):
+class Params(Section):
     """Everything a pipeline run needs; ``params.yaml`` overrides the defaults."""
 
     data_dir: Path = Path("data")

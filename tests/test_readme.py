@@ -1,8 +1,8 @@
-"""The README keeps its promises: its example commands run as written, at tiny size, and
-what it points to exists.
+"""The README and docs/usage.md keep their promises: their example commands run as written,
+at tiny size, and what the README points to exists.
 
-Every ``podracer ...`` line in the README's bash blocks is read from the README itself, so a
-new example is tested the day it is written:
+Every ``podracer ...`` line in the bash blocks of those two pages is read from the pages
+themselves, so a new example is tested the day it is written:
 
 * every command parses (command and options exist) and its ``-s`` settings load with the
   repository's ``params.yaml``;
@@ -35,6 +35,8 @@ from tasks.config import load_params
 from tests.conftest import REPO, TINY
 
 README = REPO / "README.md"
+COMMAND_PAGES = (README, REPO / "docs" / "usage.md")
+"""The pages whose ``podracer`` lines a new user copies."""
 BLOCK = re.compile(r"```bash\n(.*?)```", re.S)
 SERVE = {("broker",): "serves until stopped (tests/flows/test_cli_commands.py starts and stops it)",
          ("trade",): "trades every new bar until stopped (--once and --replay run here)",
@@ -45,10 +47,11 @@ SERVE = {("broker",): "serves until stopped (tests/flows/test_cli_commands.py st
 
 
 def readme_commands(text: str | None = None) -> list[list[str]]:
-    """The README's ``podracer`` command lines as argument lists, comments cut;
-    ``podracer ingest | validate | ...`` is one command per stage."""
+    """The ``podracer`` command lines of :data:`COMMAND_PAGES` (or of ``text``), in order, as
+    argument lists, comments cut; ``podracer ingest | validate | ...`` is one command per stage."""
     out: list[list[str]] = []
-    for block in BLOCK.findall(text if text is not None else README.read_text()):
+    text = text if text is not None else "\n".join(page.read_text() for page in COMMAND_PAGES)
+    for block in BLOCK.findall(text):
         for line in block.splitlines():
             words = shlex.split(line, comments=True)
             if not words or words[0] not in ("podracer", ".venv/bin/podracer"):

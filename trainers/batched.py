@@ -293,6 +293,8 @@ class Layout:
     """``[E_total]`` its position among that agent's envs."""
     width: int
     """``M``: envs of the largest agent."""
+    uniform: bool
+    """Every agent has the same number of envs (no padded slots)."""
     _index: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -301,12 +303,7 @@ class Layout:
         offsets = torch.cumsum(size, 0) - size
         agent = torch.repeat_interleave(torch.arange(len(sizes), device=device), size)
         local = torch.arange(sum(sizes), device=device) - offsets[agent]
-        return cls(list(sizes), size, offsets, agent, local, max(sizes))
-
-    @property
-    def uniform(self) -> bool:
-        """Every agent has the same number of envs (no padded slots)."""
-        return min(self.counts) == self.width
+        return cls(list(sizes), size, offsets, agent, local, max(sizes), min(sizes) == max(sizes))
 
     def to_agents(self, x: torch.Tensor) -> torch.Tensor:
         """``[H, E_total, ...]`` → ``[N, H·M, ...]`` (padded slots repeat an agent's last env)."""

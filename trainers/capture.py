@@ -46,7 +46,7 @@ class Recorded:
     """``step()`` (which returns nothing and works on static buffers) replayed from a CUDA
     graph: the first call runs it on a side stream (lazy initialisation, cuBLAS workspaces,
     Inductor's compilation), the second records and then replays it, later calls replay.
-    Not enabled (the CPU, or ``train.compile: off``), every call runs ``step`` itself."""
+    Not enabled (the CPU, or ``train.compile: eager``), every call runs ``step`` itself."""
 
     def __init__(self, step: Callable[[], None], enabled: bool) -> None:
         self.step, self.enabled = step, enabled

@@ -27,7 +27,7 @@ one Adam step:
   be recorded once and replayed, or compiled (trainers/capture.py).
 
 Both give each learner the same minibatches in the same order, so they agree within float
-rounding (tests/trainers/test_ppo_static.py).
+rounding (tests/trainers/test_ppo.py::test_the_static_and_grouped_updates_agree).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ WIDTH_SPREAD = 1.5
 class Rollout:
     """Contiguous ``[H, E, ...]`` tensors of one rollout, on the env's device. With
     ``credit: per_stock``, ``logprobs`` and ``advantages`` (the env's credits) are per
-    action, ``[H, E, n]``; ``returns`` are the GAE(λ) value targets either way. Recorded
-    steps reuse their buffers: a rollout is valid until the next iteration of its group."""
+    action, ``[H, E, n]``; ``returns`` are the GAE(λ) value targets either way. A group
+    reuses its buffers: a rollout is valid until the next iteration of its group."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -263,9 +263,7 @@ class PPO:
         learners with minibatches to go, by width)."""
         g = self.group(group)
         buf, schedule = g.buf, g.schedule
-        if rollout.advantages is not buf.advantages:  # a rollout collected elsewhere (tests)
-            g.keep(normalised=normalised(rollout.advantages, schedule.layout))
-        assert buf.normalised is not None
+        assert rollout.advantages is buf.advantages and buf.normalised is not None, "not the group's latest rollout"
         batch = tuple(x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, buf.normalised,
                                                  rollout.returns))
         perms = [permutations(self.learners[i].generator, schedule.repeat_times[j], schedule.sizes[j], self.device)

@@ -225,12 +225,11 @@ class Group:
 
     def load(self, learners: Sequence[Learner], envs: Sequence[MarketEnv]) -> Buffers:
         """Take the learners' accounts and states, and draw the rollout's noise and episodes
-        into the buffers (fresh ones each iteration, unless steps are recorded)."""
+        into the group's buffers (the same tensors every iteration: a stale final value is
+        masked by its step's truncation flag, and padded noise slots are never written)."""
         ppo, h, layout = self.ppo, self.ppo.cfg.horizon, self.schedule.layout
         self.env.restack(envs)
         self.refresh_nets()
-        if not ppo.recording:
-            self.buf = self._buffers()
         buf = self.buf
         torch.cat([learner.obs for learner in learners], out=buf.obs[0])
         for j, (learner, count) in enumerate(zip(learners, layout.counts)):

@@ -4,7 +4,7 @@ Set both dates, and they are used as they are. Leave both unset, and the history
 span is cut **75 / 12.5 / 12.5**: train runs to the day at 75% of the span, validation to
 the day at 87.5%, test to the end (each boundary rounded to the nearest day). The span is
 ``data.start..data.end`` (set by the user, or the source's default range, see
-``tasks/config.py::SOURCE_RANGES``); a file imported without them spans its first to its
+``tasks/config_data.py::SOURCE_RANGES``); a file imported without them spans its first to its
 last bar.
 
 Calendar days rather than bar counts, so the boundaries fall on dates a person can check

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config import Params, default_range, load_params
+from tasks.config import Params, load_params
+from tasks.config_data import default_range
 from tasks.errors import ConfigError
 from tests.conftest import REPO
 

@@ -208,3 +208,35 @@ def test_the_static_step_path_gives_the_same_rollout():
     for name in ("obs", "actions", "rewards", "truncated"):
         assert torch.equal(getattr(cpu, name), getattr(other, name)), name
     torch.testing.assert_close(cpu.advantages, other.advantages)
+
+
+STATIC_ATOL = 1e-6
+"""The static and grouped schedules sum in other orders (padded widths, the whole batch):
+their weights agree to this after several iterations."""
+
+
+def test_the_static_and_grouped_updates_agree():
+    """Three learners of different widths, env counts and epochs, and a last iteration with one
+    of them resting: the whole padded population with masks (static) trains each learner as the
+    grouped schedule does, step counts exactly, weights to rounding."""
+    cfg = dataclasses.replace(CFG, credit="per_stock", policy="shared", net_dims=(16,))
+    hparams = [{"num_envs": 4, "net_width": 16, "repeat_times": 2}, {"num_envs": 3, "net_width": 8, "repeat_times": 3},
+               {"num_envs": 5, "net_width": 12, "repeat_times": 1}]
+
+    def trained(static: bool) -> PPO:
+        data = market(t=60)
+        env = dataclasses.replace(ENV, action="weights", decide_every=2)
+        agents = [PPOAgent(data, scales(data, env), env, cfg.with_hparams(h), (0, 50), seed)
+                  for seed, h in zip((1, 2, 3), hparams)]
+        ppo = PPO([lrn for a in agents for lrn in a.learners], [e for a in agents for e in a.envs], cfg, static=static)
+        for _ in range(3):
+            ppo.train_iteration([0, 1, 2])
+        ppo.train_iteration([0, 2])
+        return ppo
+
+    grouped, static = trained(False), trained(True)
+    assert static.group([0, 1, 2]).env.static and not grouped.group([0, 1, 2]).env.static
+    assert torch.equal(grouped.adam.step_count, static.adam.step_count)
+    assert static.adam.step_count.tolist() == [4 * 3 * 2, 3 * 2 * 3, 4 * 3 * 1]  # iterations × minibatches × epochs
+    for a, b in zip(grouped.nets.params, static.nets.params):
+        torch.testing.assert_close(a, b, atol=STATIC_ATOL, rtol=0)

@@ -44,7 +44,7 @@ import sqlalchemy as sa
 import wrds
 import wrds.sql
 
-from tasks.config import WrdsParams
+from tasks.config_data import WrdsParams
 from tasks.data.bars import to_contract
 from tasks.data.sources import Request, SourceError
 from tasks.errors import DataError

@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.config import YahooParams
+from tasks.config_data import YahooParams
 from tasks.data.bars import COLUMNS, to_contract
 from tasks.data.sources import Request, SourceError
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import requests
 
-from tasks.config import AlpacaParams
+from tasks.config_data import AlpacaParams
 from tasks.data.bars import COLUMNS
 from tasks.data.sources import Request, Source, SourceError
 from tasks.data.sources.alpaca import AlpacaSource, regular_hours

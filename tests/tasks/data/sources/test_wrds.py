@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.config import WrdsParams
+from tasks.config_data import WrdsParams
 from tasks.data.sources import Request, SourceError
 from tasks.data.sources.wrds import WrdsSource
 from tests.standins.postgres import (

@@ -16,7 +16,7 @@ from datetime import date, time
 import pandas as pd
 import pytest
 
-from tasks.config import WrdsParams
+from tasks.config_data import WrdsParams
 from tasks.data.sources import Request
 from tasks.data.sources.wrds import WrdsSource
 from tests.standins.postgres import PostgresServer, PostgresUnavailable, seed_taq_bulk, throwaway_postgres

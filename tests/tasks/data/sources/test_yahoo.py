@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tasks.config import YahooParams
+from tasks.config_data import YahooParams
 from tasks.data.bars import COLUMNS
 from tasks.data.sources import Request, SourceError
 from tasks.data.sources.yahoo import MINUTE_WINDOW_DAYS, YahooSource, minute_windows, normalise

@@ -1,6 +1,9 @@
-"""The promotion gate measured as a statistician measures a test: how often it promotes on a
-null market, how soon on a learnable one, and what the promoted model earns afterwards
-(docs/operations.md, the gate; shared/DESIGN.md §10).
+"""The promotion gate measured as a statistician measures a test: its size where the true
+difference is known to be 0, how often it promotes on a null market, how soon on a learnable
+one, and what the promoted model earns afterwards (docs/operations.md, the gate;
+shared/DESIGN.md §10).
+
+    .venv/bin/python benchmarks/gate.py calibrate --seed 5000 --json docs/results/gate-calibrate.json
 
     .venv/bin/python benchmarks/gate.py ct --seeds 100-119 --shadow-bars 10 21 42 63 \
         --json docs/results/gate-ct-dev.json
@@ -17,6 +20,11 @@ side, as benchmarks/results.py does. One shipped gate-year takes 16–20 s on on
 development run above (9 gates on 40 market-seeds, the tests shared between gates) took 52
 minutes with ``--jobs 2`` on a busy 2-core machine (docs/results/gate-ct-dev.json).
 
+**calibrate**: the paired test alone on simulated pairs whose true Sharpe difference is 0
+(size) or a stated edge (power), by kind of excess return and window length
+(:mod:`benchmarks.gate_calibrate`). Seed 5000 is the evidence, run once; the design was
+chosen on other seeds (docs/results.md).
+
 **ct**: a year of nightly continuous-training cycles per market and seed, simulated
 (:mod:`benchmarks.gate_sim`): the real gate (``against`` + ``decide_cycle``, params.yaml's
 ``registry`` and ``ct``) on the cycle's windows, with each night's challenger a momentum rule
@@ -31,7 +39,13 @@ champion's and buy-and-hold's, promoted every night). The year starts with no ch
 
 **pipeline**: the one-shot pipeline's gate over seeds: ingest → validate → features → train
 → backtest in-process, the test window's equity curves kept in the JSON, then the point gate
-(agent test Sharpe > buy-and-hold's) and ``decide(against(...))`` on each curve.
+(agent test Sharpe > buy-and-hold's) and ``decide(against(...))`` on each curve. Markets as in
+benchmarks/results.py, plus ``martingale`` (``data.signal: 0``, ``data.martingale: true``:
+every price a martingale, so the agent's true Sharpe is buy-and-hold's and every promotion
+there is a false one; the gate's size, shared/DESIGN.md §10; docs/data.md)::
+
+    .venv/bin/python benchmarks/gate.py pipeline --markets martingale --seeds 500-519 --jobs 2 \
+        --json docs/results/gate-pipeline-martingale.json
 """
 
 from __future__ import annotations
@@ -56,6 +70,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import gate_calibrate  # noqa: E402
 from benchmarks.gate_sim import (  # noqa: E402
     RECORDS,
     Arms,
@@ -80,6 +95,7 @@ LOOKBACKS, TOPS, EVERY = (5, 10, 20, 40, 60, 120), (0.2, 1 / 3, 0.5), 5
 """The challengers' pool: momentum rules by lookback and top share, rebalanced every 5 bars."""
 CT_JSON, CT_PLOT = ROOT / "docs/results/gate-ct.json", ROOT / "docs/results/gate-ct.png"
 PIPELINE_JSON = ROOT / "docs/results/gate-pipeline.json"
+CALIBRATE_JSON = ROOT / "docs/results/gate-calibrate.json"
 
 
 def rule_arms(market: Market, nights: int = NIGHTS) -> Arms:
@@ -287,13 +303,41 @@ def write(result: dict[str, Any], path: Path) -> None:
     print(f"wrote {path}")
 
 
+def calibrate(args: argparse.Namespace, line: str, params: Params) -> None:
+    """Run (or, with ``--report``, reprint) the size and power tables of the shipped test."""
+    if args.report:
+        print(gate_calibrate.report(json.loads(args.report.read_text())))
+        return
+    if args.pairs < 1 or args.power_pairs < 1:
+        raise SystemExit("gate.py calibrate: --pairs and --power-pairs must be ≥ 1")
+    started = time.perf_counter()
+    cells = run_jobs(gate_calibrate.cell, gate_calibrate.jobs(args.pairs, args.power_pairs, args.edges, args.seed,
+                                                              params.registry), args.jobs)
+    result = {"command": line, "minutes": (time.perf_counter() - started) / 60, "cells": cells,
+              "registry": params.registry.model_dump(mode="json"),
+              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    write(result, args.json)
+    print(gate_calibrate.report(result))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     ct = sub.add_parser("ct", help="a simulated year of nightly CT gates per market and seed")
     pipe = sub.add_parser("pipeline", help="the pipeline's gate on trained agents over seeds")
+    cal = sub.add_parser("calibrate", help="the test's size and power on simulated pairs")
+    cal.add_argument("--seed", type=int, default=5000, help="5000: the evidence, run once")
+    cal.add_argument("--pairs", type=int, default=2000, help="null pairs per cell")
+    cal.add_argument("--power-pairs", type=int, default=500, help="pairs per power cell")
+    cal.add_argument("--edges", type=float, nargs="*", default=[1.0], help="true annual Sharpe edges for power")
+    cal.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cells run side by side")
+    cal.add_argument("--json", type=Path, default=CALIBRATE_JSON)
+    cal.add_argument("--report", type=Path, help="print the tables of an earlier --json run (nothing is run)")
+    cal.add_argument("--set", "-s", dest="overrides", action="append", default=[],
+                     help="override a params.yaml registry key (the test measured is params.yaml's)")
     for p, markets, choices in ((ct, ["learnable", "null"], ("learnable", "null")),
-                                (pipe, ["learnable", "null", "arch-demo"], ("learnable", "null", "arch-demo"))):
+                                (pipe, ["learnable", "null", "arch-demo"],
+                                 ("learnable", "null", "martingale", "arch-demo"))):
         p.add_argument("--seeds", type=seeds_of, default=seeds_of("100-119"),
                        help="100-119 to develop, 300-319 for the evidence")
         p.add_argument("--markets", nargs="+", default=markets, choices=choices)
@@ -316,6 +360,9 @@ def main() -> None:
     params = load_params(ROOT / "params.yaml", args.overrides)
     if args.report and not args.report.is_file():
         raise SystemExit(f"gate.py {args.command}: {args.report}: no such file (a --json of an earlier run)")
+    if args.command == "calibrate":
+        calibrate(args, line, params)
+        return
     if args.command == "pipeline":
         if args.report:
             print(pipeline_report(json.loads(args.report.read_text()), params))

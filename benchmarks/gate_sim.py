@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -78,7 +78,9 @@ class Arms:
 class Judge:
     """:func:`~tasks.registry.evidence.against` on slices of the arms, each pair once."""
 
-    def __init__(self, arms: Arms, registry: RegistryParams) -> None:
+    def __init__(self, arms: Arms | Any, registry: RegistryParams) -> None:
+        """``arms``: :class:`Arms`, or any object with its ``bars``, ``per_year``,
+        ``risk_free``, ``rule`` and ``market`` (the near-twins of benchmarks/gate_twins_sim.py)."""
         self.arms, self.registry = arms, registry
         self.cache: dict[tuple[int, int | None, int, int], Evidence] = {}
 
@@ -156,19 +158,25 @@ def point_gate(arms: Arms, challengers: Sequence[int], eval_bars: int) -> Year:
 
 
 def shadow_gate(judge: Judge, challengers: Sequence[int], eval_bars: int, every: int,
-                record: Record = "shipped") -> Year:
-    """The cycle's gate every night, carried out as ``settle`` does; the year starts with no
-    champion and no shadow."""
+                record: Record = "shipped", *, champion: int | None = None, step: int = 1,
+                max_bars: int | None = None, lazy: bool = False) -> Year:
+    """The cycle's gate every night, carried out as ``settle`` does; the year starts with the
+    rule ``champion`` as champion (None: none) and no shadow. Nights are ``step`` bars apart
+    (390 on minute bars), the last on the arms' last bar; ``max_bars`` is
+    ``ct.shadow_max_bars``. ``lazy``: a shadow's record is tested only on the nights its test
+    is due (``decide_cycle`` keeps it untested otherwise, whatever its evidence, so the
+    decisions are the same), sparing the bootstrap of long records on minute bars."""
     arms = judge.arms
-    year, champion, shadow, first = Year(), None, None, arms.bars - len(challengers) + 1
+    year, shadow, first = Year(), None, arms.bars - (len(challengers) - 1) * step
     for night, rule in enumerate(challengers):
-        t = first + night
+        t = first + night * step
         window = judge.evidence(rule, champion, t - eval_bars, t)
         standing = kept = None
         if shadow is not None:
             standing = (str(shadow.version), shadow.tested)
-            kept = judge.evidence(shadow.rule, champion, shadow.since, t)
-        decision = decide_cycle(window, standing, kept, every)
+            due = not lazy or t - shadow.since - shadow.tested >= every
+            kept = judge.evidence(shadow.rule, champion, shadow.since, t) if due else ()
+        decision = decide_cycle(window, standing, kept, every, max_bars)
         holder = shadow.version if shadow is not None else None
         fate = decision.shadow
         if fate is not None and shadow is not None:

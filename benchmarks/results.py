@@ -66,6 +66,10 @@ MARKETS = ("learnable", "null", "arch-demo")
 ARCH_DEMO = ["data.source=arch-demo", "data.start=1999-01-01", "data.end=2018-12-31",
              "features.train_end=2012-12-31", "features.val_end=2015-12-31"]
 """arch-demo's history is 1999–2018: train to 2012, validate 2013–2015, test 2016–2018."""
+MARTINGALE = ["data.signal=0", "data.martingale=true"]
+"""The true null (docs/data.md, the martingale market): every price a martingale, so every
+strategy's true Sharpe is buy-and-hold's; benchmarks/gate.py measures a gate's size on it.
+Not in :data:`MARKETS`: this file's arms and report are for the learnable and null markets."""
 
 
 @dataclass
@@ -86,7 +90,7 @@ class Row:
 
 
 def market_params(root: Path, market: str, seed: int, overrides: list[str]) -> Params:
-    extra = {"learnable": [], "null": ["data.signal=0"], "arch-demo": ARCH_DEMO}[market]
+    extra = {"learnable": [], "null": ["data.signal=0"], "martingale": MARTINGALE, "arch-demo": ARCH_DEMO}[market]
     return load_params(ROOT / "params.yaml", [f"data_dir={root / f'{market}-{seed}' / 'data'}", f"data.seed={seed}",
                                               f"evolution.seed={seed}", *extra, *overrides])
 

@@ -3,10 +3,12 @@
 Wiring only: the same stage tasks as :mod:`flows.pipeline`, on walk-forward windows and
 against the champion. New bars → validation → features → a population warm-started from
 the champion → challenger, champion and buy-and-hold on the same evaluation window, and
-the standing shadow's record → the gate → registration with the gate report (a Prefect
-artifact, and MLflow artifacts beside the version). The challenger can only enter shadow;
-a shadow whose record passes the test is promoted, which moves the ``champion`` alias, and
-the ``deliver/on-promotion`` deployment delivers it (:mod:`flows.deployments`).
+the standing shadow's record → the gate, whose look at the shadow is written on its
+version at once (a cycle that fails later does not look again) → registration with the
+gate report (a Prefect artifact, and MLflow artifacts beside the version). The challenger
+can only enter shadow; a shadow whose record passes the test is promoted, which moves the
+``champion`` alias, and the ``deliver/on-promotion`` deployment delivers it
+(:mod:`flows.deployments`).
 
 At most one cycle runs at a time: both ct-cycle deployments share the global concurrency
 limit ``ct-cycle`` (one slot), so a second data event queues its run instead of losing it.
@@ -32,7 +34,7 @@ from tasks.model.train import train_task
 from tasks.model.walkforward import challenger_plan, windows
 from tasks.registry.register import RegisterResult, cycle_candidate, register_task
 from tasks.registry.report import gate_task
-from tasks.registry.shadow import record_task, shadow_task
+from tasks.registry.shadow import look_task, record_task, shadow_task
 from tasks.registry.store import check_tracking
 from tasks.registry.versions import champion_task
 
@@ -85,6 +87,8 @@ def ct_cycle(params: Params | None = None, data_version: str | None = None) -> C
         shadow = shadow_task(params)
         record = record_task(params, shadow, champion) if shadow else None
         verdict = gate_task(params, tested, shadow, record)
+        if verdict.decision.shadow is not None:  # the look is written before anything acts on it
+            look_task(params.registry, verdict.decision.shadow)
         create_markdown_artifact(markdown=verdict.report_markdown, key="gate-report",
                                  description=f"Challenger vs champion vs buy-and-hold, {w.first} to {w.last}")
         check_tracking(params.registry)

@@ -1,8 +1,9 @@
 """The Prefect flow ``rlops_pipeline``: the seven stages, chained (docs/design.md, stages and seams).
 
 Wiring only; every stage is a task in ``tasks/``, the same tasks the continuous-training
-cycle (:mod:`flows.ct_cycle`) lists, run on the date splits with no champion: train on the
-train split, select on validation, backtest on test, gate against buy-and-hold, then
+cycle (:mod:`flows.ct_cycle`) lists, run on the date splits: train on the train split,
+select on validation, backtest on test, gate against buy-and-hold and the sitting champion
+(backtested beside the agent on the test window; docs/operations.md, the gate), then
 deliver. The flow parameter is the typed config, so the Prefect UI shows it as an editable
 form.
 """
@@ -25,6 +26,7 @@ from tasks.model.train import TrainResult, train_task
 from tasks.registry.gate import SHADOW, alias_version, champion_version
 from tasks.registry.register import RegisterResult, pipeline_candidate, register_task
 from tasks.registry.report import GateVerdict, gate_task
+from tasks.registry.versions import champion_task
 from trainers.metrics import METRICS
 
 
@@ -46,8 +48,9 @@ def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
     """Ingest → validate → features → train → backtest → gate → register → deliver.
 
     ``params`` defaults to ``params.yaml`` in the working directory. Validate and features
-    are cached on the data version (``tasks/caching.py``). The validation report and the
-    backtest metrics are Prefect artifacts. Delivery runs only when some version holds the
+    are cached on the data version (``tasks/caching.py``). The gate faces the sitting
+    champion, if any, beside buy-and-hold. The validation report, the backtest metrics and
+    the gate report are Prefect artifacts. Delivery runs only when some version holds the
     ``champion`` or the ``shadow`` alias (each trades its own paper account).
     """
     params = params or load_params()
@@ -62,7 +65,9 @@ def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
         table=[{"metric": m, **{arm: values[m] for arm, values in tested.metrics.items()}} for m in METRICS],
         key="backtest-metrics", description=f"Test window {tested.start} to {tested.end}, after costs",
     )
-    verdict = gate_task(params, tested)
+    verdict = gate_task(params, tested, champion=champion_task(params))
+    create_markdown_artifact(markdown=verdict.report_markdown, key="gate-report",
+                             description=f"The gate on the test window {tested.start} to {tested.end}")
     registered = register_task(params, pipeline_candidate(params, tested, verdict))
     if champion_version(params.registry) is None and alias_version(params.registry, SHADOW) is None:
         return PipelineSummary(ingested, validated, featured, trained, tested, verdict, registered, None,

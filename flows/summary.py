@@ -25,9 +25,10 @@ def _fmt(name: str, value: float) -> str:
 
 
 def metrics_table(result: BacktestResult) -> Table:
-    """Every arm's metrics side by side (the pipeline's: the agent beside buy-and-hold). The
-    title says how long the window is and the first row is its total return; on a short
-    window the annualised rows are starred and the caption says they extrapolate it to a year."""
+    """Every arm's metrics side by side (the pipeline's: the agent beside buy-and-hold, and the
+    champion when one sits). The title says how long the window is and the first row is its
+    total return; on a short window the annualised rows are starred and the caption says
+    they extrapolate it to a year."""
     short = extrapolated(result)
     table = Table(title=f"Backtest {result.start} to {result.end}, {span(result)} (test window, after costs)",
                   caption=f"* extrapolated from {result.sessions} sessions to a year of {YEAR_SESSIONS}"
@@ -81,8 +82,9 @@ def traded(result: CycleResult) -> Group:
 
 
 def render(console: Console, s: PipelineSummary) -> None:
-    """Print the end-of-run summary."""
-    console.print(metrics_table(s.backtest))
+    """Print the end-of-run summary: the test window's metrics (with the champion's beside
+    the agent's when the gate faced one), the registry's verdict, the artifacts, the orders."""
+    console.print(metrics_table(s.gate.compared or s.backtest))
     reg = s.register
     colour = "green" if reg.promoted else "yellow"
     console.print(f"[bold]model[/] {reg.model_name} version {reg.version} (alias {', '.join(reg.aliases)})")

@@ -133,9 +133,12 @@ class RegistryParams(Section):
     model_name: str = "podracer-ppo"
     gate_alpha: float = Field(0.05, gt=0, lt=1, description="promote only when the one-sided p-value of the "
                               "paired Sharpe difference is below this against every benchmark (docs/operations.md)")
-    gate_margin: float = Field(0.0, description="H0: the annualised Sharpe edge over a benchmark is at most this "
-                               "(0: any edge; negative values are for tests that must promote)")
-    gate_resamples: int = Field(2000, ge=99, description="stationary-bootstrap resamples per paired test")
+    gate_margin: float = Field(0.05, description="H0: the annualised Sharpe edge over a benchmark is at most this: "
+                               "0.05 is what two round trips of the whole book a year cost at env.cost_pct 0.2% on a "
+                               "market of 16% annual volatility (2 x 2 x 0.002 / 0.16), so an edge smaller than its "
+                               "trading cost is never significant (docs/operations.md); negative values are for "
+                               "tests that must promote")
+    gate_resamples: int = Field(2000, ge=99, description="circular-block bootstrap resamples per paired test")
     gate_seed: int = Field(0, description="the bootstrap's seed: the same returns give the same verdict")
     ensemble: int = Field(1, ge=1, description="register the top k agents as one model, acting on the mean of "
                           "their target allocations (trainers/ensemble.py); 1: the best validation snapshot alone")
@@ -211,6 +214,17 @@ class CTParams(Section):
     shadow_bars: int = Field(21, ge=1, description="bars a shadow's record must grow between two tests of "
                              "it: at most bars-a-year / shadow_bars tests a year (252 daily, 252 x 390 on 1min bars; "
                              "docs/operations.md, the gate)")
+    shadow_max_bars: int = Field(126, ge=1, description="a shadow's maximum age: at the first test of its "
+                                 "record at this many bars or more it is retired unless promoted, so a shadow that "
+                                 "never shows an edge frees its seat (126: half a year of daily bars; "
+                                 "docs/operations.md, the gate)")
+
+    @model_validator(mode="after")
+    def _check(self) -> CTParams:
+        if self.shadow_max_bars < self.shadow_bars:
+            raise ValueError(f"shadow_max_bars {self.shadow_max_bars} is below shadow_bars {self.shadow_bars}: "
+                             "a shadow would be retired before its first test")
+        return self
 
 
 class ScheduleParams(Section):

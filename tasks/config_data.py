@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from tasks.errors import ConfigError
 
@@ -83,6 +83,9 @@ class DataParams(Section):
     end: date | None = Field(None, description="last day; unset: the source's default range")
     symbols: int = Field(30, ge=1, le=500, description="synthetic: number of stocks")
     signal: float = Field(0.5, ge=0.0, description="synthetic: learnable structure; 0 = null market")
+    martingale: bool = Field(False, description="synthetic 1d at signal 0: every price a martingale (no drift, "
+                             "E[next price / price | past] = 1, opens too), so every strategy's true Sharpe is "
+                             "buy-and-hold's: the true null where a gate's size is measured (docs/data.md)")
     seed: int = 7
     tickers: list[str] = Field(default_factory=list, description="yahoo / wrds / alpaca: symbols to fetch")
     path: Path | None = Field(None, description="file: a CSV or Parquet file of bars")
@@ -121,7 +124,19 @@ class DataParams(Section):
             raise ValueError("path is required when source is 'file'")
         if self.source in ("yahoo", "wrds", "alpaca") and not self.tickers:
             raise ValueError(f"tickers is required when source is '{self.source}'")
+        if self.martingale and (self.source != "synthetic" or self.freq != "1d" or self.signal != 0):
+            raise ValueError("martingale is for the synthetic daily market at signal 0 (source synthetic, "
+                             f"freq 1d, signal 0; got {self.source}, {self.freq}, signal {self.signal})")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave ``martingale`` out while it is off, so the default section dumps (and hashes:
+        the ingest stage's ``spec_hash``, the manifest) exactly as before the setting existed."""
+        dumped: dict[str, Any] = handler(self)
+        if not self.martingale:
+            dumped.pop("martingale", None)
+        return dumped
 
     def span(self) -> tuple[date, date]:
         """``start..end`` of a synthetic or fetched source (set from the source's range when unset)."""

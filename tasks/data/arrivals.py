@@ -157,7 +157,7 @@ def future_minutes(params: Params, count: int) -> pd.DataFrame:
     stored, names, last = _stored_market(params)
     new = _next_minutes(last, count)
     seed = _future_seed(data.seed, last)
-    market = daily_market(data.symbols, last.date(), new[-1].date(), data.signal, seed)
+    market = daily_market(data.symbols, last.date(), new[-1].date(), data.signal, seed, data.martingale)
     generated = pd.concat(list(minute_chunks(market, seed)), ignore_index=True)
     per_symbol = len(generated) // data.symbols
     ts = pd.DatetimeIndex(generated["ts"].iloc[:per_symbol])
@@ -187,7 +187,8 @@ def future_bars(params: Params, count: int) -> pd.DataFrame:
     stored, names, last_ts = _stored_market(params)
     last = last_ts.date()
     new = _next_sessions(last, count)
-    market = daily_market(data.symbols, last, new[-1].date(), data.signal, _future_seed(data.seed, last))
+    market = daily_market(data.symbols, last, new[-1].date(), data.signal, _future_seed(data.seed, last),
+                          data.martingale)
     if not market.sessions[1:].equals(new):  # the leading session is ``last`` itself
         raise DataError(f"data/raw: last bar {last} is not an NYSE session")
     frame = pd.DataFrame({

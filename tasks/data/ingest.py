@@ -88,7 +88,8 @@ def per_symbol(data: DataParams) -> Iterator[tuple[str, pd.DataFrame]]:
     stocks × 10 years of minute bars never sit in memory at once) or a file import
     (``tasks/data/files.py``: compressed, zipped and partitioned files, the date rule)."""
     if data.source == "synthetic":
-        chunks = iter_synthetic_bars(data.symbols, *data.span(), data.signal, data.seed, freq=data.freq)
+        chunks = iter_synthetic_bars(data.symbols, *data.span(), data.signal, data.seed, freq=data.freq,
+                                     martingale=data.martingale)
         for symbol, group in itertools.groupby(chunks, key=lambda chunk: str(chunk["symbol"].iat[0])):
             yield symbol, pd.concat(list(group), ignore_index=True)
         return

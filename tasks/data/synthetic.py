@@ -89,17 +89,20 @@ def _check_freq(freq: str) -> None:
 
 
 def iter_synthetic_bars(
-    symbols: int, start: date, end: date, signal: float, seed: int, freq: Freq = "1min"
+    symbols: int, start: date, end: date, signal: float, seed: int, freq: Freq = "1min", martingale: bool = False
 ) -> Iterator[pd.DataFrame]:
     """Yield the market in chunks, in (symbol, ts) order: the scale path (docs/data.md, sources).
 
     ``1min``: one frame per (symbol, calendar year), ~98k rows, so 100 stocks × 10 years
     streams with memory bounded by one chunk plus the small daily market. ``1d``: one
     frame per symbol. Each chunk follows the bars contract (docs/data.md, contracts); concatenated they
-    equal :func:`synthetic_bars` with the same arguments, bit for bit.
+    equal :func:`synthetic_bars` with the same arguments, bit for bit. ``martingale``: the
+    daily null market of :func:`tasks.data.synthetic_daily.daily_market` (``1d`` only).
     """
     _check_freq(freq)
-    market = daily_market(symbols, start, end, signal, seed)
+    if martingale and freq != "1d":
+        raise ConfigError("synthetic: the martingale market is daily only (freq 1d)")
+    market = daily_market(symbols, start, end, signal, seed, martingale)
     if freq == "1min":
         yield from minute_chunks(market, seed)
         return
@@ -117,6 +120,7 @@ def synthetic_bars(
     seed: int,
     freq: Freq = "1d",
     max_rows: int = MAX_FRAME_ROWS,
+    martingale: bool = False,
 ) -> pd.DataFrame:
     """Bars for ``symbols`` stocks as one frame in the bars contract (docs/data.md, contracts), fully seeded.
 
@@ -126,14 +130,14 @@ def synthetic_bars(
     """
     _check_freq(freq)
     if freq == "1d":
-        return _daily_frame(daily_market(symbols, start, end, signal, seed))
+        return _daily_frame(daily_market(symbols, start, end, signal, seed, martingale))
     rows = symbols * minute_count(nyse_schedule(start, end))
     if rows > max_rows:
         raise ConfigError(
             f"synthetic: {rows:,} minute bars exceed one frame's limit of {max_rows:,}; "
             "stream them with iter_synthetic_bars"
         )
-    return _stack(iter_synthetic_bars(symbols, start, end, signal, seed, freq), rows)
+    return _stack(iter_synthetic_bars(symbols, start, end, signal, seed, freq, martingale), rows)
 
 
 def _stack(chunks: Iterator[pd.DataFrame], rows: int) -> pd.DataFrame:

@@ -8,8 +8,14 @@ move splits into an overnight gap (prior close to open) and an intraday move.
 The ``signal`` knob adds learnable structure: each stock has a persistent latent drift
 (an AR(1) with φ = 0.97) whose expected daily log return is ``signal × 0.1 × σ_idio``
 per unit of drift. It shows up in trailing returns, so momentum indicators carry
-information. At ``signal = 0`` the market is null: nothing beats buy-and-hold after costs
-except luck, which makes it the bench for leakage tests.
+information. At ``signal = 0`` no stock has a learnable drift, which makes it the bench for
+leakage tests; it is not a null for Sharpe comparisons (shared/DESIGN.md §5): betas and
+idiosyncratic volatilities differ and GARCH volatility clusters, so static tilts and
+volatility timing have true Sharpes of their own.
+
+``martingale=True`` (``data.martingale``, at ``signal = 0``) is that null: every price is a
+martingale, so every strategy that trades on the past has true expected P&L 0 (below,
+:func:`daily_market`).
 
 This is the lowest of the three synthetic modules: :mod:`tasks.data.synthetic_intraday`
 refines this market into minute bars, and :mod:`tasks.data.synthetic` (the source) turns
@@ -33,6 +39,12 @@ DRIFT_SCALE = 0.1
 MARKET_MU = 0.07 / 252
 JUMP_P, JUMP_MEAN, JUMP_SD = 0.004, -0.01, 0.06
 """Daily jump probability per stock, and the jump's mean and sd (log return)."""
+GAP_NOISE = 0.2
+"""The overnight gap's own noise, in units of the stock's long-run idiosyncratic sd."""
+MARTINGALE_CLIP = 10.0
+"""``martingale``: the unit-variance t shocks are clipped at ±10 sd (5e-5 of the draws), because a
+Student-t has no exponential moment: unclipped, E[exp(shock)] is infinite and no drift can
+make the price a martingale. Clipped, it is finite and computed exactly (:func:`clipped_t_log_mgf`)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,9 @@ class DailyMarket:
     drift: np.ndarray  # [steps, n] expected daily log return from the latent drift (evaluation only)
     factor_returns: np.ndarray  # [steps, 1 + SECTORS] the market's and the sectors' daily shocks
     idio_vol: np.ndarray  # [n] each stock's long-run idiosyncratic daily sd
+    idio: np.ndarray  # [steps, n] the idiosyncratic daily shocks (GARCH sd × t draw)
+    gap_noise: np.ndarray  # [steps, n] the overnight gap's own Gaussian noise
+    log_mean: np.ndarray  # [steps, n] the close-to-close log return less its shocks and jumps (known at t-1)
 
     @property
     def sessions(self) -> pd.DatetimeIndex:
@@ -102,12 +117,18 @@ def minute_count(schedule: pd.DataFrame) -> int:
 
 
 def _garch_shocks(
-    rng: np.random.Generator, steps: int, width: int, daily_vol: np.ndarray, dof: float = 5.0
+    rng: np.random.Generator, steps: int, width: int, daily_vol: np.ndarray, dof: float = 5.0,
+    clip: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``[steps, width]`` Student-t shocks with GARCH(1,1) variance around ``daily_vol²``, and their sd."""
+    """``[steps, width]`` Student-t shocks with GARCH(1,1) variance around ``daily_vol²``, and their sd.
+
+    ``clip``: the unit-variance draws are clipped at ±clip (``martingale``; :data:`MARTINGALE_CLIP`).
+    """
     alpha, beta = 0.08, 0.90
     omega = daily_vol**2 * (1.0 - alpha - beta)
     z = rng.standard_t(dof, size=(steps, width)) / np.sqrt(dof / (dof - 2.0))
+    if clip is not None:
+        z = np.clip(z, -clip, clip)
     var = daily_vol**2
     out = np.empty((steps, width))
     sd = np.empty((steps, width))
@@ -150,32 +171,102 @@ def kalman_filter(y: np.ndarray, a: np.ndarray, noise_var: np.ndarray, phi: floa
     return out
 
 
-def daily_market(symbols: int, start: date, end: date, signal: float, seed: int) -> DailyMarket:
+def clipped_t_log_mgf(a: np.ndarray, clip: float = MARTINGALE_CLIP, dof: float = 5.0) -> np.ndarray:
+    """``log E[exp(a·Z)]`` for ``Z`` a unit-variance Student-t (``dof``) clipped at ``±clip``.
+
+    Exact up to float rounding: Z is bounded, so ``E[exp(aZ)] = Σ_k m_2k a^2k / (2k)!`` with
+    its even moments ``m_2k`` (odd ones vanish: Z is symmetric), summed until every term is
+    below 1e-17 of the sum. Each moment is the t density's integral over ``[0, clip]``
+    (Gauss–Legendre, 256 nodes: the density is analytic there, so the rule is exact to
+    rounding) plus the clipped mass ``P(|Z| > clip)`` at ``±clip``.
+    """
+    from scipy.stats import t as student
+
+    scale = np.sqrt(dof / (dof - 2.0))  # Z = T / scale
+    nodes, weights = np.polynomial.legendre.leggauss(256)
+    z, w = 0.5 * clip * (nodes + 1.0), 0.5 * clip * weights
+    density = 2.0 * scale * student.pdf(z * scale, dof) * w  # |Z| on [0, clip], both sides
+    tail = 2.0 * student.sf(clip * scale, dof)
+    a2 = np.asarray(a, dtype=np.float64) ** 2
+    total, power, k = np.zeros_like(a2), np.ones_like(a2), 0
+    while True:
+        k += 1
+        power = power * a2 / ((2 * k - 1) * (2 * k))  # a^2k / (2k)!
+        term = power * (density @ z ** (2 * k) + tail * clip ** (2 * k))
+        total += term
+        if not (term > 1e-17 * (1.0 + total)).any():
+            return np.log1p(total)
+
+
+def jump_log_mgf() -> float:
+    """``log E[exp(J)]`` for a day's jump: 0 with probability 1 − p, else N(μ_J, σ_J²)."""
+    return float(np.log1p(JUMP_P * np.expm1(JUMP_MEAN + 0.5 * JUMP_SD**2)))
+
+
+def daily_market(
+    symbols: int, start: date, end: date, signal: float, seed: int, martingale: bool = False
+) -> DailyMarket:
     """Simulate the daily market (docs/data.md, sources): factors, GARCH, fat tails, jumps, drift, gaps.
 
     The random draws happen in one fixed order from one generator, so the daily bars are
     a pure function of the arguments; minute bars are derived from this, never re-drawn.
+
+    ``martingale`` (``data.martingale``; ``signal`` must be 0): every price is a martingale
+    in the order prices are seen, close, next open, next close::
+
+        E[open_t / close_{t-1} | F_{t-1}] = 1,   E[close_t / open_t | F_{t-1}, open_t] = 1,
+
+    where ``F_{t-1}`` is everything the generator knew at close t−1 (the GARCH variances of
+    day t included). There is no MARKET_MU and no drift. The day's move splits into a gap,
+    ``g_t = J_t + ε_t + c_gap`` (the jump and the gap noise ε ~ N(0, (0.2 σ_idio)²)), and an
+    intraday move ``x_t = β M_t + s S_t + I_t + c_t`` (market, sector and idiosyncratic GARCH
+    shocks, their t draws clipped at :data:`MARTINGALE_CLIP`). Each leg's mean is minus its
+    shocks' log moment generating function, known at t−1 because the shocks are independent
+    given it: ``c_gap = −log E[e^J] − ½(0.2 σ_idio)²`` and
+    ``c_t = −K(β σ_M,t) − K(s σ_S,t) − K(σ_I,t)``, K the clipped t's :func:`clipped_t_log_mgf`.
+    The gap is independent of the intraday shocks, so the open predicts nothing about the
+    close. (Unlike the default market, whose gap is 0.3 of the day's move and so predicts
+    the rest of it.)
+
+    Then any strategy's position, chosen from what was seen before each fill, earns P&L that
+    is a martingale: true mean 0 before costs and ≤ 0 after. A Sharpe difference against
+    buy-and-hold then has true value 0 before costs and ≤ 0 after: a composite null, where a
+    test's size is measured (shared/DESIGN.md §10). ``martingale=False`` leaves the default
+    market bit for bit as it was.
     """
+    if martingale and signal != 0:
+        raise ConfigError(f"synthetic: a martingale market has no drift, so signal must be 0 (got {signal})")
     rng = np.random.default_rng(seed)
     schedule = nyse_schedule(start, end)
     steps, n = len(schedule), symbols
     if steps == 0:
         raise ConfigError(f"synthetic: no NYSE sessions between {start} and {end}")
 
+    clip = MARTINGALE_CLIP if martingale else None
     beta = rng.uniform(0.6, 1.4, n)
     sector = np.arange(n) % SECTORS
     sector_load = rng.uniform(0.3, 0.8, n)
     idio_vol = rng.uniform(0.010, 0.022, n)
-    market, market_sd = _garch_shocks(rng, steps, 1, np.array([0.010]))
-    sectors, sector_sd = _garch_shocks(rng, steps, SECTORS, np.full(SECTORS, 0.006))
-    idio, idio_sd = _garch_shocks(rng, steps, n, idio_vol)
+    market, market_sd = _garch_shocks(rng, steps, 1, np.array([0.010]), clip=clip)
+    sectors, sector_sd = _garch_shocks(rng, steps, SECTORS, np.full(SECTORS, 0.006), clip=clip)
+    idio, idio_sd = _garch_shocks(rng, steps, n, idio_vol, clip=clip)
     jumps = (rng.random((steps, n)) < JUMP_P) * rng.normal(JUMP_MEAN, JUMP_SD, (steps, n))
     drift = _latent_drift(rng, steps, n)
 
     expected_drift = signal * DRIFT_SCALE * idio_vol * drift
-    log_ret = MARKET_MU + beta * market + sector_load * sectors[:, sector] + idio + jumps + expected_drift
-    # Split each day's move into an overnight gap and an intraday move.
-    overnight = 0.3 * log_ret + 0.2 * idio_vol * rng.standard_normal((steps, n))
+    gap_noise = GAP_NOISE * idio_vol * rng.standard_normal((steps, n))
+    if martingale:
+        gap_mean = -jump_log_mgf() - 0.5 * (GAP_NOISE * idio_vol) ** 2
+        intraday_mean = -(clipped_t_log_mgf(beta * market_sd) + clipped_t_log_mgf(sector_load * sector_sd[:, sector])
+                          + clipped_t_log_mgf(idio_sd))
+        overnight = gap_mean + jumps + gap_noise
+        log_ret = overnight + intraday_mean + beta * market + sector_load * sectors[:, sector] + idio
+        log_mean = gap_mean + intraday_mean
+    else:
+        log_ret = MARKET_MU + beta * market + sector_load * sectors[:, sector] + idio + jumps + expected_drift
+        # Split each day's move into an overnight gap and an intraday move.
+        overnight = 0.3 * log_ret + gap_noise
+        log_mean = MARKET_MU + expected_drift
     close = rng.lognormal(np.log(60.0), 0.7, n) * np.exp(np.cumsum(log_ret, axis=0))
     prev_close = np.vstack([close[0] / np.exp(log_ret[0]), close[:-1]])
     open_ = prev_close * np.exp(overnight)  # the intraday move takes open to close
@@ -189,5 +280,6 @@ def daily_market(symbols: int, start: date, end: date, signal: float, seed: int)
         names=symbol_names(n), schedule=schedule, open=open_, high=high, low=low, close=close,
         volume=volume.astype(np.float64), jumps=jumps, beta=beta, sector=sector, sector_load=sector_load,
         market_sd=market_sd[:, 0], sector_sd=sector_sd, idio_sd=idio_sd, drift=expected_drift,
-        factor_returns=np.hstack([market, sectors]), idio_vol=idio_vol,
+        factor_returns=np.hstack([market, sectors]), idio_vol=idio_vol, idio=idio, gap_noise=gap_noise,
+        log_mean=log_mean,
     )

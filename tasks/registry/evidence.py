@@ -2,22 +2,42 @@
 
 The gate decides on the **paired** per-bar returns of a model and a benchmark over one
 window: they share the window's market moves, so the noise of their Sharpe difference is
-set by their tracking error, far below either Sharpe's own (docs/operations.md, the gate).
-The test resamples the pair with Politis & Romano's stationary bootstrap (``arch``), whose
-random blocks keep the returns' autocorrelation, volatility clustering and fat tails; the
-block length is Politis & White's automatic choice for the return difference. Like Ledoit &
-Wolf (2008, the robust Sharpe-ratio difference test) the statistic is the difference of the
-two annualised Sharpe ratios, here with the basic (centred) bootstrap interval rather than
-their studentised one. H0: the edge is at most ``margin``; the p-value is one-sided.
+set by their tracking error, far below either Sharpe's own (docs/operations.md, the gate;
+shared/DESIGN.md §10). H0: the annualised Sharpe edge is at most ``margin``; the p-value
+is one-sided.
+
+**The test** (chosen on simulated development series, measured on fresh ones by
+``benchmarks/gate.py calibrate``, docs/results.md). One circular block bootstrap of the
+pair (Politis & Romano's blocks, drawn as ``arch``'s ``CircularBlockBootstrap`` draws them;
+the block length is Politis & White's choice, ``arch``'s ``optimal_block_length``, for the
+Sharpe difference's influence function, the series the estimate's error is made of) gives
+two statistics, and the model must pass both:
+
+- the **basic** bootstrap of the difference of the two annualised Sharpes: robust to fat
+  tails and jumps, but oversized when the excess returns are persistent;
+- the **studentised** one (the bootstrap-t of Ledoit & Wolf 2008): the difference over its
+  standard error, prewhitened by an AR(1) of the influence function whose coefficient is
+  bias-corrected (Kendall) and read at its one-standard-error upper bound, because a short
+  window underestimates persistence and an underestimated persistence is what makes a test
+  of a mean oversized. It holds the size under persistence.
+
+The reported p-value is the larger of the two (an intersection-union test: its size is at
+most either's), and the interval is the union of the two intervals, so ``low > margin``
+about when p < α.
+
+**Fails closed.** A non-finite or non-positive account value, a non-finite return, an arm
+whose returns never vary, a pair that returns the same on every bar and fewer than
+:data:`MIN_BARS` bars give an :class:`Evidence` with a ``fault`` that names the arm, the
+bar and the reason: it never passes, and no statistic is read from it.
 
 When the evidence falls short, :meth:`Evidence.more_bars` says roughly how many more bars
-of the same edge would pass: Bailey & López de Prado's (2012) minimum track record length,
-with the standard error of the difference taken from the bootstrap.
+of the same edge would pass: Bailey & López de Prado's (2012) minimum track record length.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,7 +48,9 @@ from scipy.stats import norm
 from tasks.config import RegistryParams
 
 MIN_BARS = 10
-"""Fewer paired returns than this are no evidence at all: p = 1."""
+"""Fewer paired returns than this are no evidence at all: the test fails closed."""
+FLAT = 1e-12
+"""A return series whose standard deviation is below this never varies: it has no Sharpe."""
 
 
 @dataclass(frozen=True)
@@ -38,29 +60,34 @@ class Evidence:
     benchmark: str
     bars: int
     diff: float
-    """Annualised Sharpe of the model minus the benchmark's."""
+    """Annualised Sharpe of the model minus the benchmark's (NaN when ``fault`` says why not)."""
     low: float
     high: float
-    """The two-sided (1 − 2α) bootstrap interval of ``diff``: ``low > margin`` about when p < α (both read the same bootstrap quantile)."""
+    """The two-sided (1 − 2α) interval of ``diff``: ``low > margin`` about when p < α."""
     p_value: float
-    """One-sided, H0: the Sharpe difference is at most ``margin``."""
+    """One-sided, H0: the Sharpe difference is at most ``margin`` (1 under a fault)."""
     se: float
-    """Bootstrap standard error of ``diff``."""
+    """Standard error of ``diff`` (prewhitened, annualised)."""
     margin: float = 0.0
     alpha: float = 0.05
+    fault: str | None = None
+    """Why no test was possible (the arm, the bar, the reason); such evidence never passes."""
 
     @property
     def passed(self) -> bool:
-        return self.p_value < self.alpha
+        return self.fault is None and self.p_value < self.alpha
 
     def more_bars(self) -> int | None:
         """Bars of the same edge still needed to pass (0 when it passes; up to :data:`MIN_BARS`
-        when there are fewer); None when there is no edge above the margin to accumulate. The z statistic grows as sqrt(bars), so the
-        minimum track record is ``bars × (z_{1−α} / z)²`` (Bailey & López de Prado 2012)."""
+        when there are fewer); None when there is no edge above the margin to accumulate, or
+        a fault. The z statistic grows as sqrt(bars), so the minimum track record is
+        ``bars × (z_{1−α} / z)²`` (Bailey & López de Prado 2012)."""
         if self.passed:
             return 0
         if self.bars < MIN_BARS:
             return MIN_BARS - self.bars
+        if self.fault is not None:
+            return None
         z = (self.diff - self.margin) / self.se if self.se > 0 else 0.0
         if z <= 0 or not math.isfinite(z):
             return None
@@ -69,72 +96,156 @@ class Evidence:
 
     def summary(self) -> str:
         """``vs buy-and-hold: ΔSharpe +0.88 [90% CI +0.21, +1.55], p 0.012``."""
-        if self.bars < MIN_BARS:
-            return (f"vs {self.benchmark.replace('_', '-')}: ΔSharpe {self.diff:+.2f}, too few bars to test "
-                    f"(fewer than {MIN_BARS}), p 1")
+        name = self.benchmark.replace("_", "-")
+        if self.fault is not None:
+            return f"vs {name}: no test, {self.fault}"
         level = round(100 * (1 - 2 * self.alpha))
-        return (f"vs {self.benchmark.replace('_', '-')}: ΔSharpe {self.diff:+.2f} "
-                f"[{level}% CI {self.low:+.2f}, {self.high:+.2f}], p {self.p_value:.3f}")
+        return (f"vs {name}: ΔSharpe {self.diff:+.2f} [{level}% CI {self.low:+.2f}, {self.high:+.2f}], "
+                f"p {self.p_value:.3f}")
 
 
-def _sharpes(returns: np.ndarray, per_year: float) -> np.ndarray:
-    """Annualised Sharpe of each row (0 for a flat row, as :func:`trainers.metrics.sharpe`)."""
-    std = returns.std(axis=-1, ddof=1)
-    flat = std < 1e-12
-    return np.where(flat, 0.0, returns.mean(axis=-1) / np.where(flat, 1.0, std) * math.sqrt(per_year))
+def refused(benchmark: str, bars: int, fault: str, margin: float = 0.0, alpha: float = 0.05) -> Evidence:
+    """Evidence that fails closed: no statistic, p = 1, the ``fault`` said in its line."""
+    return Evidence(benchmark, bars, math.nan, -math.inf, math.inf, 1.0, math.nan, margin, alpha, fault)
 
 
-def block_length(diff: np.ndarray) -> float:
-    """Politis & White's stationary-bootstrap block length for ``diff`` (1 for a constant
-    or too-short series), within [1, bars / 4]."""
+def _at(position: int, dates: Sequence[object] | None) -> str:
+    """``bar 17 (2024-03-05)``: a bar by its position among the returns and, when known, its date."""
+    if dates is None:
+        return f"bar {position}"
+    return f"bar {position} ({str(dates[position])[:19].removesuffix(' 00:00:00')})"
+
+
+def data_fault(arms: dict[str, np.ndarray], what: str, dates: Sequence[object] | None = None) -> str | None:
+    """The first bar of any arm whose ``what`` (``"account value"`` or ``"return"``) is not
+    finite, or, for an account value, not positive; None when every value is usable."""
+    for arm, values in arms.items():
+        bad = ~np.isfinite(values) if what == "return" else ~(np.isfinite(values) & (values > 0))
+        if bad.any():
+            first = int(np.argmax(bad))
+            return f"{arm}: {what} {values[first]:g} at {_at(first, dates)}"
+    return None
+
+
+def shape_fault(model: np.ndarray, benchmark: np.ndarray, arm: str, name: str) -> str | None:
+    """Too few bars, an arm that never varies, or a pair that is the same on every bar."""
+    if model.size < MIN_BARS:
+        return f"only {model.size} bars (the test needs at least {MIN_BARS})"
+    for label, values in ((arm, model), (name, benchmark)):
+        if float(values.std()) < FLAT:
+            return f"{label}: its returns never vary over the {values.size} bars, so it has no Sharpe"
+    if float((model - benchmark).std()) < FLAT:
+        return f"{arm} and {name} differ by a constant on every one of the {model.size} bars: nothing to test"
+    return None
+
+
+def _sharpe_difference(model: np.ndarray, benchmark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bar Sharpe of ``model`` minus ``benchmark``'s (each ``[..., bars]``, sd with ddof 0)
+    and the influence function ``ψ`` of that difference (``[..., bars]``): the estimate's
+    error is about the mean of ψ (the delta method on each arm's first two moments, Ledoit &
+    Wolf 2008 §3)."""
+    ratios, psis = [], []
+    for x in (model, benchmark):
+        mean = x.mean(-1, keepdims=True)
+        square = x * x
+        second = square.mean(-1, keepdims=True)
+        var = second - mean * mean
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cube = var * np.sqrt(var)
+            psis.append((second / cube) * (x - mean) - (mean / (2.0 * cube)) * (square - second))
+            ratios.append((mean / np.sqrt(var))[..., 0])
+    return ratios[0] - ratios[1], psis[0] - psis[1]
+
+
+def persistent_se(psi: np.ndarray) -> np.ndarray:
+    """Standard error of the mean of ``psi`` (``[..., bars]``), prewhitened by an AR(1) whose
+    coefficient is bias-corrected (Kendall: ρ + (1 + 3ρ)/n) and read at its one-standard-error
+    upper bound, within [−0.9, 0.97] (module docstring)."""
+    bars = psi.shape[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = (psi[..., 1:] * psi[..., :-1]).sum(-1) / (psi * psi).sum(-1)
+        rho = rho + (1.0 + 3.0 * rho) / bars
+        rho = np.clip(rho + np.sqrt(np.maximum(1.0 - rho * rho, 0.0) / bars), -0.9, 0.97)
+        innovation = psi[..., 1:] - rho[..., None] * psi[..., :-1]
+        return np.sqrt((innovation * innovation).mean(-1) / (1.0 - rho) ** 2 / bars)
+
+
+def block_length(psi: np.ndarray) -> int:
+    """Politis & White's circular-bootstrap block length for ``psi``, within [1, bars / 3]."""
     from arch.bootstrap import optimal_block_length
 
-    if diff.size < 8 or float(diff.std()) < 1e-15:
-        return 1.0
-    chosen = float(optimal_block_length(diff)["stationary"].iloc[0])
-    return float(min(max(chosen, 1.0), diff.size / 4)) if math.isfinite(chosen) else 1.0
+    chosen = 1.0
+    if psi.size >= 8:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)  # a lag with no variance: arch's NaN, read as 1 below
+            chosen = float(optimal_block_length(psi)["circular"].iloc[0])
+    return int(round(min(max(chosen if math.isfinite(chosen) else 1.0, 1.0), psi.size / 3)))
+
+
+def circular_indices(bars: int, block: int, resamples: int, seed: int) -> np.ndarray:
+    """``[resamples, bars]`` circular-block resamples, drawn as ``arch``'s
+    ``CircularBlockBootstrap(block, ..., seed=seed).update_indices()`` draws them one by one
+    (the same numbers), as one array."""
+    blocks = -(-bars // block)
+    starts = np.random.default_rng(seed).integers(0, bars, size=(resamples, blocks), dtype=np.int64)
+    return ((starts[:, :, None] + np.arange(block, dtype=np.int64)) % bars).reshape(resamples, -1)[:, :bars]
+
+
+def _p(replicates: np.ndarray, observed: float) -> float:
+    """Share of replicates at least ``observed`` (a NaN replicate counts against the model)."""
+    extreme = np.count_nonzero(~(replicates < observed - 1e-12))
+    return (1 + int(extreme)) / (replicates.size + 1)
 
 
 def paired_test(model: np.ndarray, benchmark: np.ndarray, name: str, *, per_year: float, risk_free: float = 0.0,
-                margin: float = 0.0, alpha: float = 0.05, resamples: int = 2000, seed: int = 0) -> Evidence:
+                margin: float = 0.0, alpha: float = 0.05, resamples: int = 2000, seed: int = 0, arm: str = "model",
+                dates: Sequence[object] | None = None) -> Evidence:
     """Test whether ``model``'s Sharpe beats ``benchmark``'s by more than ``margin``.
 
-    Both are per-bar simple returns of the same bars, in order. The same ``seed`` and
-    returns give the same verdict, bit for bit.
+    Both are per-bar simple returns of the same bars, in order (``dates`` names them in a
+    fault; ``arm`` names the model). The same ``seed`` and returns give the same verdict,
+    bit for bit.
     """
-    from arch.bootstrap import StationaryBootstrap
-
     model, benchmark = (np.asarray(x, dtype=np.float64) for x in (model, benchmark))
     if model.shape != benchmark.shape or model.ndim != 1:
         raise ValueError(f"paired returns need the same bars: {model.shape} against {benchmark.shape}")
-    excess = np.stack([model, benchmark]) - risk_free / per_year
     bars = model.size
-    if bars < MIN_BARS:
-        diff = float(np.subtract(*_sharpes(excess, per_year))) if bars > 1 else 0.0
-        return Evidence(name, bars, diff, -math.inf, math.inf, 1.0, math.inf, margin, alpha)
-    observed = float(np.subtract(*_sharpes(excess, per_year)))
-    bootstrap = StationaryBootstrap(block_length(model - benchmark), model, seed=seed)
-    index = np.stack([bootstrap.update_indices() for _ in range(resamples)])
-    resampled = _sharpes(excess[:, index], per_year)  # (2, resamples)
-    centred = resampled[0] - resampled[1] - observed  # the estimate's error, as the bootstrap sees it
-    p_value = (1 + int(np.count_nonzero(centred >= observed - margin - 1e-12))) / (resamples + 1)
-    upper_err, lower_err = np.quantile(centred, [1.0 - alpha, alpha])
-    return Evidence(name, bars, observed, observed - float(upper_err), observed - float(lower_err), p_value,
-                    float(centred.std(ddof=1)), margin, alpha)
+    fault = data_fault({arm: model, name: benchmark}, "return", dates) or shape_fault(model, benchmark, arm, name)
+    if fault is not None:
+        return refused(name, bars, fault, margin, alpha)
+    excess = np.stack([model, benchmark]) - risk_free / per_year
+    scale = math.sqrt(per_year * (bars - 1) / bars)  # annualised, and each Sharpe's sd with ddof 1 as trainers.metrics
+    point, psi = _sharpe_difference(*excess)
+    observed, se = float(point) * scale, float(persistent_se(psi)) * scale
+    index = circular_indices(bars, block_length(psi), resamples, seed)
+    replicated, replicated_psi = _sharpe_difference(*excess[:, index])
+    error = (replicated - point) * scale  # the estimate's error, as the bootstrap sees it
+    with np.errstate(divide="ignore", invalid="ignore"):
+        studentised = error / (persistent_se(replicated_psi) * scale)
+    edge = observed - margin
+    p_value = max(_p(error, edge), _p(studentised, edge / se))
+    basic = np.quantile(error, [1.0 - alpha, alpha])
+    student = np.quantile(np.nan_to_num(studentised, nan=np.inf), [1.0 - alpha, alpha]) * se
+    low, high = observed - max(float(basic[0]), float(student[0])), observed - min(float(basic[1]), float(student[1]))
+    return Evidence(name, bars, observed, low, high, p_value, se, margin, alpha)
 
 
 def binding(evidence: Sequence[Evidence]) -> Evidence:
-    """The test that decides: the largest p-value (every benchmark must be beaten)."""
-    return max(evidence, key=lambda e: e.p_value)
+    """The test that decides: a fault first, else the largest p-value (every benchmark must be beaten)."""
+    return max(evidence, key=lambda e: (e.fault is not None, e.p_value))
 
 
 def evidence_line(evidence: Sequence[Evidence]) -> str:
     """One line: each benchmark's difference, interval and p, the verdict's arithmetic and,
     when it fails, the bars still needed (``vs buy-and-hold: ΔSharpe +0.88 [90% CI +0.19,
-    +1.62], p 0.025 < α 0.05 over 250 bars``)."""
+    +1.62], p 0.025 < α 0.05 over 250 bars``); a fault says the test failed closed."""
     worst = binding(evidence)
-    relation = "<" if worst.passed else "≥"
     said = "; ".join(e.summary() for e in evidence)
+    if worst.fault is not None:
+        more = worst.more_bars()
+        tail = f"; about {more:,} more bars would allow a test" if more else ""
+        return f"{said}: fails closed over {worst.bars} bars{tail}"
+    relation = "<" if worst.passed else "≥"
     if len(evidence) > 1:
         said += f"; largest p {worst.p_value:.3f}"
     line = f"{said} {relation} α {worst.alpha:g} over {worst.bars} bars"
@@ -150,9 +261,17 @@ def evidence_line(evidence: Sequence[Evidence]) -> str:
 def against(curve: pd.DataFrame, model: str, registry: RegistryParams, per_year: float,
             risk_free: float = 0.0) -> tuple[Evidence, ...]:
     """``model`` against every other column of ``curve`` (account values per bar, one
-    column per arm, the same bars), each a paired test on their per-bar returns."""
-    returns = curve.astype(float).pct_change().iloc[1:]
+    column per arm, the same bars), each a paired test on their per-bar returns. An account
+    value that is not finite or not positive fails every test closed, naming the arm and bar."""
+    values = curve.astype(float)
+    others = [name for name in values.columns if name != model]
+    dates = list(values.index)
+    fault = data_fault({name: values[name].to_numpy() for name in values.columns}, "account value", dates)
+    if fault is not None:
+        return tuple(refused(name, len(values) - 1, fault, registry.gate_margin, registry.gate_alpha)
+                     for name in others)
+    returns = values.pct_change().iloc[1:]
     return tuple(paired_test(returns[model].to_numpy(), returns[name].to_numpy(), name, per_year=per_year,
                              risk_free=risk_free, margin=registry.gate_margin, alpha=registry.gate_alpha,
-                             resamples=registry.gate_resamples, seed=registry.gate_seed)
-                 for name in curve.columns if name != model)
+                             resamples=registry.gate_resamples, seed=registry.gate_seed, arm=model, dates=dates[1:])
+                 for name in others)

@@ -6,8 +6,10 @@ backtest metrics next to buy-and-hold, what the data layer dropped or masked
 docs/data.md, what is counted), and the artifacts (equity plot, validation report,
 leaderboard). The policy is logged as a :class:`tasks.registry.serving.PolicyModel` pyfunc
 and registered. The new version gets the alias ``challenger``; the gate's decision
-(:mod:`tasks.registry.gate`, :func:`tasks.registry.report.gate_report`) then makes it
-``champion`` or ``shadow``, and settles the standing shadow (:func:`tasks.registry.shadow.settle`).
+(:mod:`tasks.registry.gate`, :func:`tasks.registry.report.gate_report`: the pipeline's
+agent faces buy-and-hold and the sitting champion) then makes it ``champion`` or ``shadow``,
+and settles the standing shadow (:func:`tasks.registry.shadow.settle`), whose look the
+cycle has already recorded.
 """
 
 from __future__ import annotations
@@ -38,13 +40,12 @@ from tasks.registry.report import GateVerdict, gate_report
 from tasks.registry.serving import policy_input
 from tasks.registry.shadow import settle
 from tasks.registry.store import client, connect
-from tasks.registry.versions import CUTOFF
+from tasks.registry.tags import MAX_TAG
+from tasks.registry.versions import CUTOFF, current_champion
 
 log = logging.getLogger("podracer.register")
 POLICY_MODEL_CODE = Path(__file__).with_name("policy_model.py")
 COMPLETE = "podracer.complete"
-MAX_TAG = 5000
-"""MLflow caps a tag value's length."""
 
 
 @dataclass(frozen=True)
@@ -98,18 +99,22 @@ class Candidate:
 def pipeline_candidate(params: Params, tested: BacktestResult | None = None,
                        verdict: GateVerdict | None = None) -> Candidate:
     """The pipeline's candidate: the trained bundle of ``data/models/``, its test-split
-    backtest and the gate's verdict on it (read from ``data/`` when not given, as
-    ``podracer register`` does)."""
+    backtest and the gate's verdict on it, against buy-and-hold and the sitting champion
+    (read from ``data/`` and the registry when not given, as ``podracer register`` does)."""
     dirs = params.dirs
     tested = tested or load_result(dirs.backtest)
-    verdict = verdict or gate_report(params, tested)
+    verdict = verdict or gate_report(params, tested, champion=current_champion(params))
     _, meta = bundle.load(dirs.models)
     fs = features.load(dirs.features)
+    metrics = {"test": tested.metrics["agent"], "buy_and_hold": tested.buy_and_hold}
+    if verdict.compared is not None:
+        metrics["champion"] = verdict.compared.metrics["champion"]
     return Candidate(
-        model_dir=dirs.models, metrics={"test": tested.metrics["agent"], "buy_and_hold": tested.buy_and_hold},
+        model_dir=dirs.models, metrics=metrics,
         decision=verdict.decision, since=tested.end, cutoff=str(fs.timestamps[fs.splits["validation"][1]])[:10],
         run_name=f"pipeline {date.today()} data {meta.data_version[:8]}", origin="pipeline",
-        report=verdict.report_markdown, artifacts=tuple(("backtest", path) for path in tested.files))
+        report=verdict.report_markdown,
+        artifacts=(*(("backtest", path) for path in tested.files), *(("gate", path) for path in verdict.files)))
 
 
 def cycle_candidate(data_version: str, challenger: TrainResult, tested: BacktestResult,

@@ -108,11 +108,14 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
     assert command("promote", "1").endswith("✓ promote podracer-ppo version 1 is champion")
     assert command("promote", "7", code=1).endswith("✗ promote: podracer-ppo: no version 7 in "
                                                     "sqlite:///mlflow/mlflow.db")
-    summary = command("run")
-    assert "model podracer-ppo version 2 (alias champion) gate promoted: vs buy-and-hold: ΔSharpe" in summary
+    summary = command("run")  # the same data and config train the same model: no test against the champion
+    assert "model podracer-ppo version 2 (alias challenger) gate refused: vs champion: no test, " in summary
+    assert "┃ metric ┃ agent ┃ champion ┃ buy-and-hold ┃" in summary  # the gate faced the champion
     assert re.search(r"MLflow run [0-9a-f]{32} data version [0-9a-f]{16} \(reused\)", summary)
     assert "artifacts plot data/backtest/equity.png, metrics data/backtest/metrics.json" in summary
-    assert "Paper orders for bar 2021-12-31 from models:/podracer-ppo/2" in summary
+    assert "Paper orders for bar 2021-12-31 from models:/podracer-ppo/1" in summary
+    assert command("promote", "2").endswith("✓ promote podracer-ppo version 2 is champion; "
+                                            "version 1 is previous_champion")
     assert command("promote", "1").endswith("✓ promote podracer-ppo version 1 is champion; "
                                             "version 2 is previous_champion")
     assert command("rollback").endswith("✓ rollback podracer-ppo version 2 is champion again; "

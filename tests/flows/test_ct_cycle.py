@@ -17,6 +17,7 @@ from datetime import date
 
 import pytest
 
+from flows import ct_cycle as cycle_module
 from flows.ct_cycle import ct_cycle
 from tasks.config import load_params
 from tasks.data import features
@@ -150,6 +151,37 @@ def test_a_shadow_trades_beside_the_champion_and_is_promoted_when_its_record_pas
     assert (tags["shadow_bars"], tags["shadow_tested"], tags["shadow_since"]) == ("10", "10", since)
     after = deliver(params)
     assert (after.version, after.shadow.version) == ("2", "3")
+
+
+def test_a_look_is_recorded_before_registration_so_a_failed_cycle_does_not_look_again(
+        built_copy, prefect_server, monkeypatch):
+    """The gate forced open, as above. The cycle that tests the shadow dies registering: the
+    look is on the shadow's version already, so the rerun on the same bars does not test it
+    again (the decision of a spent look is lost, never retaken; docs/operations.md, the gate)."""
+    params = built_copy.model_copy(update={
+        "registry": built_copy.registry.model_copy(update={"gate_margin": -1000.0}),
+        "ct": built_copy.ct.model_copy(update={"shadow_bars": 10, "generations": 1})})
+    store, name = client(params.registry), params.registry.model_name
+    register(params)
+    simulate(params, 5)
+    assert ct_cycle(params).note.startswith("version 2: enters shadow")
+    simulate(params, 10)
+
+    def dies(*args, **kwargs):
+        raise RuntimeError("the tracking server died while registering")
+
+    monkeypatch.setattr(cycle_module, "register_task", dies)
+    with pytest.raises(RuntimeError, match="died while registering"):
+        ct_cycle(params)
+    tags = store.get_model_version(name, "2").tags
+    assert (tags["shadow_tested"], tags["shadow_bars"]) == ("10", "10")
+    assert tags["shadow_line"].startswith("shadow version 2 promoted to champion: ")  # the look, not carried out
+    assert alias_map(store, name) == {CHAMPION: "1", SHADOW: "2", CHALLENGER: "2"}
+    monkeypatch.undo()
+    again = ct_cycle(params)
+    assert again.note.startswith("version 3: shadow version 2 stays in shadow: ")
+    assert store.get_model_version(name, "2").tags["shadow_tested"] == "10"
+    assert alias_map(store, name) == {CHAMPION: "1", SHADOW: "2", CHALLENGER: "3"}
 
 
 def alias_map(store, name: str) -> dict[str, str]:

@@ -22,6 +22,8 @@ def test_pipeline_runs_end_to_end_and_again_with_reused_data(prefect_server, tmp
     second = rlops_pipeline(params)
     assert second.ingest.reused and second.ingest.data_version == first.ingest.data_version
     assert second.register.version == "2"
+    assert [e.benchmark for e in second.gate.decision.evidence] == ["champion", "buy_and_hold"]  # version 1 sits
+    assert list(second.gate.compared.curve.columns) == ["agent", "champion", "buy_and_hold"]
     stamps = {p.name: p.stat().st_mtime_ns for p in params.dirs.features.iterdir()}
     third = rlops_pipeline(params)  # outputs exist and inputs are unchanged: validate/features cached
     assert {p.name: p.stat().st_mtime_ns for p in params.dirs.features.iterdir()} == stamps

@@ -1,14 +1,25 @@
-"""The paired test of a Sharpe difference, against hand-computed values: the statistic, the
-verdict line, the minimum track record, and the cases that must never (or must) pass."""
+"""The paired test of a Sharpe difference, against hand-computed values: the statistic, its
+p-value and interval rebuilt by hand from the same resamples, the faults that fail it closed,
+the verdict line, the minimum track record, and a small calibration on simulated null pairs."""
 
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tasks.config import RegistryParams
-from tasks.registry.evidence import Evidence, against, evidence_line, paired_test
+from tasks.registry.evidence import (
+    Evidence,
+    against,
+    block_length,
+    circular_indices,
+    evidence_line,
+    paired_test,
+    persistent_se,
+)
 
 YEAR = 252.0
 
@@ -36,8 +47,9 @@ def test_the_statistic_is_the_difference_of_the_two_annualised_sharpes_by_hand()
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_model_identical_to_its_benchmark_never_passes(seed):
     returns = market(250, seed)
-    e = paired_test(returns, returns.copy(), "buy_and_hold", per_year=YEAR, seed=seed, alpha=0.5)
-    assert (e.diff, e.p_value, e.passed, e.more_bars()) == (0.0, 1.0, False, None)
+    e = paired_test(returns, returns.copy(), "buy_and_hold", per_year=YEAR, seed=seed, alpha=0.5, arm="agent")
+    assert (e.p_value, e.passed, e.more_bars()) == (1.0, False, None)
+    assert e.fault == "agent and buy_and_hold differ by a constant on every one of the 250 bars: nothing to test"
 
 
 def test_a_planted_large_edge_passes_and_a_planted_loss_is_refused():
@@ -74,9 +86,8 @@ def test_alpha_and_the_margin_decide():
 def test_too_few_bars_are_no_evidence():
     e = paired_test(np.full(5, 0.01) + np.arange(5) * 1e-3, np.zeros(5), "buy_and_hold", per_year=YEAR)
     assert (e.bars, e.p_value, e.passed, e.more_bars()) == (5, 1.0, False, 5)
-    assert evidence_line([e]).startswith("vs buy-and-hold: ΔSharpe +")
-    assert evidence_line([e]).endswith("too few bars to test (fewer than 10), p 1 ≥ α 0.05 over 5 bars; "
-                                       "about 5 more bars of this edge would pass")
+    assert evidence_line([e]) == ("vs buy-and-hold: no test, only 5 bars (the test needs at least 10): fails closed "
+                                  "over 5 bars; about 5 more bars would allow a test")
     with pytest.raises(ValueError, match="paired returns need the same bars"):
         paired_test(np.zeros(20), np.zeros(21), "buy_and_hold", per_year=YEAR)
 
@@ -117,3 +128,142 @@ def test_against_pairs_every_other_column_on_the_same_bars():
 
     for test in tests:
         assert test.diff == pytest.approx(sharpe(values["challenger"]) - sharpe(values[test.benchmark]), abs=1e-9)
+
+
+def curve_of(**arms: list[float]) -> pd.DataFrame:
+    return pd.DataFrame(arms, index=pd.date_range("2024-01-01", periods=len(next(iter(arms.values()))), freq="B"))
+
+
+GOOD = [100.0 * 1.001**i + (i % 3) for i in range(30)]
+HOLD = [100.0 * 1.0005**i + (i % 5) * 0.7 for i in range(30)]
+
+
+@pytest.mark.parametrize(("broken", "fault"), [
+    ({3: math.nan}, "agent: account value nan at bar 3 (2024-01-04)"),
+    ({7: math.inf}, "agent: account value inf at bar 7 (2024-01-10)"),
+    ({12: 0.0}, "agent: account value 0 at bar 12 (2024-01-17)"),
+    ({12: -5.0}, "agent: account value -5 at bar 12 (2024-01-17)"),
+])
+def test_a_bad_account_value_fails_every_test_closed_naming_the_arm_and_the_bar(broken, fault):
+    """A NaN once made every comparison False and the p-value tiny: the test "passed"."""
+    agent = list(GOOD)
+    for bar, value in broken.items():
+        agent[bar] = value
+    curve = curve_of(agent=agent, champion=HOLD, buy_and_hold=HOLD)
+    tests = against(curve, "agent", RegistryParams(gate_resamples=199, gate_margin=-1000), YEAR)
+    assert [(t.benchmark, t.fault, t.passed, t.p_value) for t in tests] == [
+        ("champion", fault, False, 1.0), ("buy_and_hold", fault, False, 1.0)]
+    assert evidence_line(tests).endswith(": fails closed over 29 bars")
+
+
+def test_a_bad_benchmark_value_fails_closed_too():
+    hold = list(HOLD)
+    hold[20] = math.nan
+    (test,) = against(curve_of(agent=GOOD, buy_and_hold=hold), "agent", RegistryParams(gate_margin=-1000), YEAR)
+    assert test.fault == "buy_and_hold: account value nan at bar 20 (2024-01-29)" and not test.passed
+
+
+@pytest.mark.parametrize(("model", "fault"), [
+    (np.r_[np.full(3, 0.01), np.nan, np.full(26, 0.01)], "agent: return nan at bar 3"),
+    (np.r_[np.full(29, 0.01), -np.inf], "agent: return -inf at bar 29"),
+    (np.zeros(30), "agent: its returns never vary over the 30 bars, so it has no Sharpe"),
+])
+def test_bad_or_flat_returns_fail_closed(model, fault):
+    bench = market(30, 9)
+    e = paired_test(model, bench, "buy_and_hold", per_year=YEAR, margin=-1000, arm="agent")
+    assert (e.fault, e.passed, e.p_value, e.more_bars()) == (fault, False, 1.0, None)
+    assert e.summary() == f"vs buy-and-hold: no test, {fault}"
+
+
+def test_the_resamples_are_arch_circular_blocks():
+    from arch.bootstrap import CircularBlockBootstrap
+
+    ours = circular_indices(23, 4, 5, seed=17)
+    theirs = CircularBlockBootstrap(4, np.zeros(23), seed=17)
+    assert np.array_equal(ours, np.stack([theirs.update_indices() for _ in range(5)]))
+
+
+def by_hand(model: np.ndarray, bench: np.ndarray, margin: float, alpha: float, resamples: int,
+            seed: int) -> tuple[float, float, float]:
+    """The test, rebuilt resample by resample from its definition (module docstring)."""
+    bars = model.size
+
+    def sharpes(a: np.ndarray, b: np.ndarray) -> float:
+        return (a.mean() / a.std(ddof=1) - b.mean() / b.std(ddof=1)) * math.sqrt(252)
+
+    def se(a: np.ndarray, b: np.ndarray) -> float:
+        psi = []
+        for x in (a, b):
+            m, q = x.mean(), (x * x).mean()
+            v = q - m * m
+            psi.append(q / v**1.5 * (x - m) - m / (2 * v**1.5) * (x * x - q))
+        d = psi[0] - psi[1]
+        rho = float(np.dot(d[1:], d[:-1]) / np.dot(d, d))
+        rho += (1 + 3 * rho) / bars
+        rho = min(max(rho + math.sqrt(max(1 - rho * rho, 0)) / math.sqrt(bars), -0.9), 0.97)
+        u = d[1:] - rho * d[:-1]
+        return math.sqrt(np.mean(u * u) / (1 - rho) ** 2 / bars * 252 * (bars - 1) / bars)
+
+    observed, s = sharpes(model, bench), se(model, bench)
+    errors, ts = [], []
+    for index in circular_indices(bars, block_length(psi_of(model, bench)), resamples, seed):
+        err = sharpes(model[index], bench[index]) - observed
+        errors.append(err)
+        ts.append(err / se(model[index], bench[index]))
+    errors, ts = np.array(errors), np.array(ts)
+    p = max((1 + np.sum(errors >= observed - margin)) / (resamples + 1),
+            (1 + np.sum(ts >= (observed - margin) / s)) / (resamples + 1))
+    low = observed - max(np.quantile(errors, 1 - alpha), np.quantile(ts, 1 - alpha) * s)
+    high = observed - min(np.quantile(errors, alpha), np.quantile(ts, alpha) * s)
+    return p, low, high
+
+
+def psi_of(model: np.ndarray, bench: np.ndarray) -> np.ndarray:
+    out = []
+    for x in (model, bench):
+        m, q = x.mean(), (x * x).mean()
+        v = q - m * m
+        out.append(q / v**1.5 * (x - m) - m / (2 * v**1.5) * (x * x - q))
+    return out[0] - out[1]
+
+
+@pytest.mark.parametrize(("margin", "alpha"), [(0.0, 0.05), (0.3, 0.1)])
+def test_the_p_value_and_interval_rebuilt_by_hand_from_the_same_resamples(margin, alpha):
+    """The recentred one-sided p-value of both statistics, the larger one reported, and the
+    union of the two (1 − 2α) intervals, low end below the high end."""
+    bench = market(40, 21)
+    model = bench + np.random.default_rng(22).normal(0.0006, 0.004, 40)
+    e = paired_test(model, bench, "buy_and_hold", per_year=YEAR, margin=margin, alpha=alpha, resamples=299, seed=5)
+    p, low, high = by_hand(model, bench, margin, alpha, 299, 5)
+    assert e.p_value == pytest.approx(p, abs=1e-12)
+    assert (e.low, e.high) == (pytest.approx(low, abs=1e-9), pytest.approx(high, abs=1e-9))
+    assert e.low < e.diff < e.high
+    assert e.se * math.sqrt(252 / 252) == pytest.approx(float(persistent_se(psi_of(model, bench)))
+                                                        * math.sqrt(252 * 39 / 40), rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10_000), edge=st.floats(-0.001, 0.002), margin=st.floats(-0.5, 1.0))
+def test_the_interval_and_the_p_value_agree(seed, edge, margin):
+    """``low > margin`` about when p < α: each statistic's lower end is above the margin
+    exactly when fewer than α of its replicates reach the observed edge."""
+    bench = market(60, seed)
+    model = bench + np.random.default_rng(seed + 1).normal(edge, 0.003, 60)
+    e = paired_test(model, bench, "buy_and_hold", per_year=YEAR, margin=margin, resamples=399, seed=seed)
+    slack = 3 / 400
+    if e.p_value < e.alpha - slack:
+        assert e.low > margin
+    if e.p_value > e.alpha + slack:
+        assert e.low <= margin
+    assert e.low <= e.diff <= e.high
+
+
+def test_against_reads_alpha_and_margin_from_the_registry():
+    bench = market(250, 7)
+    model = bench + np.random.default_rng(8).normal(0.0003, 0.003, 250)
+    prices = curve_of(agent=list(100 * np.cumprod(np.r_[1, 1 + model])),
+                      hold=list(100 * np.cumprod(np.r_[1, 1 + bench])))
+    loose, strict = (against(prices, "agent", RegistryParams(gate_alpha=a), YEAR)[0] for a in (0.3, 0.01))
+    assert (loose.alpha, strict.alpha) == (0.3, 0.01) and loose.p_value == strict.p_value
+    assert loose.passed and not strict.passed
+    assert against(prices, "agent", RegistryParams(gate_alpha=0.3, gate_margin=5.0), YEAR)[0].margin == 5.0

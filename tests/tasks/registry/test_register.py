@@ -1,19 +1,28 @@
 """What the register stage is given: the pipeline's and a cycle's candidates, built from
-named results; and a registration cut off half-way, which the next one deletes."""
+named results; the pipeline's gate facing the sitting champion; and a registration cut off
+half-way, which the next one deletes."""
 
+import json
 import os
+import shutil
 from datetime import date
 from pathlib import Path
 
 import pandas as pd
+import torch
 
-from tasks.model.backtest import BacktestResult
+from tasks.config import Params
+from tasks.model import bundle
+from tasks.model.backtest import BacktestResult, backtest, load_result
 from tasks.model.train import TrainResult
+from tasks.model.walkforward import Champion
 from tasks.registry.evidence import Evidence
-from tasks.registry.gate import Decision
+from tasks.registry.gate import CHALLENGER, CHAMPION, SHADOW, Decision
 from tasks.registry.register import COMPLETE, cycle_candidate, drop_incomplete, pipeline_candidate, register
-from tasks.registry.report import GateVerdict
+from tasks.registry.report import GateVerdict, gate_report
 from tasks.registry.store import SERVER_ENV, client
+from tasks.registry.versions import CUTOFF
+from tests.tasks.registry.test_register_deliver import aliases, with_margin
 
 
 def trained(folder: str, cutoff: str, start: str) -> TrainResult:
@@ -40,16 +49,72 @@ def test_a_cycle_candidate_carries_the_decision_and_names_its_window():
                                 "warm_start": "warm start from the champion"}
 
 
-def test_the_pipeline_candidate_reads_the_backtest_and_gates_it_when_not_given(built):
+def test_the_pipeline_candidate_reads_the_backtest_and_gates_it_when_not_given(built_copy):
+    built = built_copy  # the gate asks the registry for a champion (there is none: gated as before)
     candidate = pipeline_candidate(built)
+    assert [e.benchmark for e in candidate.decision.evidence] == ["buy_and_hold"]
     assert candidate.model_dir == built.dirs.models and candidate.origin == "pipeline"
-    assert candidate.cutoff == "2021-08-31" and candidate.reason.startswith(("promoted: vs buy-and-hold: ΔSharpe ", "enters shadow: vs buy-and-hold: ΔSharpe ", "refused: vs buy-and-hold: ΔSharpe "))
+    assert candidate.cutoff == "2021-08-31" and candidate.reason.startswith(
+        tuple(f"{said}: vs buy-and-hold: " for said in ("promoted", "enters shadow", "refused")))
     assert set(candidate.metrics) == {"test", "buy_and_hold"}
     assert candidate.report.startswith(candidate.reason + "\n\n")
     assert candidate.report.endswith("Test window 2021-09-01 to 2021-12-31; trained and selected on data to "
                                      "2021-08-31.")
     assert [(a, p.name) for a, p in candidate.artifacts] == [("backtest", "metrics.json"), ("backtest", "equity.csv"),
                                                             ("backtest", "equity.png")]
+
+
+def retrained(params: Params) -> Params:
+    """Another model in ``data/models/``: the trained policy's output layer ×50 (it trades
+    otherwise than the one registered before), backtested on the test window again."""
+    weights = torch.load(params.dirs.models / bundle.WEIGHTS, weights_only=True)
+    last = max(k for k in weights if k.endswith(".weight") and k.startswith("net."))
+    torch.save({**weights, last: weights[last] * 50.0}, params.dirs.models / bundle.WEIGHTS)
+    backtest(params)
+    return params
+
+
+def test_the_pipeline_gate_faces_the_sitting_champion_on_a_clean_test_window(built_copy):
+    params = with_margin(built_copy, -1000)  # every edge 'significant': the wiring is what is tested
+    assert register(params).version == "1"  # the champion, selected up to 2021-08-31
+    candidate = pipeline_candidate(retrained(params))
+    assert [e.benchmark for e in candidate.decision.evidence] == ["champion", "buy_and_hold"]
+    assert candidate.decision.action == "promote" and candidate.reason.startswith("promoted: vs champion: ΔSharpe ")
+    assert "## Gate report: agent vs champion vs buy_and_hold" in candidate.report
+    assert "had seen" not in candidate.report and set(candidate.metrics) == {"test", "buy_and_hold", "champion"}
+    assert [(a, p.name) for a, p in candidate.artifacts][3:] == [("gate", "metrics.json"), ("gate", "equity.csv"),
+                                                                ("gate", "equity.png")]
+    compared = pd.read_csv(params.dirs.backtest / "champion" / "equity.csv", index_col=0)
+    tested = pd.read_csv(params.dirs.backtest / "equity.csv", index_col=0)
+    assert list(compared.columns) == ["agent", "champion", "buy_and_hold"]
+    pd.testing.assert_frame_equal(compared[["agent", "buy_and_hold"]], tested)  # the same bars, the same agent
+
+
+def test_a_champion_that_saw_test_bars_lets_the_new_model_into_shadow_at_most(built_copy):
+    params = with_margin(built_copy, -1000)
+    register(params)
+    store, name = client(params.registry), params.registry.model_name
+    store.set_model_version_tag(name, "1", CUTOFF, "2021-09-30")  # trained or selected into the test window
+    result = register(retrained(params))
+    assert result.reason.startswith("enters shadow (no clean window: champion version 1 had trained or selected on "
+                                    "21 of the 85 test bars, so it can be promoted only on the record it trades): "
+                                    "vs champion: ΔSharpe ")
+    assert not result.promoted and aliases(params) == {CHAMPION: "1", CHALLENGER: "2", SHADOW: "2"}
+    description = store.get_model_version(name, "2").description
+    assert "it had seen 21 of its 85 bars" in description
+
+
+def test_a_champion_that_cannot_trade_the_test_window_is_a_faulted_test_and_refuses(built_copy, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(built_copy.dirs.models, other)
+    meta = json.loads((other / bundle.META).read_text())
+    (other / bundle.META).write_text(json.dumps({**meta, "symbols": [f"X{s}" for s in meta["symbols"]]}))
+    verdict = gate_report(with_margin(built_copy, -1000), load_result(built_copy.dirs.backtest),
+                          champion=Champion("1", other, "2021-08-31", None))
+    assert verdict.decision.action == "refuse" and verdict.compared is None
+    assert verdict.reason.startswith("refused: vs champion: no test, champion version 1 cannot trade this test window "
+                                     "(")
+    assert "vs buy-and-hold: ΔSharpe" in verdict.reason
 
 
 def test_a_registration_cut_off_half_way_is_deleted_by_the_next(built_copy):

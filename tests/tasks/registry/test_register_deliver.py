@@ -40,8 +40,10 @@ def test_gate_refusal_keeps_challenger_and_deliver_says_why(built_copy):
 
 
 def test_promotion_moves_aliases(built_copy):
+    from tests.tasks.registry.test_register import retrained
+
     first = register(with_margin(built_copy, -1e9))
-    second = register(with_margin(built_copy, -1e9))
+    second = register(with_margin(retrained(built_copy), -1e9))  # another model: it faces the first as champion
     assert first.promoted and second.promoted and (first.version, second.version) == ("1", "2")
     assert aliases(built_copy) == {CHAMPION: "2", PREVIOUS: "1"}
     assert promote(built_copy.registry, "1") == "2"

@@ -143,8 +143,8 @@ def measure_seed(job: tuple[str, int, int, int, list[str], int | None]) -> dict[
     from tasks.model.backtest import backtest
     from tasks.model.train import train
     from tasks.model.walkforward import Champion, challenger_plan, day, windows
-    from trainers.metrics import periods_per_year, sharpe
     from trainers.evaluate import buy_and_hold
+    from trainers.metrics import periods_per_year, sharpe
 
     market, seed, nights, spacing, overrides, generations = job
     torch.set_num_threads(1)

@@ -53,7 +53,7 @@ def test_a_planted_edge_enters_shadow_on_night_0_and_is_promoted_at_its_first_te
     Never before: the record is bars after the window that chose it."""
     year = shadow_gate(judge, [PLANTED] + [LOSER] * (NIGHTS - 1), EVAL, every)
     assert year.promotions == [(every * tests, PLANTED)]
-    assert (year.tests, year.entered, year.shadow_moves) == (tests, 1, 2)  # the alias: set on night 0, gone at promotion
+    assert (year.tests, year.entered, year.shadow_moves) == (tests, 1, 2)  # the alias: set on night 0, gone after
 
 
 def test_a_record_that_includes_its_window_is_tested_and_promoted_the_next_night(judge):

@@ -292,8 +292,11 @@ def pipeline_report(result: dict[str, Any], params: Params) -> str:
 
 
 def run_jobs(work: Any, jobs: list[Any], processes: int) -> list[Any]:
-    """``work`` over ``jobs``, side by side in spawned processes as benchmarks/results.py runs seeds."""
-    with multiprocessing.get_context("spawn").Pool(max(1, min(processes, len(jobs)))) as pool:
+    """``work`` over ``jobs``, side by side in spawned processes as benchmarks/results.py runs
+    seeds (in this process when there is one process or one job)."""
+    if processes <= 1 or len(jobs) <= 1:
+        return [work(job) for job in jobs]
+    with multiprocessing.get_context("spawn").Pool(min(processes, len(jobs))) as pool:
         return list(pool.imap(work, jobs))
 
 

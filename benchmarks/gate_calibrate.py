@@ -26,6 +26,7 @@ from scipy.signal import lfilter
 from scipy.stats import binomtest
 
 from tasks.config import RegistryParams
+from tasks.data.synthetic_daily import _garch_shocks
 from tasks.registry.evidence import paired_test
 
 MU, SD, TE, TWIN_TE, BURN = 0.0004, 0.01, 0.003, 0.0005, 200
@@ -40,12 +41,9 @@ def _ar(phi: float) -> Callable[[np.random.Generator, int], np.ndarray]:
 
 
 def _garch_t(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Unit-variance GARCH(1,1) (ω 0.02, α 0.08, β 0.9) with Student-t(4) shocks."""
-    shocks, out, var = rng.standard_t(4, n) / math.sqrt(2.0), np.empty(n), 1.0
-    for t in range(n):
-        out[t] = math.sqrt(var) * shocks[t]
-        var = 0.02 + 0.08 * out[t] ** 2 + 0.9 * var
-    return out
+    """Unit-variance GARCH(1,1) with Student-t(4) shocks, as the embedded market draws its
+    idiosyncratic shocks (α 0.08, β 0.9)."""
+    return _garch_shocks(rng, n, 1, np.ones(1), dof=4.0)[0][:, 0]
 
 
 def _jumps(rng: np.random.Generator, n: int) -> np.ndarray:

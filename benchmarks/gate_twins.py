@@ -44,7 +44,6 @@ import argparse
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import shutil
 import statistics
@@ -62,7 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import gate_twins_sim as sim  # noqa: E402
-from benchmarks.results import market_params, seeds_of  # noqa: E402
+from benchmarks.gate import run_jobs, write  # noqa: E402
+from benchmarks.results import build_market, seeds_of  # noqa: E402
 
 TWINS_JSON = ROOT / "docs/results/gate-twins.json"
 PAIRS = (("challenger", "champion"), ("challenger", "buy_and_hold"), ("champion", "buy_and_hold"))
@@ -139,12 +139,12 @@ def measure_seed(job: tuple[str, int, int, int, list[str], int | None]) -> dict[
     the last night on the market's last bar."""
     import torch
 
-    from tasks.data import features, ingest, validate
+    from tasks.data import features
     from tasks.model.backtest import backtest
     from tasks.model.train import train
     from tasks.model.walkforward import Champion, challenger_plan, day, windows
     from trainers.evaluate import buy_and_hold
-    from trainers.metrics import periods_per_year, sharpe
+    from trainers.metrics import sharpe
 
     market, seed, nights, spacing, overrides, generations = job
     torch.set_num_threads(1)
@@ -152,11 +152,8 @@ def measure_seed(job: tuple[str, int, int, int, list[str], int | None]) -> dict[
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         extra = [f"evolution.generations={generations}"] if generations else []
-        params = market_params(Path(tmp), market, seed, [*overrides, *extra])
-        for stage in (ingest.ingest, validate.validate, features.features):
-            stage(params)
-        full = features.load(params.dirs.features)
-        per_year = periods_per_year(params.data.freq)
+        built = build_market(Path(tmp), market, seed, [*overrides, *extra])
+        params, full, per_year = built.params, built.fs, built.per_year
         trained = train(params)
         champion_seconds = time.perf_counter() - started
         val_hi = full.splits["validation"][1]
@@ -252,20 +249,6 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
             "pairs": pairs, "entry": entry, "hold": {"vol": vol, "sharpe": [r["hold"]["sharpe"] for r in rows],
                                                      "garch": garch},
             "model": asdict(model)}
-
-
-def run_jobs(work: Any, jobs: list[Any], processes: int) -> list[Any]:
-    """``work`` over ``jobs`` in spawned processes (at most ``processes`` side by side)."""
-    if processes <= 1 or len(jobs) <= 1:
-        return [work(job) for job in jobs]
-    with multiprocessing.get_context("spawn").Pool(min(processes, len(jobs))) as pool:
-        return list(pool.imap(work, jobs))
-
-
-def write(result: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"wrote {path}")
 
 
 def main() -> None:

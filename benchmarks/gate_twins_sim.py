@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import statistics
 import sys
 import time
@@ -289,8 +288,7 @@ def interval(counts: list[int]) -> dict[str, Any]:
     low = stats.chi2.ppf(0.025, 2 * total) / 2 / n if total else 0.0
     high = stats.chi2.ppf(0.975, 2 * total + 2) / 2 / n
     any_ = sum(c > 0 for c in counts)
-    cp_low = stats.beta.ppf(0.025, any_, n - any_ + 1) if any_ else 0.0
-    cp_high = stats.beta.ppf(0.975, any_ + 1, n - any_) if any_ < n else 1.0
+    cp_low, cp_high = stats.binomtest(any_, n).proportion_ci(0.95, method="exact")
     sd = statistics.stdev(counts) if n > 1 else math.nan
     half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) if n > 1 else math.nan
     return {"years": n, "mean": total / n, "poisson95": [low, high], "t95": [total / n - half, total / n + half],
@@ -334,6 +332,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, line: str) -> None:
+    from benchmarks.gate import run_jobs, write
     from benchmarks.results import seeds_of
 
     params_file, step = CONFIGS[args.config]
@@ -353,11 +352,7 @@ def main(args: argparse.Namespace, line: str) -> None:
     seeds = seeds_of(args.years)
     started = time.perf_counter()
     jobs = [(model, config, params_file, args.overrides, s) for s in seeds]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs))) as pool:
-            rows = list(pool.imap(_year_job, jobs))
-    else:
-        rows = [_year_job(j) for j in jobs]
+    rows = run_jobs(_year_job, jobs, args.jobs)
     counts = [len(r["promotions"]) for r in rows]
     result = {"command": line, "minutes": (time.perf_counter() - started) / 60,
               "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -372,9 +367,7 @@ def main(args: argparse.Namespace, line: str) -> None:
     if not config.resamples_shipped:
         result["warning"] = f"gate_resamples {config.resamples}: NOT the shipped setting"
     path = args.json or ROOT / f"docs/results/gate-twins-null-{args.config}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"wrote {path}")
+    write(result, path)
     print(json.dumps({k: result[k] for k in ("config", "union_bound", "false_promotions", "tests_a_year",
                                              "shadows_a_year", "seconds_a_year",
                                              "cpu_seconds_a_year")}, indent=1))

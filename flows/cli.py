@@ -355,18 +355,22 @@ def _broker_headers(cfg: Params) -> dict[str, str]:
 
 @app.command()
 def up(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Start the local Prefect server, MLflow server, paper broker and deployment runner on 127.0.0.1."""
+    """Start the local Prefect server, MLflow server, receiver, paper broker and deployment runner on
+    127.0.0.1, and the supervisor that restarts any of them that dies."""
     from tasks import services
 
     cfg = _stage("config", lambda: _params(params, set_, clients=False))
+    from tasks.registry.webhook import ensure_webhook
+
     running = _stage("up", lambda: services.up(cfg, _broker_headers(cfg),
                                                say=lambda line: console.print(f"  {line}")))
+    _stage("up", lambda: ensure_webhook(cfg))
     console.print(_services_table([(r, True, True) for r in running]))
 
 
 @app.command()
 def down(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """Stop the services `podracer up` started (by their recorded PIDs)."""
+    """Stop the supervisor, then the services `podracer up` started (by their recorded PIDs)."""
     from tasks import services
 
     cfg = _stage("config", lambda: _params(params, set_, clients=False))
@@ -376,12 +380,18 @@ def down(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None
 
 @app.command()
 def status(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
-    """What `podracer up` started: each service's PID, URL, and whether it answers; the registry's aliases."""
+    """What `podracer up` started: each service's PID, URL, whether it answers, its restarts and their last
+    reason; the supervisor; the registry's aliases."""
     from tasks import services
 
     cfg = _stage("config", lambda: _params(params, set_, clients=False))
     rows = _stage("status", lambda: services.status(cfg, _broker_headers(cfg)))
     console.print(_services_table(rows) if rows else "no services recorded (start them with `podracer up`)")
+    for service, _, _ in rows:
+        if service.state == "gave up":  # the whole reason, on one line
+            console.print(f"[bold red]✗ {service.name}:[/] {escape(service.reason)}", soft_wrap=True, highlight=False)
+    if rows:
+        console.print(escape(services.watching(cfg)), soft_wrap=True, highlight=False)
     for line in _stage("status", lambda: _registry_lines(cfg, rows)):
         console.print(line, soft_wrap=True, highlight=False)
 
@@ -405,10 +415,15 @@ def _registry_lines(cfg: Params, rows: list) -> list[str]:
 
 
 def _services_table(rows: list) -> Table:
-    table = Table("service", "pid", "url", "state", "log", title="podracer services")
+    """Each service, whether it answers now, and what the supervisor did with it."""
+    table = Table("service", "pid", "url", "state", "restarts", "last reason", "log", title="podracer services")
     for service, running, healthy in rows:
-        state = "[green]answers[/]" if healthy else ("[yellow]runs, not answering[/]" if running else "[red]stopped[/]")
-        table.add_row(service.name, str(service.pid), service.url, state, service.log)
+        state = ("[green]answers[/]" if healthy else "[red]gave up[/]" if service.state == "gave up"
+                 else f"[yellow]{service.state}[/]" if service.state in ("starting", "restarting")
+                 else "[yellow]runs, not answering[/]" if running else "[red]stopped[/]")
+        reason = service.reason if len(service.reason) <= 40 else service.reason[:39] + "…"
+        table.add_row(service.name, str(service.pid), service.url, state, str(service.restarts), escape(reason),
+                      service.log)
     return table
 
 

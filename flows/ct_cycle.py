@@ -7,8 +7,7 @@ the standing shadow's record → the gate, whose look at the shadow is written o
 version at once (a cycle that fails later does not look again) → registration with the
 gate report (a Prefect artifact, and MLflow artifacts beside the version). The challenger
 can only enter shadow; a shadow whose record passes the test is promoted, which moves the
-``champion`` alias, and the ``deliver/on-promotion`` deployment delivers it
-(:mod:`flows.deployments`).
+``champion`` alias, and the runner delivers it (:func:`flows.deployments.listen_promotions`).
 
 At most one cycle runs at a time: both ct-cycle deployments share the global concurrency
 limit ``ct-cycle`` (one slot), so a second data event queues its run instead of losing it.
@@ -39,6 +38,10 @@ from tasks.registry.store import check_tracking
 from tasks.registry.versions import champion_task
 
 CONCURRENCY = "ct-cycle"
+LEASE_SECONDS = 60.0
+"""The ``ct-cycle`` slot's lease, renewed every 45 s while the cycle runs: a cycle killed
+with its runner frees the slot 60-75 s later (the server looks for expired leases every
+15 s), before the data poll's rerun asks for it (docs/operations.md, The supervisor)."""
 RETRIED = {"retries": 2, "retry_delay_seconds": 5}
 """A failed fetch of the champion, or a failed training, is tried again: training resumes
 from its checkpoint (:func:`tasks.model.walkforward.challenger_plan`)."""
@@ -60,7 +63,7 @@ def _hold_slot() -> contextlib.AbstractContextManager:
     temporary server of ``podracer ct`` has no such limit, and needs none)."""
     if not os.environ.get("PREFECT_API_URL"):
         return contextlib.nullcontext()
-    return concurrency(CONCURRENCY, occupy=1, timeout_seconds=3600)
+    return concurrency(CONCURRENCY, occupy=1, timeout_seconds=3600, lease_duration=LEASE_SECONDS)
 
 
 @flow(name="ct-cycle")

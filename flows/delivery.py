@@ -2,7 +2,8 @@
 
 Wiring only. ``deliver_champion`` runs when the ``champion`` alias moves: the MLflow webhook
 receiver, or the registry poll that covers lost webhooks, emits ``podracer.model.promoted``
-and the ``deliver/on-promotion`` trigger starts it (:mod:`flows.deployments`). Delivery is
+and the runner, listening for it, runs it in its own process
+(:func:`flows.deployments.listen_promotions`). Delivery is
 idempotent: a version trades a bar once (client order ids are version × bar × symbol), so
 the same alias set twice, or a webhook and a poll for one move, deliver once.
 """

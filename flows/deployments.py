@@ -9,8 +9,14 @@ bad value is refused (HTTP 409) before any run starts (docs/operations.md).
 | ``rlops-pipeline/manual`` | the whole pipeline | the UI or ``prefect deployment run`` |
 | ``ct-cycle/nightly`` | the CT cycle | cron ``schedule.retrain_cron`` in ``schedule.timezone`` |
 | ``ct-cycle/on-new-data`` | the CT cycle | the event ``podracer.data.arrived`` (new bars landed) |
-| ``deliver/on-promotion`` | one delivery with the new champion | the event ``podracer.model.promoted`` |
 | ``trade/session`` | one trading cycle | cron ``schedule.trade_cron`` (market days) |
+
+A new champion is delivered by the runner itself (:func:`listen_promotions`): it subscribes to
+Prefect's event stream and runs the ``deliver`` flow in its own, warm process the moment
+``podracer.model.promoted`` arrives, instead of waiting for a deployment run to be polled and
+a fresh process to import torch, MLflow and alpaca-py (5-7 s on 2 cores; docs/benchmarks.md,
+the continuous-training loop). Events that arrive while a delivery runs are folded into one
+delivery of the current champion.
 
 The runner also polls every ``services.poll_seconds`` (:class:`tasks.registry.webhook.Poller`):
 
@@ -21,9 +27,10 @@ The runner also polls every ``services.poll_seconds`` (:class:`tasks.registry.we
   cycle that crashed (its runner killed) or failed runs again by itself, and its training
   resumes from its checkpoint; a cycle that keeps failing is retried ever less often.
 
-When it starts, the runner marks ``Crashed`` the runs of its deployments that a runner
-killed with its flow processes left ``Running`` (they would hold their concurrency slot,
-and the data poll would wait on them for ever).
+When it starts, the runner marks ``Crashed`` the runs that a runner killed with its flow
+processes left ``Running`` (they would hold their deployment's concurrency slot, and the data
+poll would wait on them for ever). The ``ct-cycle`` slot such a run held is freed when its
+60-second lease runs out (Prefect's default is 300 s), before the data poll's rerun asks for it.
 
     python -m flows.deployments -p params.yaml   # with PREFECT_API_URL set to the server
 
@@ -34,7 +41,9 @@ everything that imports Prefect is imported inside the functions here.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import queue
 import threading
 from datetime import datetime, timedelta, timezone
 from functools import partial
@@ -60,10 +69,9 @@ def deployments(params: Params) -> list[RunnerDeployment]:
     from prefect.schedules import Cron
 
     from flows.ct_cycle import ct_cycle
-    from flows.delivery import deliver_champion, trade_session
+    from flows.delivery import trade_session
     from flows.pipeline import rlops_pipeline
     from tasks.data.arrivals import ARRIVED
-    from tasks.registry.webhook import PROMOTED
 
     config = {"params": params.model_dump(mode="json")}
     common = {"enforce_parameter_schema": True, "tags": [TAG]}
@@ -84,13 +92,6 @@ def deployments(params: Params) -> list[RunnerDeployment]:
                 parameters={"data_version": "{{ event.payload.data_version }}"})],
             description=f"The continuous-training cycle, started by a `{ARRIVED}` event (new bars, or bars no "
                         "cycle has finished on, announced again by the runner's data poll)."),
-        deliver_champion.to_deployment(
-            name="on-promotion", parameters=config, **common,
-            triggers=[DeploymentEventTrigger(
-                name="champion moved", expect={PROMOTED},
-                match={"prefect.resource.id": f"podracer.model.{params.registry.model_name}"},
-                parameters={"version": "{{ event.payload.version }}"})],
-            description=f"Delivers the new champion when `{PROMOTED}` fires (MLflow webhook or registry poll)."),
         trade_session.to_deployment(
             name="session", parameters=config, schedule=Cron(schedule.trade_cron, timezone=tz), **common,
             description=f"One trading cycle of the champion at `{schedule.trade_cron}` ({tz})."),
@@ -139,13 +140,14 @@ def in_flight(flow_name: str, within: timedelta) -> bool:
 
 
 def crash_orphans() -> list[str]:
-    """Mark ``Crashed`` every run of the project's deployments still under way: called when
-    the runner starts, when none of them can be, since runs execute in the runner's own
-    processes. Returns the names of the runs it marked."""
+    """Mark ``Crashed`` every run under way that carries the project's tag (its deployments'
+    runs and the runner's own deliveries): called when the runner starts, when none of them
+    can be, since they execute in the runner's own processes. A run's deployment slot is freed
+    with its Crashed state; the ``ct-cycle`` slot its flow held is freed when its lease
+    expires (:data:`flows.ct_cycle.LEASE_SECONDS`). Returns the names of the runs it marked."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
-        FlowRunFilterDeploymentId,
         FlowRunFilterState,
         FlowRunFilterStateType,
         FlowRunFilterTags,
@@ -157,7 +159,7 @@ def crash_orphans() -> list[str]:
     with get_client(sync_client=True) as client:
         orphans = client.read_flow_runs(flow_run_filter=FlowRunFilter(
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType(k) for k in ACTIVE])),
-            tags=FlowRunFilterTags(all_=[TAG]), deployment_id=FlowRunFilterDeploymentId(is_null_=False)))
+            tags=FlowRunFilterTags(all_=[TAG])))
         for run in orphans:
             client.set_flow_run_state(run.id, Crashed(message="its runner was killed; a new runner started"),
                                       force=True)
@@ -165,6 +167,56 @@ def crash_orphans() -> list[str]:
                         run.state_name)
             marked.append(run.name)
     return marked
+
+
+def listen_promotions(params: Params, stop: threading.Event) -> list[threading.Thread]:
+    """Deliver the champion in this process when ``podracer.model.promoted`` arrives: one
+    daemon thread follows Prefect's event stream (reconnecting while the server restarts),
+    another runs the ``deliver`` flow, one delivery at a time, tagged like the deployments'
+    runs (so that :func:`crash_orphans` finds it if the runner is killed)."""
+    wanted: queue.Queue[str | None] = queue.Queue()
+
+    def follow() -> None:
+        from prefect.events.clients import get_events_subscriber
+        from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+        from tasks.registry.webhook import PROMOTED
+
+        only = EventFilter(event=EventNameFilter(name=[PROMOTED]),
+                           resource=EventResourceFilter(id=[f"podracer.model.{params.registry.model_name}"]))
+
+        async def listen() -> None:
+            while not stop.is_set():
+                try:
+                    async with get_events_subscriber(filter=only.model_copy(deep=True)) as events:
+                        async for event in events:
+                            wanted.put(event.payload.get("version"))
+                except Exception as err:  # noqa: BLE001 - the server is away: listen again
+                    log.warning("event stream lost (%s): listening again in 2 s", err)
+                    await asyncio.sleep(2)
+
+        asyncio.run(listen())
+
+    def deliver() -> None:
+        from prefect import tags
+
+        from flows.delivery import deliver_champion
+
+        while not stop.is_set():
+            version = wanted.get()
+            while not wanted.empty():  # a burst of moves: the current champion once
+                version = wanted.get_nowait()
+            try:
+                with tags(TAG):
+                    deliver_champion(params, version)
+            except Exception:  # noqa: BLE001 - the run is Failed in Prefect; the next event tries again
+                log.exception("delivery of version %s failed", version)
+
+    threads = [threading.Thread(target=target, name=name, daemon=True)
+               for target, name in ((follow, "promotions"), (deliver, "deliver"))]
+    for thread in threads:
+        thread.start()
+    return threads
 
 
 def start_polls(params: Params, stop: threading.Event) -> list[threading.Thread]:
@@ -206,7 +258,9 @@ def main() -> None:
 
     ensure_concurrency_limit()
     crash_orphans()
-    start_polls(params, threading.Event())
+    stop = threading.Event()
+    listen_promotions(params, stop)
+    start_polls(params, stop)
     serve(*deployments(params), print_starting_message=True)
 
 

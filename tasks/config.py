@@ -203,6 +203,15 @@ class ServicesParams(Section):
     receiver_port: int = Field(8720, ge=1, le=65535, description="MLflow webhook receiver (emits Prefect events)")
     poll_seconds: float = Field(60.0, gt=0, description="registry poll for lost webhooks: a champion not "
                                 "delivered for this long is delivered again")
+    runner_port: int = Field(8730, ge=1, le=65535, description="the runner's health endpoint (Prefect's runner "
+                             "webserver: 200 while its poll of the server is current)")
+    health_grace: float = Field(60.0, gt=0, description="seconds a running service may fail its health check "
+                                "before the supervisor restarts it")
+    restart_backoff: float = Field(1.0, gt=0, description="seconds before the first restart of a service; each "
+                                   "further restart within restart_window waits twice as long (at most 60 s)")
+    restart_limit: int = Field(5, ge=1, description="restarts of one service within restart_window after which "
+                               "the supervisor stops retrying it (a crash loop)")
+    restart_window: float = Field(600.0, gt=0, description="seconds over which restarts are counted")
 
 
 class CTParams(Section):

@@ -1,5 +1,5 @@
-"""``podracer up`` / ``down`` / ``status``: the supervisor of the local services of continuous
-training (docs/operations.md).
+"""``podracer up`` / ``down`` / ``status``: the local services of continuous training and the
+supervisor that keeps them alive (docs/operations.md).
 
 Five child processes on 127.0.0.1, each in a session of its own with its log under
 ``data/services/<name>.log``:
@@ -12,18 +12,23 @@ Five child processes on 127.0.0.1, each in a session of its own with its log und
 - the webhook receiver (``podracer receiver``): MLflow's signed ``model_version_alias.created``
   deliveries become Prefect events (``tasks/registry/webhook.py``);
 - the local paper broker (``podracer broker``);
-- a runner serving the project's deployments (``flows/deployments.py``).
+- a runner serving the project's deployments (``flows/deployments.py``), with Prefect's
+  runner webserver on ``services.runner_port`` as its health check.
 
 Every service runs with the config ``up`` computed, overrides included: ``up`` writes it to
 ``data/services/params.yaml`` and starts each project service with ``-p`` that file, and
 ``status`` and the CLI's clients (:func:`use_servers`) read the services' addresses from it.
-``up`` starts the services in the order above, waits until each answers its health check
-(:func:`tasks.health.answers`), and records each PID, URL and log in
-``data/services/services.json``. It then registers the MLflow webhook on the receiver (once;
-the server caches its webhook list for 60 s, so the first alias move after a fresh ``up`` may
-be delivered by the registry poll instead). ``down`` stops exactly those PIDs: SIGTERM to
-the process group, a second SIGTERM for the runner (Prefect's ``serve`` pauses only some
-deployments on the first), then SIGKILL after a grace period.
+``up`` writes the plan (commands, environments, health checks and restart limits) to
+``data/services/plan.json`` (0600: it holds the webhook secrets) and leaves one process
+behind, the supervisor (:mod:`tasks.supervisor`). The supervisor starts the services in the
+order above, each once the one before answers its health check (:func:`tasks.health.answers`),
+records each PID, URL, log and restart count in ``data/services/services.json``, and then
+restarts any that dies or stops answering. ``up`` follows that record and prints each service
+as it answers (the CLI then registers the MLflow webhook:
+:func:`tasks.registry.webhook.ensure_webhook`). ``down`` stops the supervisor first, so that nothing comes back, then
+exactly the recorded PIDs: SIGTERM to the process group, a second SIGTERM for the runner
+(Prefect's ``serve`` pauses only some deployments on the first), then SIGKILL after a grace
+period.
 
 The services are started by command line, so this module imports no part of the pipeline:
 the broker's API keys, which its health check needs, are the caller's to pass.
@@ -46,20 +51,27 @@ from pathlib import Path
 
 import yaml
 
-from tasks.config import Params, load_params
+from tasks.config import Params, ServicesParams, load_params
 from tasks.errors import PodracerError
 from tasks.health import answers
+from tasks.processes import alive, stop
 from tasks.settings import SERVER_ENV
 from tasks.storage import write_atomic, write_private
 
 WEBHOOK_SECRET_ENV = "PODRACER_WEBHOOK_SECRET"
+LEASES = "prefect.server.concurrency.lease_storage.filesystem"
+"""Concurrency-slot leases kept on disk under ``PREFECT_HOME``: with Prefect's default (in
+memory) a server killed while a CT cycle holds its slot forgets the lease, the slot is never
+freed, and no cycle runs again."""
 RUNS_VIEW = "#/experiments?workflowType=machine_learning"
 """MLflow 3.17's UI opens on its GenAI views unless told the workflow is model training."""
 HOST = "127.0.0.1"
 STATE = "services.json"
 EFFECTIVE = "params.yaml"
 """The config the services run with, under ``data/services/``."""
-GRACE_SECONDS = 15.0
+SUPERVISOR = "supervisor.json"
+"""The supervisor's PID, phase and failure, written by the supervisor alone."""
+PLAN = "plan.json"
 
 
 class ServiceError(PodracerError):
@@ -77,6 +89,7 @@ class Service:
     health: str  # a GET that answers 200 once it serves
     headers: dict[str, str]
     timeout: float  # seconds to wait for the health check
+    needs: tuple[str, ...] = ()  # services its health check goes through: not judged while they are down
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,10 @@ class Running:
     pid: int
     url: str
     log: str
+    state: str = "starting"  # starting, answers, restarting, gave up
+    restarts: int = 0  # by the supervisor, since `up`
+    reason: str = ""  # why it last restarted, or why the supervisor gave up on it
+    took: float = 0.0  # seconds from its last start to its first answer
 
 
 def folder(params: Params) -> Path:
@@ -145,17 +162,20 @@ def plan(params: Params, params_file: Path, broker_headers: Mapping[str, str]) -
     cfg = params.services
     prefect_env = {"PREFECT_HOME": str(home / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                    "PREFECT_API_URL": prefect_api(params)}
+    server_env = {**prefect_env, "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": LEASES}
     store = params.registry.tracking_uri
     mlflow_env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
                   "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
                   "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": webhook_key(params)}
     clients = {**prefect_env, "MLFLOW_TRACKING_URI": mlflow_url(params), SERVER_ENV: mlflow_url(params),
                "PREFECT_RUNNER_POLL_FREQUENCY": "2", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-               "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}  # a down server fails a flow in seconds, not minutes
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",  # a down server fails a flow in seconds, not minutes
+               "PREFECT_RUNNER_SERVER_ENABLE": "true", "PREFECT_RUNNER_SERVER_HOST": HOST,
+               "PREFECT_RUNNER_SERVER_PORT": str(cfg.runner_port)}  # its /health: 200 while it polls
     podracer = [sys.executable, "-m", "flows.cli"]
     return [
         Service("prefect", [str(bin_dir / "prefect"), "server", "start", "--host", HOST, "--port",
-                            str(cfg.prefect_port)], prefect_env, f"http://{HOST}:{cfg.prefect_port}",
+                            str(cfg.prefect_port)], server_env, f"http://{HOST}:{cfg.prefect_port}",
                 f"{prefect_api(params)}/health", {}, cfg.start_timeout),
         Service("mlflow", [str(bin_dir / "mlflow"), "server", "--backend-store-uri", store,
                            "--artifacts-destination", str(params.registry.artifact_root), "--host", HOST, "--port",
@@ -167,14 +187,17 @@ def plan(params: Params, params_file: Path, broker_headers: Mapping[str, str]) -
         Service("broker", [*podracer, "broker", "-p", str(params_file)], {}, f"http://{HOST}:{params.broker.port}",
                 f"http://{HOST}:{params.broker.port}/v2/clock", dict(broker_headers), cfg.start_timeout),
         Service("runner", [sys.executable, "-m", "flows.deployments", "-p", str(params_file)], clients,
-                f"http://{HOST}:{cfg.prefect_port}/deployments",
-                f"{prefect_api(params)}/deployments/name/trade/session", {},  # serve() makes it last
-                cfg.start_timeout),
+                f"http://{HOST}:{cfg.prefect_port}/deployments", f"http://{HOST}:{cfg.runner_port}/health", {},
+                cfg.start_timeout, needs=("prefect",)),  # it answers once it has polled the server
     ]
 
 
 def recorded(params: Params) -> list[Running]:
-    path = folder(params) / STATE
+    return read_record(folder(params))
+
+
+def read_record(home: Path) -> list[Running]:
+    path = home / STATE
     if not path.exists():
         return []
     try:
@@ -183,88 +206,103 @@ def recorded(params: Params) -> list[Running]:
         raise ServiceError(f"{path}: not a services record ({err}); remove it after stopping the services") from err
 
 
-def _record(params: Params, running: list[Running]) -> None:
-    write_atomic(folder(params) / STATE, json.dumps([asdict(r) for r in running], indent=1))
+def write_record(home: Path, running: list[Running]) -> None:
+    write_atomic(home / STATE, json.dumps([asdict(r) for r in running], indent=1))
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie child of this process does not count)."""
+@dataclass(frozen=True)
+class Boss:
+    """The supervisor as it records itself in ``supervisor.json``."""
+
+    pid: int
+    phase: str  # starting (the services, in order), watching, failed
+    failure: str = ""
+    log: str = ""
+    asked: int = 0  # the requests of `up` (SIGUSR1) it has acted on
+
+
+def supervisor(params: Params) -> Boss | None:
+    """The supervisor's record, or None when there is none."""
+    path = folder(params) / SUPERVISOR
     try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        return Boss(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
-def _wait(service: Service, child: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + service.timeout
-    while not answers(service.health, service.headers):
-        if child.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(empty log)"]
-            raise ServiceError(f"{service.name} exited with code {child.returncode}: {tail[0]} (log: {log})")
-        if time.monotonic() > deadline:
-            raise ServiceError(f"{service.name} did not answer {service.health} within {service.timeout:.0f} s "
-                               f"(log: {log})")
-        time.sleep(0.3)
+def write_plan(home: Path, services: list[Service], cfg: ServicesParams) -> Path:
+    """The plan the supervisor runs, 0600 (the services' environments hold the webhook secrets)."""
+    path = home / PLAN
+    path.unlink(missing_ok=True)
+    write_private(path, json.dumps({"services": [asdict(s) for s in services], "limits": cfg.model_dump()}))
+    return path
 
 
 def up(params: Params, broker_headers: Mapping[str, str], say: Callable[[str], None] = print) -> list[Running]:
-    """Start every service that is not already running, each with ``params`` (written to
-    ``data/services/params.yaml``); return all of them, as recorded. Services that run with
-    another config are a :class:`ServiceError`: the services would disagree on their addresses."""
+    """Start the supervisor with the plan of ``params`` (written to ``data/services/params.yaml``),
+    or ask the one running to start what is not running; return every service once each
+    answers, as recorded. Services that run with another config are a :class:`ServiceError`:
+    the services would disagree on their addresses."""
     home = folder(params)
     home.mkdir(parents=True, exist_ok=True)
+    boss = supervisor(params)
+    boss = boss if boss is not None and alive(boss.pid) else None
     running = [r for r in recorded(params) if alive(r.pid)]
-    names = {r.name for r in running}
-    if running and effective(params) != params:
-        raise ServiceError(f"{', '.join(sorted(names))} run with another config ({home / EFFECTIVE}): give `up` "
-                           "the same file and overrides, or `podracer down` first")
+    if (boss or running) and effective(params) != params:
+        raise ServiceError(f"{', '.join(sorted(r.name for r in running)) or 'the supervisor'} run with another "
+                           f"config ({home / EFFECTIVE}): give `up` the same file and overrides, or "
+                           "`podracer down` first")
+    services = plan(params, write_effective(params), broker_headers)
+    for r in running:
+        if r.state == "answers":
+            say(f"{r.name} already runs (pid {r.pid})")
+    shown = {r.name for r in running if r.state == "answers"}
+    if boss is not None:
+        os.kill(boss.pid, signal.SIGUSR1)  # start again any service it gave up on
+        deadline = time.monotonic() + 30
+        while (now := supervisor(params)) is None or now.asked <= boss.asked:
+            if not alive(boss.pid) or time.monotonic() > deadline:
+                raise ServiceError(f"the supervisor (pid {boss.pid}) did not answer `up` (log: {boss.log})")
+            time.sleep(0.1)
+        return _follow(params, services, boss.pid, shown, say)
+    write_plan(home, services, params.services)
+    write_record(home, running)  # a dead service's old record must not read as answering
+    (home / SUPERVISOR).unlink(missing_ok=True)
+    with (home / "supervisor.log").open("ab") as out:
+        child = subprocess.Popen([sys.executable, "-m", "tasks.supervisor", str(home)], stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        for service in plan(params, write_effective(params), broker_headers):
-            if service.name in names:
-                say(f"{service.name} already runs (pid {next(r.pid for r in running if r.name == service.name)})")
-                continue
-            log = home / f"{service.name}.log"
-            with log.open("ab") as out:
-                child = subprocess.Popen(service.command, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env={**os.environ, **service.env},
-                                         start_new_session=True)
-            running.append(Running(service.name, child.pid, service.url, str(log)))
-            _record(params, running)  # recorded before the wait, so that `down` can stop a slow starter
-            began = time.monotonic()
-            _wait(service, child, log)
-            say(f"{service.name} answers at {service.url} (pid {child.pid}, {time.monotonic() - began:.1f} s)")
-        ensure_webhook(params)
+        return _follow(params, services, child.pid, shown, say)
     except BaseException:
-        down(params, say=lambda _: None)
+        down(params, say=lambda _: None, boss=child.pid)
         raise
-    return running
 
 
-WEBHOOK_NAME = "podracer-champion"
-ALIAS_CREATED = "model_version_alias.created"
-
-
-def ensure_webhook(params: Params) -> str:
-    """The MLflow webhook that posts alias moves to the receiver, made or updated once."""
-    from mlflow import MlflowClient
-    from mlflow.entities.webhook import WebhookEvent
-
-    store = MlflowClient(mlflow_url(params), mlflow_url(params))
-    url, event = f"{receiver_url(params)}/webhook", WebhookEvent.from_str(ALIAS_CREATED)
-    for hook in store.list_webhooks():
-        if hook.name == WEBHOOK_NAME:
-            if hook.url != url:
-                store.update_webhook(hook.webhook_id, url=url, secret=webhook_secret(params))
-            return hook.webhook_id
-    return store.create_webhook(WEBHOOK_NAME, url, [event], description="champion alias moves -> Prefect event",
-                                secret=webhook_secret(params)).webhook_id
+def _follow(params: Params, services: list[Service], boss: int, shown: set[str],
+            say: Callable[[str], None]) -> list[Running]:
+    """Print each service as the supervisor records it answering; raise the supervisor's
+    failure, or a service it gave up on."""
+    budget = sum(s.timeout for s in services) + 60
+    deadline = time.monotonic() + budget
+    while True:
+        state = {r.name: r for r in recorded(params)}
+        for service in services:
+            r = state.get(service.name)
+            if r is not None and r.state == "answers" and service.name not in shown and alive(r.pid):
+                say(f"{service.name} answers at {service.url} (pid {r.pid}, {r.took:.1f} s)")
+                shown.add(service.name)
+            elif r is not None and r.state == "gave up":
+                raise ServiceError(f"{service.name}: {r.reason} (log: {r.log})")
+        if len(shown) == len(services):
+            return [state[s.name] for s in services]
+        record = supervisor(params)
+        if record is not None and record.phase == "failed":
+            raise ServiceError(record.failure)
+        if not alive(boss):
+            raise ServiceError(f"the supervisor exited (log: {folder(params) / 'supervisor.log'})")
+        if time.monotonic() > deadline:
+            raise ServiceError(f"not every service answered within {budget:.0f} s (logs: {folder(params)})")
+        time.sleep(0.3)
 
 
 _PROCESS = contextlib.ExitStack()
@@ -291,34 +329,23 @@ def use_servers(params: Params) -> Params:
     return params.model_copy(update={"services": served.services, "broker": served.broker})
 
 
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)  # each service leads its own session: its children go too
-    except ProcessLookupError:
-        pass
-
-
-def down(params: Params, say: Callable[[str], None] = print) -> list[str]:
-    """Stop exactly the recorded services, last started first: gracefully, then for sure."""
+def down(params: Params, say: Callable[[str], None] = print, boss: int | None = None) -> list[str]:
+    """Stop the supervisor (``boss``, or the recorded one), so that nothing comes back, then
+    exactly the recorded services, last started first: gracefully, then for sure."""
+    home = folder(params)
+    record = supervisor(params)
+    for pid in {p for p in (boss, record.pid if record else None) if p is not None}:
+        if alive(pid):
+            stop(pid, grace=10.0)
+            say(f"supervisor stopped (pid {pid})")
     stopped = []
     for service in reversed(recorded(params)):
         if alive(service.pid):
-            _signal(service.pid, signal.SIGTERM)
-            deadline = time.monotonic() + GRACE_SECONDS
-            second = service.name == "runner"
-            while alive(service.pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-                if second:
-                    _signal(service.pid, signal.SIGTERM)
-                    second = False
-            if alive(service.pid):
-                _signal(service.pid, signal.SIGKILL)
-                while alive(service.pid):
-                    time.sleep(0.05)
+            stop(service.pid, twice=service.name == "runner")
             say(f"{service.name} stopped (pid {service.pid})")
         stopped.append(service.name)
-    (folder(params) / STATE).unlink(missing_ok=True)
-    (folder(params) / EFFECTIVE).unlink(missing_ok=True)
+    for name in (STATE, EFFECTIVE, SUPERVISOR, PLAN):
+        (home / name).unlink(missing_ok=True)
     return stopped
 
 
@@ -333,3 +360,13 @@ def status(params: Params, broker_headers: Mapping[str, str]) -> list[tuple[Runn
         up_now = alive(service.pid)
         out.append((service, up_now, up_now and check is not None and answers(check.health, check.headers)))
     return out
+
+
+def watching(params: Params) -> str:
+    """One line on the supervisor: who watches the services, or that nobody does."""
+    record = supervisor(params)
+    if record is None or not alive(record.pid):
+        return "no supervisor runs: a service that dies stays down (`podracer up` starts it again)"
+    if record.phase == "failed":
+        return f"supervisor (pid {record.pid}) failed: {record.failure}"
+    return f"supervisor (pid {record.pid}) {record.phase}; log {record.log}"

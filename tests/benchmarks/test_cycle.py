@@ -10,8 +10,9 @@ def test_scratch_params_keep_the_repo_store_and_ports_out(tmp_path: Path):
     assert tree["data_dir"] == str(tmp_path / "data")
     assert tree["registry"]["tracking_uri"] == f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
     assert tree["registry"]["artifact_root"].startswith(str(tmp_path))
-    ports = [tree["services"][k] for k in ("prefect_port", "mlflow_port", "receiver_port")] + [tree["broker"]["port"]]
-    assert len(set(ports)) == 4 and 4200 not in ports
+    ports = [tree["services"][k] for k in ("prefect_port", "mlflow_port", "receiver_port", "runner_port")]
+    ports.append(tree["broker"]["port"])
+    assert len(set(ports)) == 5 and 4200 not in ports and 8730 not in ports
     assert tree["services"]["start_timeout"] == 240
     assert tree["data"]["symbols"] == 30 and tree["ct"]["eval_bars"] == 63  # otherwise params.yaml's own values
     assert str(ROOT / "data") not in str(tree)

@@ -126,6 +126,8 @@ def test_the_broker_and_receiver_are_checked_on_their_configured_loopback_ports(
     svc = compose["services"]
     assert str(params.broker.port) in " ".join(svc["broker"]["healthcheck"]["test"])
     assert str(params.services.receiver_port) in " ".join(svc["receiver"]["healthcheck"]["test"])
+    assert f"127.0.0.1:{params.services.runner_port}/health" in " ".join(svc["runner"]["healthcheck"]["test"])
+    assert env(svc["runner"])["PREFECT_RUNNER_SERVER_PORT"] == str(params.services.runner_port)
     assert env(svc["receiver"])["PODRACER_WEBHOOK_SECRET"].startswith("${PODRACER_WEBHOOK_SECRET:?")
 
 

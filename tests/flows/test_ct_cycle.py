@@ -224,3 +224,17 @@ def test_a_cycle_on_the_minute_config_runs_through_the_gate_and_delivers_minute_
     assert alias_map(store, name) == {CHAMPION: "2", PREVIOUS: "1", SHADOW: "3", CHALLENGER: "3"}
     after = deliver(params)
     assert after.version == "2" and "2023-10-31" in str(after.bar)
+
+
+def test_the_cycles_slot_is_leased_for_a_minute_so_a_killed_cycle_frees_it_soon(monkeypatch):
+    """A cycle killed with its runner cannot release its slot; the lease runs out instead, and
+    must do so before the data poll's rerun asks for it (docs/operations.md, The supervisor),
+    not after Prefect's default 300 s."""
+    taken: list[dict] = []
+    monkeypatch.setattr(cycle_module, "concurrency", lambda *a, **kw: taken.append(kw) or contextlib.nullcontext())
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    with cycle_module._hold_slot():
+        pass
+    assert taken[0]["lease_duration"] == 60.0 and taken[0]["occupy"] == 1
+    monkeypatch.delenv("PREFECT_API_URL")
+    assert isinstance(cycle_module._hold_slot(), contextlib.nullcontext)  # `podracer ct` on a temporary server

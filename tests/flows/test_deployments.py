@@ -1,12 +1,17 @@
 """What the deployment runner asks Prefect before its data poll announces bars again: is a
 cycle under way or due, and which runs a killed runner left behind. On the tests' Prefect
-server, with runs of a throwaway deployment set to each state by hand."""
+server, with runs of a throwaway deployment set to each state by hand; and the runner's own
+delivery of a promotion event."""
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
+from prefect import flow as make_flow
 from prefect.client.orchestration import get_client
 from prefect.states import Completed, Running, Scheduled
 
@@ -38,9 +43,51 @@ def test_a_cycle_is_in_flight_while_queued_running_or_due_soon_and_a_killed_runn
         assert in_flight(flow, minute)
         other = a_run(client, f"other-{uuid.uuid4().hex[:8]}", ["someone-else"])
         client.set_flow_run_state(other.id, Running(), force=True)
+        delivery = client.create_flow_run(make_flow(name=f"deliver-{uuid.uuid4().hex[:8]}")(lambda: None), tags=[TAG],
+                                          state=Running())  # the runner's own delivery, in its process
+        shell = client.create_flow_run(make_flow(name=f"run-{uuid.uuid4().hex[:8]}")(lambda: None), state=Running())
 
-        assert run.name in crash_orphans()  # the runner starts: nothing of its own can be running
+        assert {run.name, delivery.name} <= set(crash_orphans())  # the runner starts: none of its own can run
         assert client.read_flow_run(run.id).state.type.value == "CRASHED"
+        assert client.read_flow_run(delivery.id).state.type.value == "CRASHED"
         assert client.read_flow_run(other.id).state.type.value == "RUNNING"  # not the project's
+        assert client.read_flow_run(shell.id).state.type.value == "RUNNING"  # `podracer run` in a shell
         assert not in_flight(flow, minute)
         assert run.name not in crash_orphans()
+
+
+def test_the_runner_delivers_a_promotion_in_its_own_process_the_moment_the_event_arrives(prefect_server, tmp_path,
+                                                                                      monkeypatch):
+    """``podracer.model.promoted`` for this model starts a delivery here, within seconds (no
+    deployment run to poll for, no process to start); another model's event does not, and a
+    burst of moves is delivered once (docs/operations.md, Delivery on promotion)."""
+    import flows.delivery
+    from flows.deployments import listen_promotions
+    from tasks.registry.webhook import prefect_emit, promotion_event
+    from tests.conftest import tiny_params
+
+    params = tiny_params(tmp_path, f"registry.model_name=m-{uuid.uuid4().hex[:8]}")
+    delivered: queue.Queue = queue.Queue()
+    busy = threading.Event()
+
+    def deliver(p, version):
+        delivered.put((p.registry.model_name, version))
+        busy.wait(10)  # the first delivery takes a while: later moves queue up
+
+    monkeypatch.setattr(flows.delivery, "deliver_champion", deliver)
+    stop = threading.Event()
+    listen_promotions(params, stop)
+    time.sleep(2)  # subscribed
+    prefect_emit(promotion_event("someone-else", "9", "d0", "webhook"))
+    sent = time.monotonic()
+    prefect_emit(promotion_event(params.registry.model_name, "3", "d1", "webhook"))
+    assert delivered.get(timeout=20) == (params.registry.model_name, "3")
+    assert time.monotonic() - sent < 5
+    for version in ("4", "5"):
+        prefect_emit(promotion_event(params.registry.model_name, version, f"d{version}", "poll"))
+    time.sleep(2)
+    busy.set()
+    assert delivered.get(timeout=20) == (params.registry.model_name, "5")  # the burst folded into one delivery
+    time.sleep(1)
+    assert delivered.empty()
+    stop.set()

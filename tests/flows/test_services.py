@@ -1,15 +1,18 @@
 """The continuous loop end to end, as a user runs it (docs/operations.md): ``podracer up`` on
 free loopback ports, some of them given as overrides, new bars → event → CT cycle →
 registry, an alias moved through MLflow's REST API → webhook → delivery at the broker,
-``podracer rollback``, a lost webhook caught by the poll, two events one cycle at a time,
-the tracking server down for a cycle, the runner killed mid-cycle and the cycle run again by
-the data poll, resumed from its checkpoint, ``podracer down`` and no process left behind."""
+``podracer rollback``, the receiver killed while an alias moves, two events one cycle at a
+time, the tracking server down for a cycle, the runner killed mid-cycle and the cycle run
+again by itself, resumed from its checkpoint, with no command typed; each of the five
+services killed and answering again by itself; a crash loop given up on in one line;
+``podracer down`` and no process left behind."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +24,7 @@ import pytest
 import requests
 import yaml
 
+from tasks.processes import group_alive
 from tests.conftest import REPO
 from tests.flows.test_cli_commands import tiny_project
 from tests.standins.postgres import free_port
@@ -40,12 +44,8 @@ def podracer(root, *args: str, code: int = 0) -> str:
     return " ".join(done.stdout.split())
 
 
-def gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+def gone(group: int) -> bool:
+    return not group_alive(group)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
@@ -64,11 +64,12 @@ class Project:
     def __init__(self, root) -> None:
         self.root = root
         tiny_project(root)
-        self.ports = {name: free_port() for name in ("prefect", "mlflow", "receiver", "broker")}
-        assert len(set(self.ports.values())) == 4
+        self.ports = {name: free_port() for name in ("prefect", "mlflow", "receiver", "broker", "runner")}
+        assert len(set(self.ports.values())) == 5
         tree = yaml.safe_load((root / "params.yaml").read_text())
         tree["services"] = {"prefect_port": self.ports["prefect"], "mlflow_port": self.ports["mlflow"],
-                            "poll_seconds": 10, "start_timeout": 240}
+                            "runner_port": self.ports["runner"], "poll_seconds": 10, "start_timeout": 240,
+                            "restart_backoff": 0.5}
         tree["ct"] = {"eval_bars": 20, "generations": 1}
         (root / "params.yaml").write_text(yaml.safe_dump(tree))
         self.overrides = ["-s", f"services.receiver_port={self.ports['receiver']}", "-s",
@@ -95,12 +96,37 @@ class Project:
         path = self.root / "data" / "broker" / "delivered.json"
         return json.loads(path.read_text())["version"] if path.exists() else None
 
-    def orders_of(self, version: str) -> list[dict]:
+    def keys(self) -> dict[str, str]:
         keys = json.loads((self.root / "data" / "broker" / "keys.json").read_text())
-        headers = {"APCA-API-KEY-ID": keys["key_id"], "APCA-API-SECRET-KEY": keys["secret_key"]}
+        return {"APCA-API-KEY-ID": keys["key_id"], "APCA-API-SECRET-KEY": keys["secret_key"]}
+
+    def orders_of(self, version: str) -> list[dict]:
         orders = requests.get(f"http://127.0.0.1:{self.ports['broker']}/v2/orders", params={"status": "all"},
-                              headers=headers, timeout=10).json()
+                              headers=self.keys(), timeout=10).json()
         return [o for o in orders if o["client_order_id"].startswith(f"pdr-v{version}-")]
+
+    def answers(self, name: str) -> bool:
+        """The service's own health check, asked directly (docs/operations.md)."""
+        url, headers = {"prefect": (f"{self.api}/health", {}),
+                        "mlflow": (f"http://127.0.0.1:{self.ports['mlflow']}/health", {}),
+                        "receiver": (f"http://127.0.0.1:{self.ports['receiver']}/health", {}),
+                        "broker": (f"http://127.0.0.1:{self.ports['broker']}/v2/clock", self.keys()),
+                        "runner": (f"http://127.0.0.1:{self.ports['runner']}/health", {})}[name]
+        try:
+            return requests.get(url, headers=headers, timeout=3).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def down_leaves_nothing(self, pids: list[int]) -> None:
+        pids += [r["pid"] for r in self.recorded()]
+        boss = json.loads((self.root / "data" / "services" / "supervisor.json").read_text())["pid"]
+        stopped = podracer(self.root, "down")
+        assert "supervisor stopped" in stopped and "5 service(s) stopped" in stopped
+        assert all(gone(pid) for pid in [*pids, boss]), "a service or one of its children outlived `podracer down`"
+        time.sleep(2)  # a supervisor still running would have started something again by now
+        left = subprocess.run(["pgrep", "-f", str(self.root)], capture_output=True, text=True).stdout.split()
+        assert not left, f"processes left: {left}"
+        assert "no services recorded" in podracer(self.root, "status")
 
     def flow_runs(self, flow: str) -> list[dict]:
         runs = requests.post(f"{self.api}/flow_runs/filter", timeout=10,
@@ -138,7 +164,7 @@ def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_
         pids = [r["pid"] for r in p.recorded()]
         assert [r["name"] for r in p.recorded()] == SERVICES
         for flow, name in (("rlops-pipeline", "manual"), ("ct-cycle", "nightly"), ("ct-cycle", "on-new-data"),
-                           ("deliver", "on-promotion"), ("trade", "session")):
+                           ("trade", "session")):
             deployment = requests.get(f"{p.api}/deployments/name/{flow}/{name}", timeout=10).json()
             assert deployment["enforce_parameter_schema"] is True, (flow, name)
             assert "params" in deployment["parameter_openapi_schema"]["properties"]
@@ -159,21 +185,22 @@ def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_
                         300)
         assert tags["origin"] == "ct" and tags["eval_window"].endswith("..2022-01-07")
 
-        # the alias moved through MLflow's REST API → webhook → deliver/on-promotion → orders
+        # the alias moved through MLflow's REST API → webhook → event → the runner delivers → orders
         moved = time.monotonic()
         p.set_champion("2")
         wait_for("delivery with version 2", lambda: p.delivered() == "2", 90)
-        assert time.monotonic() - moved < 60
+        assert time.monotonic() - moved < 30
         assert p.orders_of("2"), "the promotion-triggered delivery placed no order at the broker"
 
         # rollback goes through the registry: delivery follows
         assert podracer(tmp_path, "rollback").endswith("version 1 is champion again; version 2 is previous_champion")
         wait_for("delivery with version 1 again", lambda: p.delivered() == "1", 90)
 
-        # a lost webhook: the receiver is down while the alias moves; the registry poll delivers
+        # the receiver killed as the alias moves: delivered all the same (the supervisor restarts the
+        # receiver; the registry poll covers a webhook lost meanwhile)
         p.kill("receiver")
         p.set_champion("2")
-        wait_for("the poll to deliver version 2", lambda: p.delivered() == "2", 60)
+        wait_for("the delivery of version 2", lambda: p.delivered() == "2", 60)
 
         # two data events in quick succession: one cycle at a time, the second queued, not lost
         before = len(p.flow_runs("ct-cycle"))
@@ -185,20 +212,25 @@ def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_
         first, second = runs[before], runs[before + 1]
         assert first["end_time"] <= second["start_time"], "two CT cycles overlapped"
 
-        # the tracking server down: the cycle fails in one line and registers nothing; the next one succeeds
+        # the tracking server down, with no supervisor to restart it: the cycle fails in one line and
+        # registers nothing; `up` starts a supervisor that adopts what runs and restarts MLflow
         known = set(p.versions())
+        os.kill(json.loads((tmp_path / "data" / "services" / "supervisor.json").read_text())["pid"], signal.SIGKILL)
+        assert "no supervisor runs" in podracer(tmp_path, "status")
         p.kill("mlflow")
         podracer(tmp_path, "simulate", "--bars", "1")
         failed = wait_for("the cycle to fail", lambda: next(
             (r for r in p.flow_runs("ct-cycle")[before + 2:] if r["state_type"] == "FAILED"), None), 120)
         assert "does not answer: nothing registered" in failed["state"]["message"]
-        assert "mlflow answers" in podracer(tmp_path, "up", *p.overrides)
+        again = podracer(tmp_path, "up", *p.overrides)
+        assert "mlflow answers" in again and again.count("already runs") == 4
         assert set(p.versions()) == known
         podracer(tmp_path, "simulate", "--bars", "1")
         wait_for("the next cycle to register", lambda: len(set(p.versions()) - known) == 1, 300)
 
-        # the runner SIGKILLed mid-training: the run crashes and its event is spent; once `podracer up`
-        # restarts the runner, its data poll starts the cycle again, which resumes from its checkpoint
+        # the runner SIGKILLed mid-training: the supervisor restarts it, the new runner marks the run
+        # Crashed, and its data poll starts the cycle again, which resumes from its checkpoint and
+        # registers one version, with no command typed
         wait_for("the poll's retries of the failed cycle to end", lambda: not p.cycles_due(), 180)
         known, before, marker = set(p.versions()), len(p.flow_runs("ct-cycle")), time.time()
         podracer(tmp_path, "simulate", "--bars", "1")
@@ -206,29 +238,85 @@ def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_
         wait_for("the cycle's first checkpoint", lambda: any(
             c.stat().st_mtime > marker for c in checkpoints.glob("*/evolution.pt")), 300)
         runner = p.pid("runner")
-        os.kill(runner, signal.SIGKILL)
-        crashed = wait_for("the cycle to crash", lambda: next(
-            (r for r in p.flow_runs("ct-cycle")[before:] if r["state_type"] == "CRASHED"), None), 60)
-        assert set(p.versions()) == known
         folders = set(checkpoints.iterdir())
+        os.kill(runner, signal.SIGKILL)
+        killed = time.monotonic()
         pids.append(runner)
-        assert "runner answers" in podracer(tmp_path, "up", *p.overrides)
         wait_for("the cycle to run again by itself and register", lambda: len(set(p.versions()) - known) == 1, 300)
-        # the version is registered a moment before the run ends: wait for its state too
-        wait_for("the rerun to complete", lambda: any(
-            r["state_type"] == "COMPLETED" and r["start_time"] > crashed["start_time"]
+        healed = time.monotonic() - killed
+        print(f"runner SIGKILLed mid-cycle -> new version registered: {healed:.0f} s")
+        assert healed <= 180, f"kill -> registration took {healed:.0f} s"
+        crashed = [r for r in p.flow_runs("ct-cycle")[before:] if r["state_type"] == "CRASHED"]
+        assert len(crashed) == 1
+        wait_for("the rerun to complete", lambda: any(  # the version is registered a moment before the run ends
+            r["state_type"] == "COMPLETED" and r["start_time"] > crashed[0]["start_time"]
             for r in p.flow_runs("ct-cycle")[before:]), 60)
+        assert len(set(p.versions()) - known) == 1, "registered twice"
         assert set(checkpoints.iterdir()) == folders, "the rerun did not resume the crashed cycle's checkpoint"
+        runner_row = next(r for r in p.recorded() if r["name"] == "runner")  # adopted by the second supervisor
+        assert (runner_row["restarts"], runner_row["reason"]) == (
+            1, "exited (started by an earlier supervisor: exit status unknown)")
 
-        pids += [r["pid"] for r in p.recorded()]  # the restarted receiver, mlflow and runner too
-        stopped = podracer(tmp_path, "down")
-        assert "5 service(s) stopped" in stopped
-        assert all(gone(pid) for pid in pids), "a service or one of its children outlived `podracer down`"
-        left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
-        assert not left, f"processes left: {left}"
-        assert "no services recorded" in podracer(tmp_path, "status")
+        p.down_leaves_nothing(pids)
     finally:
-        state = tmp_path / "data" / "services" / "services.json"
-        for pid in pids + ([r["pid"] for r in json.loads(state.read_text())] if state.exists() else []):
-            if not gone(pid):
-                os.killpg(pid, signal.SIGKILL)
+        kill_all(tmp_path, pids)
+
+
+def kill_all(root, pids: list[int]) -> None:
+    """What a failed test leaves: the supervisor first, so that nothing comes back."""
+    home = root / "data" / "services"
+    boss = [json.loads((home / "supervisor.json").read_text())["pid"]] if (home / "supervisor.json").exists() else []
+    state = home / "services.json"
+    for pid in boss + pids + ([r["pid"] for r in json.loads(state.read_text())] if state.exists() else []):
+        if not gone(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_each_service_killed_answers_again_by_itself_and_a_crash_loop_stops_in_one_line(tmp_path):
+    p = Project(tmp_path)
+    podracer(tmp_path, "ingest")
+    podracer(tmp_path, "validate")  # the broker serves validated bars
+    pids: list[int] = []
+    try:
+        podracer(tmp_path, "up", *p.overrides)
+        took = {}
+        for name in SERVICES:  # SIGKILL to the process, as a crash or the OOM killer would
+            pid = p.pid(name)
+            pids.append(pid)
+            os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            wait_for(f"{name} to answer again", lambda n=name, old=pid: p.pid(n) != old and p.answers(n), 60)
+            took[name] = time.monotonic() - killed
+            wait_for(f"the record of {name}", lambda n=name: next(r for r in p.recorded() if r["name"] == n)[
+                "state"] == "answers", 10)  # the supervisor's next look
+        print("killed -> answers again: " + ", ".join(f"{n} {t:.1f} s" for n, t in took.items()))
+        rows = {r["name"]: (r["restarts"], r["reason"], r["state"]) for r in p.recorded()}
+        assert rows == {n: (1, "killed by SIGKILL", "answers") for n in SERVICES}
+        status = podracer(tmp_path, "status")
+        assert status.count("answers") == 5 and "supervisor (pid" in status and "watching" in status
+
+        # a crash loop: the broker's port taken by another program; after 5 restarts, one line
+        with socket.socket() as squatter:
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            os.kill(p.pid("broker"), signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while True:  # free once the supervisor has killed the rest of the group, before its restart (1 s)
+                try:
+                    squatter.bind(("127.0.0.1", p.ports["broker"]))
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the broker's port was never free"
+                    time.sleep(0.05)
+            squatter.listen()
+            row = wait_for("the supervisor to give up on the broker", lambda: next(
+                (r for r in p.recorded() if r["name"] == "broker" and r["state"] == "gave up"), None), 180)
+            assert row["reason"].startswith("gave up after 5 restarts in 600 s; last: exit code 1: ")
+            assert "port" in row["reason"] and "\n" not in row["reason"]
+            status = podracer(tmp_path, "status")
+            assert f"✗ broker: {' '.join(row['reason'].split())}" in status
+            assert row["reason"] in (tmp_path / "data" / "services" / "broker.log").read_text()
+        assert "broker answers" in podracer(tmp_path, "up", *p.overrides)  # freed: `up` tries it again
+        p.down_leaves_nothing(pids)
+    finally:
+        kill_all(tmp_path, pids)

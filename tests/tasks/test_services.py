@@ -1,13 +1,12 @@
-"""The supervisor of ``podracer up``: every service runs with the config ``up`` computed,
-overrides included, and ``status``, ``down`` and the CLI's clients find the services where
-that config put them. Real servers are in tests/flows/test_services.py; here the services are
-``sleep`` processes and the health checks are stubbed, so it takes a second."""
+"""``podracer up``, ``status`` and ``down``: every service runs with the config ``up`` computed,
+overrides included, under a supervisor that ``up`` leaves behind and ``down`` stops first, and
+``status``, ``down`` and the CLI's clients find the services where that config put them. Real
+servers are in tests/flows/test_services.py; here the supervisor is real and the services are
+stand-ins (tests/standins/service.py), so it takes seconds."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,8 +14,11 @@ import pytest
 
 from tasks import services
 from tasks.config import Params, load_params
+from tasks.processes import alive
+from tasks.services import Service
 from tasks.settings import SERVER_ENV
 from tests.conftest import tiny_params
+from tests.tasks.test_supervisor import standin
 
 HEADERS = {"APCA-API-KEY-ID": "PKTEST", "APCA-API-SECRET-KEY": "secret"}
 PROJECT = ("receiver", "broker", "runner")
@@ -46,48 +48,76 @@ def test_the_effective_config_reads_back_equal_and_every_project_service_loads_i
 
 
 @pytest.fixture
-def sleepers(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """Every service starts as a ``sleep`` in a session of its own and answers at once; the
-    commands ``up`` meant to run are collected."""
-    commands: list[list[str]] = []
-    real = subprocess.Popen
+def standins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Service]:
+    """Every service of the plan is a stand-in HTTP server (tests/standins/service.py) under
+    its own name; the real supervisor process runs them. The plans made are collected."""
+    made: list[Service] = []
+    real = services.plan
 
-    def popen(command: list[str], **kwargs) -> subprocess.Popen:
-        commands.append(command)
-        return real([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs)
+    def plan(params: Params, params_file: Path, headers: dict) -> list[Service]:
+        if not made:  # one stand-in per service, on one port, whoever asks
+            made.extend(standin(tmp_path / "standins", s.name, s.needs) for s in real(params, params_file, headers))
+        return list(made)
 
-    monkeypatch.setattr(services.subprocess, "Popen", popen)
-    monkeypatch.setattr(services, "answers", lambda url, headers=None: True)
-    monkeypatch.setattr(services, "ensure_webhook", lambda params: "hook")
-    return commands
+    monkeypatch.setattr(services, "plan", plan)
+    return made
 
 
-def test_up_starts_each_service_with_the_config_it_computed_and_down_removes_it(tmp_path, sleepers):
+def test_up_leaves_a_supervisor_that_starts_each_service_and_down_stops_it_first(tmp_path, standins):
     params = overridden(tmp_path)
     said: list[str] = []
     running = services.up(params, HEADERS, say=said.append)
     effective = params.data_dir / "services" / "params.yaml"
+    boss = services.supervisor(params)
     try:
+        assert boss is not None and alive(boss.pid) and boss.phase == "watching"
         assert [r.name for r in running] == [r.name for r in services.recorded(params)] == [
             "prefect", "mlflow", "receiver", "broker", "runner"]
+        assert [line.split(" answers at ")[0] for line in said] == [r.name for r in running]
         assert load_params(effective) == params
-        by_name = dict(zip([r.name for r in running], sleepers, strict=True))
-        for name in PROJECT:
-            assert by_name[name][-2:] == ["-p", str(effective)], name
-        assert all(services.alive(r.pid) for r in running)
-        assert services.up(params, HEADERS, say=said.append) == running  # nothing started twice
-        assert sum("already runs" in line for line in said) == 5
+        assert all(alive(r.pid) and r.state == "answers" for r in running)
+        plan = (params.data_dir / "services" / services.PLAN)
+        assert oct(plan.stat().st_mode & 0o777) == "0o600"  # the services' environments hold secrets
+        again: list[str] = []
+        assert [r.pid for r in services.up(params, HEADERS, say=again.append)] == [r.pid for r in running]
+        assert sum("already runs" in line for line in again) == 5  # nothing started twice
+        assert services.supervisor(params).pid == boss.pid
         with pytest.raises(services.ServiceError, match="run with another config"):
             services.up(tiny_params(tmp_path), HEADERS)  # the overrides forgotten: the services would disagree
-        assert load_params(effective) == params and all(services.alive(r.pid) for r in running)
+        assert load_params(effective) == params and all(alive(r.pid) for r in running)
     finally:
-        stopped = services.down(params, say=lambda _: None)
+        lines: list[str] = []
+        stopped = services.down(params, say=lines.append)
+    assert lines[0] == f"supervisor stopped (pid {boss.pid})"  # first, so that nothing comes back
     assert stopped == ["runner", "broker", "receiver", "mlflow", "prefect"]
-    assert not any(services.alive(r.pid) for r in running)
-    assert not effective.exists() and services.recorded(params) == []
+    assert not any(alive(r.pid) for r in running) and not alive(boss.pid)
+    assert not effective.exists() and services.recorded(params) == [] and services.supervisor(params) is None
 
 
-def test_status_and_the_clients_find_the_services_where_up_put_them(tmp_path, sleepers, monkeypatch):
+def test_a_service_killed_after_up_comes_back_and_status_says_why(tmp_path, standins):
+    params = overridden(tmp_path)
+    running = {r.name: r for r in services.up(params, HEADERS, say=lambda _: None)}
+    try:
+        os.killpg(running["broker"].pid, 9)
+        deadline = time.monotonic() + 30
+        while (now := {r.name: r for r in services.recorded(params)})["broker"].state != "answers" \
+                or now["broker"].pid == running["broker"].pid:
+            assert time.monotonic() < deadline, now["broker"]
+            time.sleep(0.2)
+        rows = {r.name: (r.restarts, r.reason, up, ok) for r, up, ok in services.status(params, HEADERS)}
+        assert rows["broker"] == (1, "killed by SIGKILL", True, True)
+        assert rows["prefect"] == (0, "", True, True)
+        assert services.watching(params).startswith(f"supervisor (pid {services.supervisor(params).pid}) watching")
+        starts = (tmp_path / "standins" / "broker" / "starts").read_text().splitlines()
+        assert [line.split()[2:] for line in starts][0] == [line.split()[2:] for line in starts][1]
+    finally:
+        services.down(params, say=lambda _: None)
+    time.sleep(2 * params.services.restart_backoff)
+    assert len((tmp_path / "standins" / "broker" / "starts").read_text().splitlines()) == 2  # nothing came back
+    assert services.watching(params).startswith("no supervisor runs")
+
+
+def test_status_and_the_clients_find_the_services_where_up_put_them(tmp_path, standins, monkeypatch):
     params = overridden(tmp_path)
     services.up(params, HEADERS, say=lambda _: None)
     try:
@@ -96,11 +126,14 @@ def test_status_and_the_clients_find_the_services_where_up_put_them(tmp_path, sl
         monkeypatch.setattr(services, "answers", lambda url, headers=None: asked.append(url) or True)
         assert [(r.name, up, ok) for r, up, ok in services.status(plain, HEADERS)] == [
             (name, True, True) for name in ("prefect", "mlflow", "receiver", "broker", "runner")]
-        assert "http://127.0.0.1:8820/health" in asked and "http://127.0.0.1:8810/v2/clock" in asked
+        assert asked == [s.health for s in standins]  # the plan of the config the services run with
         monkeypatch.setenv(SERVER_ENV, "unset")  # restored after the test
+        services.down(params, say=lambda _: None)  # without a Prefect server this process keeps its own settings
+        services.up(params, HEADERS, say=lambda _: None)
         prefect = next(r for r in services.recorded(plain) if r.name == "prefect")
-        os.killpg(prefect.pid, 9)  # without a Prefect server this process keeps its own Prefect settings
-        while services.alive(prefect.pid):
+        os.kill(services.supervisor(plain).pid, 9)  # nobody to bring it back
+        os.killpg(prefect.pid, 9)
+        while alive(prefect.pid):
             time.sleep(0.01)
         reached = services.use_servers(plain)
         assert (reached.services, reached.broker) == (params.services, params.broker)
@@ -109,3 +142,4 @@ def test_status_and_the_clients_find_the_services_where_up_put_them(tmp_path, sl
     finally:
         services.down(params, say=lambda _: None)
     assert services.use_servers(plain) is plain  # nothing recorded: the config as given
+

@@ -72,6 +72,9 @@ EFFECTIVE = "params.yaml"
 SUPERVISOR = "supervisor.json"
 """The supervisor's PID, phase and failure, written by the supervisor alone."""
 PLAN = "plan.json"
+STOPPED_TWICE = frozenset({"runner"})
+"""Services stopped with a second SIGTERM: Prefect's ``serve`` pauses only some of its
+deployments on the first (DESIGN §8)."""
 
 
 class ServiceError(PodracerError):
@@ -341,7 +344,7 @@ def down(params: Params, say: Callable[[str], None] = print, boss: int | None = 
     stopped = []
     for service in reversed(recorded(params)):
         if alive(service.pid):
-            stop(service.pid, twice=service.name == "runner")
+            stop(service.pid, twice=service.name in STOPPED_TWICE)
             say(f"{service.name} stopped (pid {service.pid})")
         stopped.append(service.name)
     for name in (STATE, EFFECTIVE, SUPERVISOR, PLAN):

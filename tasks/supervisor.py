@@ -41,7 +41,16 @@ from pathlib import Path
 
 from tasks.health import answers
 from tasks.processes import alive, signal_group, stop
-from tasks.services import PLAN, SUPERVISOR, Running, Service, ServiceError, read_record, write_record
+from tasks.services import (
+    PLAN,
+    STOPPED_TWICE,
+    SUPERVISOR,
+    Running,
+    Service,
+    ServiceError,
+    read_record,
+    write_record,
+)
 from tasks.storage import write_atomic
 
 BACKOFF_MAX = 60.0
@@ -220,7 +229,7 @@ class Supervisor:
         if now - w.heard <= limit:
             return None
         silent = now - w.heard
-        stop(w.pid, twice=w.service.name == "runner", grace=STOP_GRACE)
+        stop(w.pid, twice=w.service.name in STOPPED_TWICE, grace=STOP_GRACE)
         if w.child is not None:
             w.child.poll()
         return f"health timeout: no answer from {w.service.health} for {silent:.0f} s"
@@ -279,10 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     except ServiceError as err:
         sup.say(f"start failed: {err}")
         write_atomic(home / SUPERVISOR, json.dumps({**me, "phase": "failed", "failure": str(err)}))
-        for w in reversed(sup.watched):
-            if w.pid and alive(w.pid):
-                stop(w.pid, twice=w.service.name == "runner")
-        return 1
+        return 1  # `up` reads the failure and stops what was started (`podracer down`)
     write_atomic(home / SUPERVISOR, json.dumps({**me, "phase": "watching"}))
     sup.say(f"watching {len(sup.watched)} services: {asdict(sup.limits)}")
     while not sup.stopping:

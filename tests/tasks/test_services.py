@@ -143,3 +143,17 @@ def test_status_and_the_clients_find_the_services_where_up_put_them(tmp_path, st
         services.down(params, say=lambda _: None)
     assert services.use_servers(plain) is plain  # nothing recorded: the config as given
 
+
+
+def test_a_service_that_fails_at_up_stops_the_ones_started_and_names_itself(tmp_path, standins):
+    params = overridden(tmp_path)
+    services.plan(params, services.write_effective(params), HEADERS)  # the stand-ins, before `up` starts them
+    (tmp_path / "standins" / "broker" / "exit").write_text("1")
+    with pytest.raises(services.ServiceError, match=r"^broker exited with code 1: port taken \(log: .*broker\.log\)$"):
+        services.up(params, HEADERS, say=lambda _: None)
+    started = [s for s in standins if (tmp_path / "standins" / s.name / "starts").exists()]
+    assert [s.name for s in started] == ["prefect", "mlflow", "receiver", "broker"]
+    pids = [int(line.split()[1]) for s in started for line in
+            (tmp_path / "standins" / s.name / "starts").read_text().splitlines()]
+    assert not any(alive(pid) for pid in pids)  # `up` stopped what the supervisor had started
+    assert services.recorded(params) == [] and services.supervisor(params) is None

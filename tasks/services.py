@@ -283,8 +283,9 @@ def up(params: Params, broker_headers: Mapping[str, str], say: Callable[[str], N
 
 def _follow(params: Params, services: list[Service], boss: int, shown: set[str],
             say: Callable[[str], None]) -> list[Running]:
-    """Print each service as the supervisor records it answering; raise the supervisor's
-    failure, or a service it gave up on."""
+    """Print each service as the supervisor records it answering, and return once every one
+    answers and the supervisor watches them; raise the supervisor's failure, or a service it
+    gave up on."""
     budget = sum(s.timeout for s in services) + 60
     deadline = time.monotonic() + budget
     while True:
@@ -296,9 +297,9 @@ def _follow(params: Params, services: list[Service], boss: int, shown: set[str],
                 shown.add(service.name)
             elif r is not None and r.state == "gave up":
                 raise ServiceError(f"{service.name}: {r.reason} (log: {r.log})")
-        if len(shown) == len(services):
-            return [state[s.name] for s in services]
         record = supervisor(params)
+        if len(shown) == len(services) and record is not None and record.phase == "watching":
+            return [state[s.name] for s in services]
         if record is not None and record.phase == "failed":
             raise ServiceError(record.failure)
         if not alive(boss):

@@ -57,7 +57,7 @@ def build_pipeline(root: Path, symbols: int, minute: bool = False) -> Any:
     from tasks.model.backtest import backtest
     from tasks.model.train import train
     from tasks.registry.register import register
-    from tests.conftest import tiny_params
+    from standins.tiny import tiny_params
 
     params = tiny_params(root, f"data.symbols={symbols}", "evolution.population=2", "evolution.generations=1",
                          "evolution.iterations_per_generation=1", "registry.gate_margin=-1000",

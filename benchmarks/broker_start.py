@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.standins.postgres import free_port
+from standins.postgres import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """Benchmark of the WRDS TAQ adapter: client memory and time as the range of trades grows.
 
-A throwaway local PostgreSQL (tests/standins/postgres.py) is filled with generated TAQ-like
+A throwaway local PostgreSQL (standins/postgres.py) is filled with generated TAQ-like
 trades (10 symbols, 200,000 trades a day, so 1 M trades per 5 days), and the adapter
 builds their minute bars in SQL (docs/data.md, sources, WRDS). Each reading runs in a
 fresh subprocess, so its peak RSS is its own:
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 from benchmarks.record import Reading, now, record  # noqa: E402
-from tests.standins.postgres import PostgresServer, seed_taq_bulk, throwaway_postgres  # noqa: E402
+from standins.postgres import PostgresServer, seed_taq_bulk, throwaway_postgres  # noqa: E402
 
 SYMBOLS = tuple(f"S{i}" for i in range(9)) + ("BRK.B",)
 PER_DAY = 200_000

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny configs and a session-wide tiny pipeline run (plain functions)."""
+"""Shared fixtures: a tiny config per test (standins/tiny.py) and a session-wide tiny pipeline run
+(plain functions)."""
 
 from __future__ import annotations
 
@@ -19,19 +20,11 @@ settings.register_profile("ci", derandomize=True, database=None, max_examples=12
 settings.register_profile("explore", max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-from tasks.config import Params, load_params  # noqa: E402
+from standins.tiny import tiny_params  # noqa: E402
+from tasks.config import Params  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 """The repository root: subprocesses that run the CLI or the SDK start here."""
-
-TINY = [
-    "data.symbols=4", "data.start=2020-01-01", "data.end=2021-12-31", "data.signal=1.0",
-    "features.train_end=2021-03-31", "features.val_end=2021-08-31",
-    "env.episode_len=32", "env.min_episode_len=8",
-    "ppo.num_envs=4", "ppo.horizon=16", "ppo.batch_size=32", "ppo.repeat_times=2", "ppo.net_dims=[16]",
-    "evolution.population=2", "evolution.generations=2", "evolution.iterations_per_generation=1",
-    "evolution.search_space={lr: [0.0001, 0.001], net_width: [12, 20]}",
-]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -42,15 +35,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if {"built", "built_copy"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.pipeline)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
-
-
-def tiny_params(root: Path, *overrides: str) -> Params:
-    """Tiny-size config whose data and MLflow store live under ``root``."""
-    return load_params(
-        Path("/nonexistent/params.yaml"),
-        [*TINY, f"data_dir={root / 'data'}", f"registry.tracking_uri=sqlite:///{root / 'mlflow' / 'mlflow.db'}",
-         f"registry.artifact_root={root / 'mlflow' / 'artifacts'}", *overrides],
-    )
 
 
 @pytest.fixture(scope="session")

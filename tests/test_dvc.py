@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, TINY
+from standins.tiny import TINY
+from tests.conftest import REPO
 
 
 @pytest.mark.slow

@@ -31,8 +31,9 @@ import typer
 import yaml
 
 from flows.cli import app
+from standins.tiny import TINY
 from tasks.config import load_params
-from tests.conftest import REPO, TINY
+from tests.conftest import REPO
 
 README = REPO / "README.md"
 COMMAND_PAGES = (README, REPO / "docs" / "usage.md")

@@ -79,12 +79,12 @@ def test_status_shows_the_shadow_under_the_registry_aliases(built_copy, tmp_path
     from alpaca.trading.requests import MarketOrderRequest
     from mlflow import MlflowClient
 
+    from standins.tiny import TINY, tiny_params
     from tasks.data import features
     from tasks.delivery.client.local import local_broker
     from tasks.delivery.keys import SHADOW, local_keys
-    from tests.conftest import TINY, tiny_params
-    from tests.tasks.delivery.client.test_shadow import CHAMPION_BIAS, SHADOW_BIAS, with_aliases
     from tests.tasks.delivery.client.test_loop import champion as register_biased
+    from tests.tasks.delivery.client.test_shadow import CHAMPION_BIAS, SHADOW_BIAS, with_aliases
 
     paths = [f"data_dir={tmp_path / 'data'}", f"registry.tracking_uri=sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}",
              f"registry.artifact_root={tmp_path / 'mlflow' / 'artifacts'}"]

@@ -19,8 +19,9 @@ import typer
 import yaml
 
 from flows.cli import app
-from tests.conftest import REPO, TINY
-from tests.standins.postgres import free_port
+from standins.postgres import free_port
+from standins.tiny import TINY
+from tests.conftest import REPO
 
 
 def tiny_project(root) -> None:

@@ -63,8 +63,8 @@ def test_the_runner_delivers_a_promotion_in_its_own_process_the_moment_the_event
     burst of moves is delivered once (docs/operations.md, Delivery on promotion)."""
     import flows.delivery
     from flows.deployments import listen_promotions
+    from standins.tiny import tiny_params
     from tasks.registry.webhook import prefect_emit, promotion_event
-    from tests.conftest import tiny_params
 
     params = tiny_params(tmp_path, f"registry.model_name=m-{uuid.uuid4().hex[:8]}")
     delivered: queue.Queue = queue.Queue()

@@ -6,9 +6,10 @@ import pytest
 import yaml
 
 from flows.pipeline import rlops_pipeline
+from standins.tiny import tiny_params
 from tasks.config import Params, load_params
 from tasks.errors import ValidationFailed
-from tests.conftest import REPO, tiny_params
+from tests.conftest import REPO
 from tests.flows.test_cli_commands import say
 
 

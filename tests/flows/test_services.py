@@ -24,10 +24,10 @@ import pytest
 import requests
 import yaml
 
+from standins.postgres import free_port
 from tasks.processes import group_alive
 from tests.conftest import REPO
 from tests.flows.test_cli_commands import tiny_project
-from tests.standins.postgres import free_port
 
 SERVICES = ["prefect", "mlflow", "receiver", "broker", "runner"]
 MODEL = "podracer-ppo"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the PostgreSQL server binaries (initdb, pg_ctl) and openssl are present for
-# tests/standins/postgres.py (the throwaway cluster behind tests/tasks/data/sources/test_wrds.py).
+# standins/postgres.py (the throwaway cluster behind tests/tasks/data/sources/test_wrds.py).
 # Idempotent: does nothing when they are already installed; otherwise installs the Debian/Ubuntu
 # `postgresql` package with apt-get (as root, or through passwordless sudo). Exit 1 with a
 # one-line error when that is impossible.

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from standins.tiny import tiny_params
 from tasks import services
 from tasks.config import Params, load_params
 from tasks.processes import alive
 from tasks.services import Service
 from tasks.settings import SERVER_ENV
-from tests.conftest import tiny_params
 from tests.tasks.test_supervisor import standin
 
 HEADERS = {"APCA-API-KEY-ID": "PKTEST", "APCA-API-SECRET-KEY": "secret"}

@@ -8,6 +8,7 @@ from datetime import date
 import pandas as pd
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.caching import current_version
 from tasks.data.arrivals import (
     ARRIVED,
@@ -25,7 +26,6 @@ from tasks.data.ingest import MANIFEST, ingest
 from tasks.data.synthetic_daily import daily_market
 from tasks.errors import ConfigError, DataError
 from tasks.storage import file_digest
-from tests.conftest import tiny_params
 
 END = "data.end=2021-07-02"
 """A Friday before Independence Day (observed Monday 2021-07-05): the next sessions skip both."""

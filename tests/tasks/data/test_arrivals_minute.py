@@ -8,12 +8,12 @@ import logging
 import pandas as pd
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.caching import current_version
 from tasks.data.arrivals import Arrival, _future_seed, future_bars, simulate
 from tasks.data.bars import read_parquet
 from tasks.data.ingest import MANIFEST, ingest
 from tasks.data.synthetic_daily import daily_market
-from tests.conftest import tiny_params
 
 MINUTES = ["data.freq=1min", "data.symbols=3", "data.start=2023-11-20", "data.end=2023-11-24"]
 """Thanksgiving week: closed Thursday 23rd, a half day on Friday 24th (13:00 New York, 18:00 UTC)."""

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.data.checks import calendar_index
 from tasks.data.ingest import ingest
 from tasks.data.synthetic_daily import nyse_sessions
 from tasks.data.validate import VALIDATED, validate
 from tasks.errors import PodracerError
-from tests.conftest import tiny_params
 
 
 def good_bars() -> pd.DataFrame:

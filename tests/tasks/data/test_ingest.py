@@ -1,11 +1,11 @@
 import pandas as pd
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.data.arrivals import simulate
 from tasks.data.bars import read_parquet
 from tasks.data.ingest import MANIFEST, ingest, nothing_new, record_processed
 from tasks.errors import DataError
-from tests.conftest import tiny_params
 
 
 def test_synthetic_ingest_writes_one_file_per_symbol(tiny):

@@ -4,12 +4,12 @@ import great_expectations  # noqa: F401  (imported at collection: mutation worke
 import pandas as pd
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.data.bars import read_parquet, write_parquet
 from tasks.data.ingest import ingest
 from tasks.data.suite import row_failures, symbol_chunks
 from tasks.data.validate import REPORT, VALIDATED, validate
 from tasks.errors import DataError, MissingInput, ValidationFailed
-from tests.conftest import tiny_params
 
 
 def edit(path, row, **values):

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.data import validate as stage
 from tasks.data.bars import read_parquet
 from tasks.data.coverage import BarTimes, real_bars
@@ -17,7 +18,6 @@ from tasks.data.ingest import ingest
 from tasks.data.synthetic_daily import nyse_sessions
 from tasks.data.validate import REPORT, VALIDATED, RawFile, batches, validate
 from tasks.errors import DataError, ValidationFailed
-from tests.conftest import tiny_params
 
 
 def edit(path: Path, row: int, **values: float) -> None:

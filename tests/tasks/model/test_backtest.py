@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.data import features
 from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE, backtest, since_window
-from tests.conftest import tiny_params
 from tests.tasks.handmade import feature_set, policy
 from trainers.config import EnvConfig
 from trainers.metrics import METRICS, performance

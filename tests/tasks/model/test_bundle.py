@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from standins.tiny import tiny_params
 from tasks.model import bundle
 from tasks.model.train import state_scales
 from tasks.model.walkforward import warm_start
-from tests.conftest import tiny_params
 from tests.tasks.handmade import ensemble, policy
 from tests.tasks.model.test_walkforward import ten_bars
 from trainers.config import EnvConfig

@@ -18,10 +18,10 @@ import torch
 from distributed import LocalCluster, get_task_stream
 from prefect_dask.client import PrefectDaskClient
 
+from standins.postgres import free_port
 from tasks.config import TrainParams, load_params
 from tasks.errors import ConfigError
 from tasks.model.scaleout import DaskPool, job_pool, job_runner, run_on
-from tests.standins.postgres import free_port
 from tests.trainers.helpers import market, scales
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
 from trainers.evolution import Evolution, run_serially

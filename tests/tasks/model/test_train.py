@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
+from standins.tiny import TINY
 from tasks.config import load_params
 from tasks.model import bundle
 from tasks.model.backtest import backtest
 from tasks.model.leaderboard import LEADERBOARD, PLOT
 from tasks.model.train import SUMMARY, GenerationLog, TrainResult, train
-from tests.conftest import TINY
 from trainers.ensemble import Ensemble
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from standins.tiny import TINY, tiny_params
 from tasks.model import bundle
 from tasks.model.train import checkpoint_dir, set_deterministic, train
-from tests.conftest import REPO, TINY, tiny_params
+from tests.conftest import REPO
 from trainers.evolution import CHECKPOINT
 
 LONGER = ["evolution.generations=4", "evolution.iterations_per_generation=3"]

@@ -8,10 +8,10 @@ from pathlib import Path
 import mlflow
 from mlflow import MlflowClient
 
+from standins.tiny import tiny_params
 from tasks.data.features import COVERAGE
 from tasks.registry.register import log_coverage
 from tasks.registry.store import connect
-from tests.conftest import tiny_params
 
 
 def logged(tmp_path, summary):

@@ -4,6 +4,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from standins.tiny import tiny_params
 from tasks.data import features
 from tasks.delivery.client.deliver import deliver
 from tasks.delivery.client.loop import NoChampion
@@ -12,7 +13,6 @@ from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, promote
 from tasks.registry.register import register
 from tasks.registry.serving import policy_input
 from tasks.registry.store import connect
-from tests.conftest import tiny_params
 from trainers.env import MarketEnv
 
 

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.model.backtest import BacktestResult
 from tasks.registry import report
 from tasks.registry.report import Arm, gate_report, gate_table, tearsheet
 from tasks.registry.shadow import Shadow
-from tests.conftest import tiny_params
 
 WINDOW = ("2024-01-03", "2024-01-04")  # the equity starts at the close of 01-02, before the window
 

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from standins.tiny import tiny_params
 from tasks.errors import MissingInput
 from tasks.model.walkforward import Champion
 from tasks.registry.evidence import Evidence
@@ -13,7 +14,6 @@ from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, Decision
 from tasks.registry.shadow import Shadow, current_shadow, record_look, settle, shadow_record
 from tasks.registry.store import client
 from tasks.registry.tags import BARS, DIFF, LINE, P_VALUE, RETIRED, RETIRED_WHY, SINCE, TESTED
-from tests.conftest import tiny_params
 
 WINDOW = (Evidence("buy_and_hold", 63, 0.3, -0.5, 1.1, 0.3, 0.5),)
 RECORD = (Evidence("champion", 42, 1.2, 0.4, 2.0, 0.012, 0.5), Evidence("buy_and_hold", 42, 0.9, 0.1, 1.7, 0.03, 0.5))

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
+from standins.postgres import free_port
 from tasks.registry.store import SERVER_ENV, TrackingDown, check_tracking
-from tests.standins.postgres import free_port
 
 
 def test_a_down_tracking_server_stops_the_cycle_in_one_line_before_registering(tiny, monkeypatch):

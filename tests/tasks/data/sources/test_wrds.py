@@ -1,4 +1,4 @@
-"""WRDS adapter against a real throwaway PostgreSQL (tests/standins/postgres.py).
+"""WRDS adapter against a real throwaway PostgreSQL (standins/postgres.py).
 
 The cluster starts once for this module and is seeded with generated CRSP-like and TAQ-like
 tables; expected bars are computed independently in pandas from the seeded rows. Without
@@ -18,10 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.config_data import WrdsParams
-from tasks.data.sources import Request, SourceError
-from tasks.data.sources.wrds import WrdsSource
-from tests.standins.postgres import (
+from standins.postgres import (
     PostgresServer,
     PostgresUnavailable,
     WrdsSeed,
@@ -29,6 +26,9 @@ from tests.standins.postgres import (
     seed_wrds,
     throwaway_postgres,
 )
+from tasks.config_data import WrdsParams
+from tasks.data.sources import Request, SourceError
+from tasks.data.sources.wrds import WrdsSource
 
 CRSP_RANGE = (date(2024, 1, 3), date(2024, 1, 11))
 TAQ_RANGE = (date(2024, 3, 7), date(2024, 3, 13))  # 03-12 has no table; DST starts 03-10

@@ -1,6 +1,6 @@
 """TAQ → minute bars at volume: streamed per (symbol group, day chunk), aggregated in SQL.
 
-A throwaway PostgreSQL (tests/standins/postgres.py) holds 1 M generated trades (10 symbols ×
+A throwaway PostgreSQL (standins/postgres.py) holds 1 M generated trades (10 symbols ×
 5 days × 20,000 trades per symbol-day, ~9% corrections, some outside 09:30-16:00, pairs of
 trades at one instant that only tr_seqnum orders); the slow test adds 15 more days (4 M).
 Expected bars are computed in pandas from trades read back for just the checked minutes.
@@ -16,10 +16,10 @@ from datetime import date, time
 import pandas as pd
 import pytest
 
+from standins.postgres import PostgresServer, PostgresUnavailable, seed_taq_bulk, throwaway_postgres
 from tasks.config_data import WrdsParams
 from tasks.data.sources import Request
 from tasks.data.sources.wrds import WrdsSource
-from tests.standins.postgres import PostgresServer, PostgresUnavailable, seed_taq_bulk, throwaway_postgres
 
 SYMBOLS = tuple(f"S{i}" for i in range(9)) + ("BRK.B",)
 DAYS = list(pd.bdate_range("2019-01-02", periods=20).date)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 
+from standins.tiny import tiny_params
 from tasks.data import features
 from tasks.delivery.client import live
 from tasks.delivery.client.deliver import DELIVERED, deliver, delivered_version
 from tasks.delivery.client.local import local_broker
-from tests.conftest import tiny_params
 from tests.tasks.delivery.client.test_loop import champion
 
 BUY_ALL = [3.0, 3.0, 3.0, 3.0]

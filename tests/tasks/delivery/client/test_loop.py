@@ -18,6 +18,7 @@ from alpaca.trading.client import TradingClient
 from alpaca.trading.enums import OrderSide, QueryOrderStatus, TimeInForce
 from alpaca.trading.requests import GetOrdersRequest, LimitOrderRequest, MarketOrderRequest
 
+from standins.tiny import tiny_params
 from tasks.config import Params, RiskParams
 from tasks.data import features
 from tasks.delivery.client.journal import JOURNAL, Journal
@@ -29,7 +30,6 @@ from tasks.delivery.keys import local_keys
 from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.registry.register import register
-from tests.conftest import tiny_params
 
 
 @dataclass

@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 import torch
 
+from standins.tiny import tiny_params
 from tasks.delivery.client.loop import Policy
 from tasks.delivery.client.replay import REPLAY_DB, REPLAY_JOURNAL, replay, verdict
 from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, backtest
 from tasks.registry.register import register
 from tasks.registry.store import client
-from tests.conftest import tiny_params
 from trainers.ensemble import Ensemble
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from alpaca.trading.client import TradingClient
 
+from standins.tiny import tiny_params
 from tasks.config import Params
 from tasks.data import features
 from tasks.delivery.client.journal import JOURNAL, Journal
@@ -28,7 +29,7 @@ from tasks.delivery.keys import local_keys
 from tasks.errors import ConfigError, DataError
 from tasks.model import bundle
 from tasks.registry.register import register
-from tests.conftest import build_through_backtest, tiny_params
+from tests.conftest import build_through_backtest
 from tests.tasks.delivery.client.test_replay import saturated
 
 MINUTE = ["data.freq=1min", "data.start=2023-10-02", "data.end=2023-11-24", "features.train_end=2023-11-03",

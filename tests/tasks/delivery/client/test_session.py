@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from standins.tiny import tiny_params
 from tasks.config import Params
 from tasks.data import features
 from tasks.delivery.client.journal import JOURNAL, Journal
@@ -19,7 +20,6 @@ from tasks.delivery.client.session import trading_session
 from tasks.errors import ConfigError
 from tasks.model import bundle
 from tasks.registry.register import register
-from tests.conftest import tiny_params
 from tests.standins.alpaca_server import AlpacaStandin
 from tests.standins.alpaca_trading import Call
 

@@ -11,6 +11,7 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
+from standins.tiny import tiny_params
 from tasks.config import Params
 from tasks.data import features
 from tasks.delivery.client.deliver import DELIVERED, deliver
@@ -19,7 +20,6 @@ from tasks.delivery.client.loop import NoChampion, client_order_id
 from tasks.delivery.keys import CHAMPION, ROLES, SHADOW
 from tasks.registry import gate
 from tasks.registry.store import connect
-from tests.conftest import tiny_params
 from tests.tasks.delivery.client.test_deliver import NOBODY
 from tests.tasks.delivery.client.test_loop import champion as register_biased
 

@@ -1,4 +1,5 @@
-"""A throwaway local PostgreSQL cluster for tests, and WRDS-like seed data in it.
+"""A throwaway local PostgreSQL cluster for the WRDS adapter's tests and benchmark (standins/__init__.py:
+why here), and WRDS-like seed data in it.
 
 :func:`throwaway_postgres` runs ``initdb`` into a temp dir, starts the server on 127.0.0.1
 at a free port with SSL on (a self-signed ``openssl`` certificate: the ``wrds`` package

@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 include .env
 export
 
-.PHONY: help install run test test-fast mutate repro mlflow-ui bench-data bench-train clean clean-data
+.PHONY: help install run test test-fast mutate repro mlflow-ui bench bench-data bench-train clean clean-data
 .DEFAULT_GOAL := help
 
 help:
@@ -20,6 +20,7 @@ help:
 	@echo "make test-fast  unit tests only (skips the slow end-to-end tests)"
 	@echo "make mutate     mutation testing of the modules that decide (slow; report in docs/testing.md)"
 	@echo "make repro      run the same stages through DVC (dvc repro)"
+	@echo "make bench      list the benchmarks: the command that runs each and what it measures"
 	@echo "make bench-data / bench-train  run a benchmark; results go to docs/benchmarks.md"
 	@echo "make mlflow-ui  open the MLflow UI on the local store at http://127.0.0.1:5000"
 	@echo "make clean-data remove generated data/ and mlflow/ content"
@@ -29,7 +30,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
-	$(BIN)/python -m pip install --quiet --no-deps finrl==0.3.7  # only its env module is used (benchmarks/)
+	$(BIN)/python -m pip install --quiet --no-deps finrl==0.3.7  # only its env module is used (benchmarks/perf/baselines.py)
 	@touch $@
 
 install: $(STAMP)
@@ -55,11 +56,36 @@ mutate: $(STAMP)
 repro: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
+# The benchmarks (docs/benchmarks.md; benchmarks/__init__.py): each runs from the repository root as
+# `.venv/bin/python -m benchmarks.FOLDER.NAME` and records its section of docs/benchmarks.md.
+bench:
+	@echo "perf: rerunnable performance benchmarks (docs/benchmarks.md)"
+	@echo "  python -m benchmarks.perf.data         ingest + validate + features: rows/s, peak memory (daily, minute)"
+	@echo "  python -m benchmarks.perf.train        env steps/s and PPO samples/s against FinRL + Stable-Baselines3"
+	@echo "  python -m benchmarks.perf.population   a population as one batched model vs one agent after another"
+	@echo "  python -m benchmarks.perf.broker       paper broker: orders/s, one trading-loop cycle, start time"
+	@echo "  python -m benchmarks.perf.cycle        data event -> CT cycle -> champion -> orders, as a user runs it"
+	@echo "  python -m benchmarks.perf.heal         podracer up's supervisor: services killed, time until they answer"
+	@echo "  python -m benchmarks.perf.wrds         WRDS TAQ client memory as the range of trades grows"
+	@echo "  python -m benchmarks.perf.paper        100 stocks x 10 years of minutes end to end: time, peak memory"
+	@echo "  python3 -m benchmarks.perf.gpu --out OUT   on a GPU machine: env, PPO, parity, headline (--record OUT here)"
+	@echo "evidence: the runs behind docs/results.md (many seeds, hours)"
+	@echo "  python -m benchmarks.evidence.results       champion vs vanilla, momentum, oracle, buy-and-hold on test"
+	@echo "  python -m benchmarks.evidence.algorithms    PPO, SAC, a mixed pool and ensembles at equal env steps"
+	@echo "  python -m benchmarks.evidence.gate          the gate's size, power and payoff (calibrate, ct, pipeline)"
+	@echo "  python -m benchmarks.evidence.gate_twins    the CT gate's near-twin challengers: measured, simulated"
+	@echo "  python -m benchmarks.evidence.default_runs  how often podracer run as shipped promotes, by seed"
+	@echo "archive: finished studies, kept to reproduce a decision (benchmarks/archive/__init__.py)"
+	@echo "  python -m benchmarks.archive.ceiling     a least-squares scorer through the action, no RL"
+	@echo "  python -m benchmarks.archive.selection   the best validation snapshot vs ensembles of snapshots"
+	@echo "  python -m benchmarks.archive.nitro       Nitro's boosted env counts vs static at an equal budget"
+	@echo "  python -m benchmarks.archive.train_freq  env steps/s on minute bars beside daily"
+
 bench-data: $(STAMP)
-	$(BIN)/python benchmarks/data.py
+	$(BIN)/python -m benchmarks.perf.data
 
 bench-train: $(STAMP)
-	$(BIN)/python benchmarks/train.py
+	$(BIN)/python -m benchmarks.perf.train
 
 mlflow-ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow/mlflow.db --host 127.0.0.1 --port 5000

@@ -115,7 +115,7 @@ BUGS = {
             ("tests/tasks/registry/test_evidence.py::test_against_reads_alpha_and_margin_from_the_registry",)),
     33: Bug("the studentised statistic dropped (oversized under persistence)", "tasks/registry/evidence.py",
             "p_value = max(_p(error, edge), _p(studentised, edge / se))", "p_value = _p(error, edge)",
-            ("tests/benchmarks/test_gate_calibrate.py::test_a_small_calibration_holds_the_size_where_the_basic_bootstrap_did_not",)),
+            ("tests/benchmarks/evidence/test_gate_calibrate.py::test_a_small_calibration_holds_the_size_where_the_basic_bootstrap_did_not",)),
     34: Bug("a NaN return is not a fault (the test fails open)", "tasks/registry/evidence.py",
             "bad = ~np.isfinite(values) if", "bad = np.isinf(values) if",
             ("tests/tasks/registry/test_evidence.py::test_bad_or_flat_returns_fail_closed",)),

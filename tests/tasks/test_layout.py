@@ -118,3 +118,36 @@ def test_trainers_import_no_circle():
     except CycleError as exc:
         pytest.fail(f"import circle: {' -> '.join(exc.args[1])}")
     assert order.index("trainers.config") < order.index("trainers.orders") < order.index("trainers.env")
+
+
+def benchmark_modules() -> list[Path]:
+    return sorted((REPO / "benchmarks").rglob("*.py"))
+
+
+def test_no_benchmark_imports_the_test_suite():
+    """The benchmarks are a package a user runs (docs/benchmarks.md): what they share with the
+    tests lives in ``standins/``, never in ``tests/``."""
+    assert benchmark_modules()
+    leaks = [f"{p.relative_to(REPO)} imports {m}" for p in benchmark_modules() for m in imports(p)
+             if m.split(".")[0] == "tests"]
+    assert leaks == []
+
+
+def test_no_benchmark_edits_the_import_path():
+    """Each benchmark runs as ``python -m benchmarks.…`` from the repository root, so none needs
+    to put a folder on ``sys.path``: none so much as names it."""
+    named = [f"{path.relative_to(REPO)}:{node.lineno}" for path in benchmark_modules()
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                 and node.value.id == "sys")
+             or (isinstance(node, ast.ImportFrom) and node.module == "sys"
+                 and any(a.name == "path" for a in node.names))]
+    assert named == []
+
+
+def test_the_pipeline_imports_no_stand_in():
+    """``standins/`` serves tests and benchmarks (standins/__init__.py); the shipped pipeline
+    never imports it."""
+    leaks = [f"{p.relative_to(REPO)} imports {m}" for part in ("flows", "tasks", "trainers")
+             for p in (REPO / part).rglob("*.py") for m in imports(p) if m.split(".")[0] == "standins"]
+    assert leaks == []

@@ -1,7 +1,7 @@
 """CUDA against the CPU (docs/training.md, GPU workers). Marked ``gpu`` and skipped without
 CUDA: on a GPU machine, ``python3 -m pytest -m gpu --noconftest tests/trainers/test_gpu.py
 tests/trainers/test_env_reference.py``
-(benchmarks/gpu.py's ``parity`` section records the same checks' numbers)."""
+(benchmarks/perf/gpu.py's ``parity`` section records the same checks' numbers)."""
 
 from __future__ import annotations
 

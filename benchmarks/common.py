@@ -1,0 +1,203 @@
+"""What the benchmarks share: a market built through the pipeline's stages 1–3 in a scratch
+folder, the seed lists of their command lines, and each benchmark's section of
+docs/benchmarks.md.
+
+**Markets.** :func:`build_features` runs ingest, validate and features (docs/data.md) as the
+pipeline does, into ``params.data_dir``; :func:`build_market` does it for one market kind and
+seed (:func:`market_params`) and returns the windows and scales every arm is scored with.
+The pipeline's modules are imported inside these functions: a benchmark's measured child
+process imports this module to record, and its peak memory must not include the pipeline.
+
+**Sections.** A section sits between ``<!-- benchmark: KEY -->`` and ``<!-- end: KEY -->``;
+a run replaces its latest reading and appends one row to the table under ``### History``
+(docs/benchmarks.md shows the layout). A row starts with the date and :func:`commit`, the
+commit the figures were measured on, so the history reads in time order with real hashes.
+A section not yet in the file is appended.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tasks.config import Params, load_params
+
+if TYPE_CHECKING:
+    from tasks.data.features import FeatureSet
+    from trainers.config import PPOConfig, SACConfig
+    from trainers.env import MarketData
+    from trainers.evaluate import Policy
+    from trainers.nets import Actor
+    from trainers.state import StateScales
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root: params.yaml and docs/ are read and written here."""
+DOCS = ROOT / "docs" / "benchmarks.md"
+HEAD = "# Benchmarks\n\nEach benchmark in `benchmarks/` keeps a section here: its latest reading, then a row per run.\n"
+HISTORY = "### History"
+
+ARCH_DEMO = ["data.source=arch-demo", "data.start=1999-01-01", "data.end=2018-12-31",
+             "features.train_end=2012-12-31", "features.val_end=2015-12-31"]
+"""arch-demo's history is 1999–2018: train to 2012, validate 2013–2015, test 2016–2018."""
+MARTINGALE = ["data.signal=0", "data.martingale=true"]
+"""The true null (docs/data.md, the martingale market): every price a martingale, so every
+strategy's true Sharpe is buy-and-hold's; the gate benchmark measures a gate's size on it."""
+KINDS = {"learnable": [], "null": ["data.signal=0"], "martingale": MARTINGALE, "arch-demo": ARCH_DEMO}
+"""Each market kind's overrides of params.yaml: ``learnable`` is the embedded market as shipped,
+``null`` the same with nothing to learn (``data.signal: 0``), ``arch-demo`` 2 real indices."""
+
+
+def seeds_of(text: str) -> list[int]:
+    """Seeds on a command line: ``7-16`` (a range, both ends in), ``7,8,9`` or ``7``."""
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+# ---- markets through stages 1–3 ---------------------------------------------------------------
+
+def build_features(params: Params) -> FeatureSet:
+    """Ingest, validate and features into ``params.data_dir``, as the pipeline's stages 1–3 run
+    them; the feature set they wrote."""
+    from tasks.data import features, ingest, validate
+
+    for stage in (ingest.ingest, validate.validate, features.features):
+        stage(params)
+    return features.load(params.dirs.features)
+
+
+def default_features(workdir: Path) -> tuple[Params, FeatureSet]:
+    """params.yaml's market (the default embedded one) built under ``workdir``."""
+    params = load_params(ROOT / "params.yaml", [f"data_dir={workdir / 'data'}"])
+    return params, build_features(params)
+
+
+def market_params(root: Path, market: str, seed: int, overrides: list[str]) -> Params:
+    """params.yaml for ``market`` (a key of :data:`KINDS`) at ``seed`` (``data.seed`` and
+    ``evolution.seed``), its data in ``root/MARKET-SEED/data``; ``overrides`` apply last."""
+    return load_params(ROOT / "params.yaml", [f"data_dir={root / f'{market}-{seed}' / 'data'}", f"data.seed={seed}",
+                                              f"evolution.seed={seed}", *KINDS[market], *overrides])
+
+
+def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig | SACConfig) -> Actor:
+    """A deterministic actor of ``cfg``'s shape for ``data``, to load trained weights into."""
+    from trainers.nets import Actor
+    from trainers.state import StockLayout, state_dim
+
+    layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
+    return Actor(state_dim(data.n_stocks, data.n_features), data.n_stocks, cfg.net_dims, 0.0, layout)
+
+
+@dataclass(frozen=True)
+class Market:
+    """One seed's market after ingest, validation and features, with its windows."""
+
+    params: Params
+    fs: FeatureSet
+    data: MarketData
+    scales: StateScales
+    train: tuple[int, int]
+    val: tuple[int, int]
+    test: tuple[int, int]
+    per_year: float
+
+    def metrics(self, policy: Policy, window: tuple[int, int]) -> dict[str, float]:
+        """``policy``'s performance on ``window``, traded by the env's rules (next-open fills, costs)."""
+        from trainers.evaluate import run_policy
+        from trainers.metrics import performance
+
+        return performance(run_policy(policy, self.data, self.scales, self.params.env, window), self.per_year)
+
+    def actor(self, weights: dict, hparams: dict[str, float]) -> Actor:
+        """The deterministic actor of ``hparams``' shape with ``weights``."""
+        actor = blank_actor(self.data, self.scales, self.params.ppo.with_hparams(hparams))
+        actor.load_state_dict(weights)
+        return actor
+
+
+def build_market(root: Path, market: str, seed: int, overrides: list[str]) -> Market:
+    """Run stages 1–3 for ``market`` at ``seed`` into ``root``."""
+    from tasks.model.train import state_scales
+    from trainers.metrics import periods_per_year
+
+    params = market_params(root, market, seed, overrides)
+    fs = build_features(params)
+    return Market(params, fs, fs.market(), state_scales(params, fs), fs.window("train"), fs.window("validation"),
+                  fs.window("test"), periods_per_year(params.data.freq))
+
+
+# ---- sections of docs/benchmarks.md ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reading:
+    """One run of a benchmark: its latest-reading text and its row of the history table."""
+
+    key: str  # the section's marker, e.g. "ceiling"
+    title: str  # the section's heading
+    latest: str  # markdown: the command that reproduces it, the machine, the tables
+    columns: tuple[str, ...]  # the history table's header: "date", "commit", then the benchmark's own
+    row: tuple[str, ...]  # this run's cells, in the order of ``columns``: now(), commit(), ...
+
+
+def now() -> str:
+    """The date a history row is stamped with (UTC, to the minute)."""
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def commit() -> str:
+    """The commit the tree was at (``git rev-parse --short HEAD``), ``-dirty`` when it has
+    uncommitted changes to tracked files: what a history row's figures were measured on."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return f"{head}-dirty" if dirty else head
+
+
+def cell(text: object) -> str:
+    """One table cell: a pipe or a line break would end the cell or the row."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table_line(cells: tuple[str, ...] | list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def history_rows(section: str) -> list[str]:
+    """The rows (header and separator left out) of the history table in ``section``."""
+    if HISTORY not in section:
+        return []
+    lines = [line for line in section.split(HISTORY, 1)[1].splitlines() if line.startswith("|")]
+    return lines[2:]
+
+
+def section(reading: Reading, rows: list[str]) -> str:
+    """The section's text: the latest reading, then the history with this run's row last
+    (rows are appended, so the table stays in time order)."""
+    if len(reading.row) != len(reading.columns):
+        raise ValueError(f"{reading.key}: {len(reading.row)} cells for {len(reading.columns)} columns")
+    return "\n".join([
+        f"## {reading.title}", f"<!-- benchmark: {reading.key} -->", "", reading.latest.strip(), "", HISTORY, "",
+        table_line(reading.columns), table_line(["---"] * len(reading.columns)), *rows,
+        table_line([cell(c) for c in reading.row]), f"<!-- end: {reading.key} -->"])
+
+
+def record(reading: Reading, path: Path = DOCS) -> None:
+    """Replace ``reading.key``'s latest reading in ``path`` and append its history row."""
+    text = path.read_text() if path.exists() else HEAD
+    found = re.search(rf"^## [^\n]*\n<!-- benchmark: {re.escape(reading.key)} -->\n.*?"
+                      rf"<!-- end: {re.escape(reading.key)} -->", text, re.S | re.M)
+    if found:
+        text = text[:found.start()] + section(reading, history_rows(found.group())) + text[found.end():]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section(reading, []) + "\n"
+    path.write_text(text)

@@ -1,0 +1,160 @@
+"""A device run of benchmarks/perf/gpu.py into docs/benchmarks.md's GPU section, beside the same
+workloads on this machine's CPU, with a plot (docs/img/benchmark_gpu.png).
+
+    .venv/bin/python -m benchmarks.perf.gpu --record docs/results/gpu-h100 --cpu docs/results/gpu-cpu
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import DOCS, ROOT, Reading, commit, now, record
+
+IMAGE = ROOT / "docs" / "img" / "benchmark_gpu.png"
+MODES = {"off": "eager", "eager": "eager", "graphs": "CUDA graphs", "inductor": "Inductor + CUDA graphs"}
+"""Display names; ``off`` is what the first device run called ``eager``."""
+
+
+def load(folder: Path) -> dict[str, dict[str, Any]]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+
+
+def _mode(row: dict[str, Any], device: str) -> str:
+    mode = MODES[row["mode"]]
+    return "Inductor" if device == "cpu" and mode.startswith("Inductor") else mode
+
+
+def device_line(run: dict[str, dict[str, Any]]) -> str:
+    d = run["device"]
+    nominal = d.get("nominal") or {}
+    sheet = (f"; data sheet {nominal['bandwidth_gbs']:,.0f} GB/s and {nominal['fp32_tflops']:.0f} TFLOP/s"
+             if nominal else "")
+    return (f"{d['name']} (capability {d.get('capability', '-')}, {d.get('sms', '-')} SMs), torch {d['torch']}: "
+            f"measured copy {d['copy_gbs']:,.0f} GB/s, FP32 matmul {d['fp32_matmul_tflops']:.1f} TFLOP/s{sheet}")
+
+
+def env_table(gpu: dict[str, dict[str, Any]], cpu: dict[str, dict[str, Any]] | None) -> str:
+    bandwidth = gpu["device"]["copy_gbs"]
+    cpu_rate = {(r["envs"], _mode(r, "cpu")): r["steps_per_s"] for r in (cpu or {}).get("env", {}).get("rows", [])
+                if "steps_per_s" in r}
+    lines = ["| envs | mode | env steps/s | bytes/step, eager (counted) | bytes/step, necessary | GB/s at the necessary"
+             " bytes | share of the measured bandwidth | 2 CPU cores, eager | GPU / CPU |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in gpu["env"]["rows"]:
+        if "steps_per_s" not in r:
+            lines.append(f"| {r['envs']:,} | {_mode(r, 'cuda')} | failed: {r.get('error', '')[:80]} |||||||")
+            continue
+        gbs = r["steps_per_s"] * r["necessary_bytes_per_env_step"] / 1e9
+        base = cpu_rate.get((r["envs"], "eager"))
+        counted = f"{r['bytes_per_env_step']:,.0f}" if "bytes_per_env_step" in r else "-"
+        here, ratio = ("-", "-") if base is None else (f"{base / 1e6:.2f} M", f"{r['steps_per_s'] / base:,.0f}x")
+        lines.append(f"| {r['envs']:,} | {_mode(r, 'cuda')} | {r['steps_per_s'] / 1e6:,.1f} M | {counted} | "
+                     f"{r['necessary_bytes_per_env_step']:,} | {gbs:,.0f} | {gbs / bandwidth:.0%} | {here} | {ratio} |")
+    return "\n".join(lines)
+
+
+def ppo_table(gpu: dict[str, dict[str, Any]], cpu: dict[str, dict[str, Any]] | None) -> str:
+    peak = gpu["device"]["fp32_matmul_tflops"]
+    cpu_rate = {(r["agents"], r["stocks"]): r["samples_per_s"] for r in (cpu or {}).get("ppo", {}).get("rows", [])
+                if "samples_per_s" in r}
+    lines = ["| stocks | agents | mode | samples/s | rollout share | update TFLOP/s | share of FP32 matmul | "
+             "2 CPU cores | GPU / CPU |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(gpu["ppo"]["rows"], key=lambda r: (r["stocks"], r["agents"], r["mode"] != "off")):
+        if "samples_per_s" not in r:
+            lines.append(f"| {r['stocks']} | {r['agents']} | {_mode(r, 'cuda')} | failed ||||||")
+            continue
+        base = cpu_rate.get((r["agents"], r["stocks"]))
+        here, ratio = ("-", "-") if base is None else (f"{base:,.0f}", f"{r['samples_per_s'] / base:,.0f}x")
+        lines.append(f"| {r['stocks']} | {r['agents']} | {_mode(r, 'cuda')} | {r['samples_per_s']:,.0f} | "
+                     f"{r['rollout_share']:.0%} | {r['update_tflops']:.2f} | {r['update_tflops'] / peak:.1%} | "
+                     f"{here} | {ratio} |")
+    return "\n".join(lines)
+
+
+def headline_text(run: dict[str, dict[str, Any]]) -> str:
+    h, profile = run["headline"], run.get("profile", {})
+    test = h.get("test", {})
+    sharpe = " · ".join(f"{name.replace('_', '-')} {m['sharpe']:.2f}" for name, m in test.items() if "sharpe" in m)
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(profile.get("shares_of_wall", {}).items(),
+                                                          key=lambda kv: -kv[1]))
+    market = h["market"]
+    return (f"Population {h['config']['population']} × {h['config']['ppo']['num_envs']:,} envs, "
+            f"{market['stocks']} stocks × {market['sessions']:,} sessions of 1-minute bars "
+            f"({market['bars']:,} bars, built in {market['seconds']:.0f} s), {MODES[h['mode']]}, "
+            f"{h['config']['iterations_per_generation']} iterations a generation:\n\n"
+            f"- **{h['env_steps'] / 1e6:,.1f} M env steps in {h['train_seconds']:.0f} s** "
+            f"({len(h['curve'])} generations, compilation included): {h['env_steps_per_s']:,.0f} env steps/s, "
+            f"{h.get('steady_env_steps_per_s', 0):,.0f} after the first generation; "
+            f"1 billion env steps would take {h['seconds_for_1e9_env_steps'] / 60:,.0f} minutes "
+            f"(the moonshot is 10).\n"
+            f"- Test year (never seen in training or selection), Sharpe: {sharpe}; "
+            f"best validation Sharpe {h['best_validation_sharpe']:.2f}.\n"
+            f"- RL-Scope breakdown (one eager iteration and 500 evaluation decisions, shares of wall): {shares}.")
+
+
+def plot(gpu: dict[str, dict[str, Any]], cpu: dict[str, dict[str, Any]] | None, title: str, image: Path) -> None:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 3.8), layout="constrained")
+    axes = figure.add_subplot(1, 2, 1)
+    for stocks, marker in ((30, "o"), (100, "s")):
+        for mode, colour in (("off", "tab:blue"), ("graphs", "tab:orange")):
+            rows = sorted((r for r in gpu["ppo"]["rows"] if r.get("stocks") == stocks and r["mode"] == mode
+                           and "samples_per_s" in r), key=lambda r: r["agents"])
+            axes.plot([r["agents"] for r in rows], [r["samples_per_s"] for r in rows], marker=marker, color=colour,
+                      label=f"{stocks} stocks, {MODES[mode]}")
+        base = sorted((r for r in (cpu or {}).get("ppo", {}).get("rows", []) if r.get("stocks") == stocks
+                       and "samples_per_s" in r), key=lambda r: r["agents"])
+        if base:
+            axes.plot([r["agents"] for r in base], [r["samples_per_s"] for r in base], marker=marker, color="grey",
+                      linestyle=":", label=f"{stocks} stocks, 2 CPU cores")
+    axes.set(xscale="log", yscale="log", xlabel="agents in the batched model", ylabel="PPO samples / s",
+             title="PPO training (rollout + update)")
+    axes.legend(fontsize=7)
+    axes = figure.add_subplot(1, 2, 2)
+    rows = [r for r in gpu["env"]["rows"] if "steps_per_s" in r]
+    short = {"off": "eager", "eager": "eager", "graphs": "graphs", "inductor": "inductor"}
+    labels = [f"{r['envs'] // 1024}k\n{short[r['mode']]}" for r in rows]
+    axes.bar(range(len(rows)), [r["steps_per_s"] / 1e6 for r in rows], color="tab:green")
+    axes.set_xticks(range(len(rows)), labels, fontsize=7)
+    axes.axhline(100, color="red", linestyle="--", linewidth=1, label="target: 100 M")
+    axes.set(ylabel="million env steps / s", title="env alone, 100 stocks")
+    axes.legend(fontsize=7)
+    figure.suptitle(title, fontsize=9)
+    figure.savefig(image, dpi=100)
+
+
+def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, image: Path = IMAGE) -> None:
+    """Record the device run in ``folder`` (and the CPU's in ``cpu_folder``) in ``docs``, its plot in ``image``."""
+    gpu = load(folder)
+    cpu = load(cpu_folder) if cpu_folder is not None else None
+    name = gpu["device"]["name"]
+    rel = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
+    plot(gpu, cpu, name, image)
+    sync = ", ".join(f"{k} {v}" for k, v in gpu["sync"]["steps"].items())
+    parity = gpu["parity"]
+    resume = "; ".join(f"{k}: {v['generations']} generations" for k, v in parity["resume"].items())
+    cpu_line = f" 2 CPU cores: {cpu['device']['name']}, the same scripts (`{cpu_folder}`)." if cpu else ""
+    latest = (
+        f"Device run: `python3 -m benchmarks.perf.gpu --out OUT` on the GPU machine (its JSON and "
+        f"console output: `{rel}/`); recorded with `.venv/bin/python -m benchmarks.perf.gpu --record {rel}"
+        + (f" --cpu {cpu_folder}" if cpu_folder else "") + "`.  \n"
+        f"Device: {device_line(gpu)}.{cpu_line} Plot: `docs/img/{image.name}`.\n\n"
+        f"**Sync audit** (torch's sync debug mode `error` and the host-read guard): {sync}.\n\n"
+        f"**Env alone** (100 stocks, the paper's rules; target ≥ 100 M env steps/s at 16,384 envs):\n\n"
+        f"{env_table(gpu, cpu)}\n\n"
+        f"**PPO** (population × 32 envs × 128 steps, the paper's config; the update's FLOPs counted from the "
+        f"layer shapes):\n\n{ppo_table(gpu, cpu)}\n\n"
+        f"**CUDA against the CPU**: one short evolution, random streams on the CPU: best fitness "
+        f"{parity['device_best_fitness']:.6f} against {parity['cpu_best_fitness']:.6f}, the same agent selected: "
+        f"{parity['same_best_agent']}, largest fitness difference {parity['max_fitness_diff']:.1e}, largest weight "
+        f"difference {parity['max_best_actor_weight_diff']:.1e}. Cross-device resume: {resume}.\n\n"
+        f"**The headline** (benchmarks/perf/gpu_train.py):\n\n{headline_text(gpu)}\n")
+    h = gpu["headline"]
+    env16 = next((r for r in gpu["env"]["rows"] if r["envs"] == 16384 and r["mode"] == "inductor"), {})
+    record(Reading("gpu", "GPU workers: benchmarks/perf/gpu.py", latest,
+                   ("date", "commit", "device", "env steps/s (16,384 envs)", "PPO env steps/s (headline)", "test Sharpe"),
+                   (now(), commit(), name, f"{env16.get('steps_per_s', 0) / 1e6:.0f} M", f"{h['env_steps_per_s']:,.0f}",
+                    f"{h['test']['agent']['sharpe']:.2f}")), docs)

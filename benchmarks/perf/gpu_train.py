@@ -1,0 +1,346 @@
+"""The device script's training sections (benchmarks/perf/gpu.py): the hot steps for the sync
+audit, PPO throughput by population, CPU-CUDA parity and cross-device resume, and the
+headline run with its RL-Scope breakdown. trainers/, torch and numpy only."""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.perf.gpu_common import Args, paper_env, paper_ppo, scales_of
+from benchmarks.perf.gpu_market import minute_market, sample_market
+from trainers import profiler
+from trainers.agent import PPOAgent
+from trainers.capture import compiled
+from trainers.config import EvolutionConfig, RuntimeConfig, SACConfig
+from trainers.env import MarketData, MarketEnv
+from trainers.evaluate import buy_and_hold, run_policies
+from trainers.evolution import Evolution, EvolutionResult
+from trainers.metrics import performance
+from trainers.multiplex import Multiplexed, run_multiplexed
+from trainers.nets import Actor
+from trainers.ppo import PPO
+from trainers.sac import SACAgent
+from trainers.state import StockLayout
+
+SEARCH = {"lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.1, 0.3), "gamma": (0.95, 0.999),
+          "gae_lambda": (0.9, 0.99)}
+"""The headline's search space: params.paper.yaml's, less the shapes (env count, width,
+epochs), so the population keeps one shape and every step stays the same."""
+
+
+def population(data: MarketData, agents: int, runtime: RuntimeConfig, **ppo: Any) -> PPO:
+    """``agents`` fresh PPO agents of the paper's config as one batched model (static schedule)."""
+    cfg = paper_ppo(**ppo)
+    made = [PPOAgent(data, scales_of(data, 0), paper_env(), cfg, (0, data.close.shape[0] - 1), seed)
+            for seed in range(agents)]
+    return PPO([lrn for a in made for lrn in a.learners], [e for a in made for e in a.envs], cfg, runtime, static=True)
+
+
+def compiled_step(env: MarketEnv, mode: str) -> Callable[..., object]:
+    """The env's step, compiled by Inductor for ``mode: inductor``."""
+    return compiled(env.step, "inductor" if mode == "inductor" else "eager")
+
+
+def hot_steps(args: Args) -> dict[str, Callable[[], None]]:
+    """The rollout, a static PPO gradient step, the evaluator's decision and SAC's gradient
+    step, each warmed up once, ready to run again."""
+    stocks = 4 if args.tiny else 30
+    data = sample_market(stocks, 300, seed=0, device=args.device)
+    small = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
+    ppo = population(data, 2, RuntimeConfig(), **small)
+    ppo.train_iteration([0, 1])
+    group = ppo.group([0, 1])
+    group.load(ppo.learners, ppo.envs)
+    weight, active = group.schedule.static_masks()
+    idx = torch.zeros_like(weight[0], dtype=torch.long)
+    env = MarketEnv(data, scales_of(data, 0), paper_env(), 2, (0, 200), random_start=False)
+    env.static = True
+    state = [env.reset()]
+
+    def decide() -> None:
+        state[0] = env.step(torch.tanh(ppo.nets.mean(state[0].unsqueeze(1))).squeeze(1)).state
+
+    decide()
+    sac = SACAgent(data, scales_of(data, 0), paper_env(), SACConfig(num_envs=4, horizon=8, batch_size=8, updates=1,
+                                                                    net_dims=(8,), policy="shared"), (0, 250), 0)
+    sac.train_iteration()
+    def sac_step() -> None:
+        sac.gradient_step()
+
+    return {"rollout": lambda: ppo.rollout(group),
+            "ppo_gradient_step": lambda: ppo.static_step(group.batch, idx, weight[0], active[0]),
+            "evaluator_decision": decide, "sac_gradient_step": sac_step}
+
+
+def update_flops_per_sample(stocks: int, features: int, hidden: int, state_dim: int, repeat_times: int) -> float:
+    """FLOPs of the PPO update per rollout sample: the per-stock actor ``[k + 2, hidden, 1]`` on
+    every stock and the critic ``[state_dim, hidden, 1]``, forward and backward (about twice
+    the forward), over ``repeat_times`` passes."""
+    forward = 2 * (stocks * ((features + 2) * hidden + hidden) + state_dim * hidden + hidden)
+    return 3.0 * forward * repeat_times
+
+
+def section_ppo(args: Args) -> dict[str, Any]:
+    """PPO samples/s (rollout + update) of a population as one batched model, eager and
+    recorded, by population and universe size; the update's FLOP rate beside the peak."""
+    sizes = [1, 2] if args.tiny else list(args.agents)
+    universes = [4] if args.tiny else [30, 100]
+    modes = ["eager", "graphs"] if args.device == "cuda" else ["eager"]
+    small = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2} if args.tiny else {}
+    rows = []
+    for stocks in universes:
+        data = sample_market(stocks, 300 if args.tiny else 5000, seed=0, device=args.device)
+        for agents in sizes:
+            for mode in modes:
+                if args.remaining() < 15:
+                    return {"rows": rows, "cut_short": True}
+                try:
+                    rows.append(_ppo_rate(args, data, agents, mode, small))
+                except Exception as error:  # noqa: BLE001 - the next size or mode may still run
+                    rows.append({"agents": agents, "stocks": stocks, "mode": mode,
+                                 "error": f"{type(error).__name__}: {error}"[:500]})
+                print(json.dumps(rows[-1]), flush=True)
+                args.save("ppo", {"rows": rows})
+    return {"rows": rows, "peak": _peak(args)}
+
+
+def _ppo_rate(args: Args, data: MarketData, agents: int, mode: str, small: dict[str, int]) -> dict[str, Any]:
+    ppo = population(data, agents, RuntimeConfig(compile=mode), **small)
+    group, dev = list(range(agents)), torch.device(args.device)
+    for _ in range(2):  # warm-up; a recorded step is captured on the second
+        ppo.train_iteration(group)
+    rollout_s = update_s = 0.0
+    iterations = 1
+    for _ in range(iterations):
+        _sync(dev)
+        started = time.perf_counter()
+        rollout = ppo.collect(group)
+        _sync(dev)
+        middle = time.perf_counter()
+        ppo.update(group, rollout)
+        _sync(dev)
+        rollout_s, update_s = rollout_s + middle - started, update_s + time.perf_counter() - middle
+    cfg, stocks = ppo.cfg, data.n_stocks
+    samples = agents * cfg.num_envs * cfg.horizon * iterations
+    flops = update_flops_per_sample(stocks, data.n_features, cfg.net_dims[0], ppo.envs[0].state_dim, cfg.repeat_times)
+    return {"agents": agents, "stocks": stocks, "mode": mode, "samples_per_s": samples / (rollout_s + update_s),
+            "rollout_share": rollout_s / (rollout_s + update_s), "update_flops_per_sample": flops,
+            "update_tflops": flops * samples / update_s / 1e12}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _peak(args: Args) -> dict[str, Any] | None:
+    path = args.out / "device.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def tiny_evolution(args: Args, data: MarketData, runtime: RuntimeConfig, generations: int = 2) -> Evolution:
+    """A short evolution of the paper's config at toy shapes, for the parity checks."""
+    cfg = EvolutionConfig(population=2 if args.tiny else 4, generations=generations, iterations_per_generation=2,
+                          eval_interval=2, search_space=dict(SEARCH), seed=3)
+    ppo = paper_ppo(num_envs=4, horizon=8, batch_size=16, repeat_times=2)
+    bars = data.close.shape[0]
+    return Evolution(data, scales_of(data, 0), paper_env(), ppo, cfg, (0, bars // 2), (bars // 2, bars - 1), 252.0,
+                     runtime=runtime)
+
+
+def section_parity(args: Args) -> dict[str, Any]:
+    """One short evolution on the CPU (the default, grouped update) and on the device (the
+    static update, recorded steps, random streams on the CPU so both draw the same numbers):
+    best fitness, the agent selected, every evaluation's fitness and the weights; then a
+    checkpoint written on one device and resumed on the other, both ways."""
+    stocks = 4 if args.tiny else 30
+    cpu_data = sample_market(stocks, 200 if args.tiny else 600, seed=0, device="cpu")
+    dev_data = cpu_data.to(args.device)
+    cpu = tiny_evolution(args, cpu_data, RuntimeConfig()).run(runner=run_multiplexed)
+    dev = tiny_evolution(args, dev_data, RuntimeConfig(compile="graphs", rng="cpu")).run(runner=run_multiplexed)
+    fitness = [abs(a.fitness - b.fitness) for a, b in zip(cpu.history, dev.history)]
+    weights = max(float((a.cpu() - b.cpu()).abs().max()) for a, b in zip(cpu.best_actor.values(),
+                                                                         dev.best_actor.values()))
+    out: dict[str, Any] = {"cpu_best_fitness": cpu.best_fitness, "device_best_fitness": dev.best_fitness,
+                           "same_best_agent": (cpu.best_agent, cpu.best_generation) == (dev.best_agent,
+                                                                                         dev.best_generation),
+                           "max_fitness_diff": max(fitness), "max_best_actor_weight_diff": weights,
+                           "evaluations": len(fitness)}
+    out["resume"] = {f"{a}->{b}": _resume(args, a, b, cpu_data) for a, b in (("cpu", args.device),
+                                                                                (args.device, "cpu"))}
+    return out
+
+
+def _resume(args: Args, saved_on: str, resumed_on: str, data: MarketData) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = tiny_evolution(args, data.to(saved_on), RuntimeConfig(), generations=2)
+        try:
+            first.run(checkpoint_dir=Path(tmp), on_generation=_stop, runner=run_multiplexed)  # generation 1, then stop
+        except _Stop:
+            pass
+        second = tiny_evolution(args, data.to(resumed_on), RuntimeConfig(), generations=2)
+        second.load(Path(tmp) / Evolution.CHECKPOINT)
+        result = second.run(runner=run_multiplexed)
+    return {"generations": second.pop.generation, "best_fitness": result.best_fitness,
+            "warnings": sorted({str(w.message) for w in caught})}
+
+
+class _Stop(Exception):
+    """Training stops here: a wall budget is spent."""
+
+
+def _stop(_: EvolutionResult) -> None:
+    raise _Stop
+
+
+def section_headline(args: Args) -> dict[str, Any]:
+    """A population of 16 on the paper-scale minute market for ``--headline-seconds`` of
+    training, then its test year beside buy-and-hold and momentum, and an RL-Scope profile."""
+    baselines = subprocess.Popen([sys.executable, "-m", "benchmarks.perf.gpu_baselines", "--out", str(args.out),
+                                  *(["--tiny"] if args.tiny else [])], cwd=Path(__file__).resolve().parents[2])
+    started = time.perf_counter()
+    market = minute_market(8, 12, device=args.device) if args.tiny else minute_market(100, 2520, device=args.device)
+    data, windows = market.data, market.windows
+    out: dict[str, Any] = {"market": {"stocks": market.stocks, "sessions": market.sessions,
+                                      "bars": int(data.close.shape[0]), "windows": windows,
+                                      "seconds": time.perf_counter() - started}}
+    shapes = ({"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2} if args.tiny else
+              {"num_envs": 2048, "horizon": 128, "batch_size": 32768, "repeat_times": 8})
+    evo = EvolutionConfig(population=2 if args.tiny else 16, generations=10**6, iterations_per_generation=1
+                          if args.tiny else 4, eval_interval=1 if args.tiny else 4, search_space=dict(SEARCH), seed=0)
+    out["config"] = {"ppo": shapes, "population": evo.population, "iterations_per_generation":
+                     evo.iterations_per_generation}
+    budget = min(args.headline_seconds, max(20.0, args.remaining() - (20 if args.tiny else 90)))
+    args.save("headline", out)
+    for mode in _modes(args):
+        try:
+            result, curve = _train(args, data, windows, shapes, evo, RuntimeConfig(compile=mode), budget)
+            out["mode"] = mode
+            break
+        except _Stop:
+            raise
+        except Exception as error:  # noqa: BLE001 - Inductor may fail on a new stack; graphs are the fallback
+            out.setdefault("fallbacks", []).append(f"{mode}: {type(error).__name__}: {error}"[:500])
+    else:
+        raise RuntimeError(f"every mode failed: {out['fallbacks']}")
+    steps = result.env_steps
+    train_s = curve[-1]["seconds"]
+    out |= {"curve": curve, "env_steps": steps, "train_seconds": train_s, "env_steps_per_s": steps / train_s,
+            "seconds_for_1e9_env_steps": 1e9 * train_s / steps, "best_validation_sharpe": result.best_fitness}
+    if len(curve) > 2:  # after the first generation's warm-up and compilation
+        d_steps = curve[-1]["env_steps"] - curve[0]["env_steps"]
+        out["steady_env_steps_per_s"] = d_steps / (curve[-1]["seconds"] - curve[0]["seconds"])
+    args.save("headline", out)
+    out["test"] = _guarded(lambda: _test_year(data, windows, result, market.per_year))
+    try:
+        baselines.wait(timeout=max(1.0, args.remaining() - 40))
+    except subprocess.TimeoutExpired:
+        baselines.kill()
+    found = args.load("baselines")
+    if found is not None:
+        out["test"] |= found
+        (args.out / "baselines.json").unlink()  # folded in here: the device hands back at most 8 files
+    args.save("headline", out)
+    gc.collect()  # the training's buffers and graphs, before the profile builds its own
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    args.save("profile", _guarded(lambda: _profile(args, data, windows, shapes, evo)))
+    return out
+
+
+def _modes(args: Args) -> list[str]:
+    """Inductor and CUDA graphs, graphs alone when the env section saw Inductor fail; eager on the CPU."""
+    if args.device != "cuda":
+        return ["eager"]
+    env = args.load("env") or {}
+    failed = any(row.get("mode") == "inductor" and "error" in row for row in env.get("rows", []))
+    return ["graphs"] if failed else ["inductor", "graphs"]
+
+
+def _guarded(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``fn()``, or the error it raised: a part of the headline failing keeps the rest."""
+    try:
+        return fn()
+    except Exception as error:  # noqa: BLE001
+        return {"error": f"{type(error).__name__}: {error}"[:800]}
+
+
+def _train(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
+           evo: EvolutionConfig, runtime: RuntimeConfig, budget: float) -> tuple[EvolutionResult, list[dict]]:
+    run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
+                    windows["train"], windows["validation"], 252.0 * 390, runtime=runtime)
+    curve: list[dict[str, Any]] = []
+    started = time.perf_counter()
+
+    def on_generation(best: EvolutionResult) -> None:
+        _sync(torch.device(args.device))
+        seconds = time.perf_counter() - started
+        curve.append({"generation": len(curve) + 1, "seconds": seconds, "env_steps": best.env_steps,
+                      "best_validation_sharpe": best.best_fitness})
+        if len(curve) == 1 or seconds // 10 > curve[-2]["seconds"] // 10:  # a line every 10 s
+            print(json.dumps(curve[-1]), flush=True)
+        if seconds >= budget:
+            raise _Stop
+
+    try:
+        run.run(on_generation=on_generation, runner=run_multiplexed)
+    except _Stop:
+        pass
+    return run.best(), curve
+
+
+def _test_year(data: MarketData, windows: dict[str, tuple[int, int]], result: EvolutionResult,
+               per_year: float) -> dict:
+    """The best validation snapshot and buy-and-hold on the test year (never seen in training
+    or selection), under the env's rules."""
+    env, ppo = paper_env(), paper_ppo()
+    scales = scales_of(data, windows["train"][0])
+    layout = StockLayout(data.n_stocks, data.n_features, scales)
+    actor = Actor(1 + 2 * data.n_stocks + data.n_stocks * data.n_features, data.n_stocks, ppo.net_dims,
+                  ppo.init_log_std, layout)
+    actor.load_state_dict({k: v.cpu() for k, v in result.best_actor.items()})
+    agent = run_policies(actor.to(data.close.device), data, scales, env, windows["test"], accounts=1,
+                         compile="graphs")[:, 0]
+    hold = buy_and_hold(data, env, windows["test"])
+    return {"agent": performance(agent, per_year), "buy_and_hold": performance(hold, per_year)}
+
+
+def _profile(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
+             evo: EvolutionConfig) -> dict[str, Any]:
+    """RL-Scope's breakdown (trainers/profiler.py) of one eager iteration of the headline's
+    population and a part of an evaluation, GPU kernels attributed to the operations."""
+    lo, hi = windows["validation"]
+    run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
+                    windows["train"], (lo, min(hi, lo + (50 if args.tiny else 2500))), 252.0 * 390)
+    setting = run.setting
+    pop = Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.pop.hparams, run.pop.seeds)])
+    group = list(range(len(pop.agents)))
+    pop.train_iteration(group)  # warm-up
+    _sync(torch.device(args.device))
+    profiler.enable(cuda=True)
+    profiler.set_phase("training")
+    pop.train_iteration(group)
+    profiler.set_phase("evaluation")
+    pop.evaluate()
+    _sync(torch.device(args.device))
+    profiler.disable()
+    report = profiler.report()
+    total = report.wall_seconds or 1.0
+    shares: dict[str, float] = {}
+    for row in report.rows:
+        key = "evaluation" if row.phase == "evaluation" else row.operation
+        shares[key] = shares.get(key, 0.0) + row.raw_seconds / total
+    return {"shares_of_wall": shares, "report": report.to_dict()}
+

@@ -1,0 +1,65 @@
+"""benchmarks/perf/gpu.py, the device script: every section at toy sizes on the CPU (what a GPU
+machine runs at full size), its configs against params.paper.yaml, its byte counts by hand,
+and the report of a device run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.perf.gpu import SECTIONS, necessary_bytes
+from benchmarks.perf.gpu_common import bytes_moved, paper_env, paper_ppo
+from benchmarks.perf.gpu_report import record_run
+from tasks.config import load_params
+from tests.conftest import REPO
+
+
+@pytest.mark.slow
+def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.perf.gpu", "--device", "cpu", "--tiny", "--out", str(out),
+                           "--deadline", "400"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = {name: json.loads((out / f"{name}.json").read_text()) for name in (*SECTIONS, "profile")}
+    assert all(results[name]["ok"] for name in SECTIONS), {n: r.get("error") for n, r in results.items()}
+    assert results["sync"]["all_ok"] and len(results["sync"]["steps"]) == 4
+    assert {row["mode"] for row in results["env"]["rows"]} == {"eager", "inductor"}  # no CUDA graphs on a CPU
+    assert all(row["steps_per_s"] > 0 for row in results["env"]["rows"])
+    assert results["parity"]["same_best_agent"] and results["parity"]["max_fitness_diff"] < 1e-6
+    headline = results["headline"]
+    assert headline["env_steps"] > 0 and {"agent", "buy_and_hold", "momentum"} <= set(headline["test"])
+    assert sum(results["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)
+    assert len(list(out.iterdir())) <= 8  # what a device run can hand back
+
+
+def test_its_configs_are_params_paper_yamls() -> None:
+    paper = load_params(REPO / "params.paper.yaml")
+    assert paper_env() == paper.env
+    shapes = {"num_envs", "horizon", "batch_size", "repeat_times"}
+    assert {k: v for k, v in asdict(paper_ppo()).items() if k not in shapes} == {
+        k: v for k, v in asdict(paper.ppo).items() if k not in shapes}
+
+
+def test_bytes_are_counted_op_by_op_by_hand() -> None:
+    a, b = torch.ones(10), torch.ones(10)
+    assert bytes_moved(lambda: a + b) == 3 * 40  # two inputs read, one output written
+    rows, index = torch.ones(100, 8), torch.tensor([3, 5])
+    assert bytes_moved(lambda: rows.index_select(0, index)) == 2 * (2 * 8 * 4) + 2 * 8  # the rows taken, the index
+    assert bytes_moved(lambda: rows.view(800)) == 0
+    # 100 stocks: the account in and out (4 × 8 + 100 × 8 each), the float32 action, the open and
+    # the close, the state row in and out
+    assert necessary_bytes(100, 501) == 2 * (32 + 800) + 400 + 1600 + 2 * 501 * 4
+
+
+def test_a_device_run_is_recorded_with_its_device_name(tmp_path: Path) -> None:
+    docs, image = tmp_path / "benchmarks.md", tmp_path / "gpu.png"
+    record_run(REPO / "docs" / "results" / "gpu-h100", REPO / "docs" / "results" / "gpu-cpu", docs, image)
+    text = docs.read_text()
+    assert "NVIDIA H100 80GB HBM3" in text and "<!-- benchmark: gpu -->" in text and image.exists()
+    assert "109.1 M" in text  # the env at 16,384 envs, Inductor, as the device measured it

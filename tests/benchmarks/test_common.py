@@ -1,0 +1,83 @@
+"""A benchmark's section of docs/benchmarks.md (benchmarks/common.py): the latest reading is
+replaced, the history gains one row, and the other sections stay as they were; and the commit a
+row is stamped with."""
+
+import re
+import subprocess
+
+import pytest
+
+from benchmarks.common import DOCS, ROOT, Reading, commit, record, seeds_of
+
+
+def reading(key: str, latest: str, row: tuple[str, ...]) -> Reading:
+    return Reading(key, f"The {key} benchmark", latest, ("date", "figure"), row)
+
+
+def test_a_new_section_is_appended_and_a_rerun_replaces_its_latest_reading_and_adds_a_row(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nintro\n")
+    record(reading("data", "Latest: monday.\n\n| a |\n|---|\n| 1 |", ("monday", "1.0 s")), docs)
+    record(reading("train", "Latest: monday.", ("monday", "5x")), docs)
+    record(reading("data", "Latest: tuesday.\n\n| a |\n|---|\n| 2 |", ("tuesday", "0.9 s")), docs)
+    text = docs.read_text()
+    assert text.startswith("# Benchmarks\n\nintro\n")
+    assert text.count("## The data benchmark") == 1 and "Latest: monday.\n\n| a |" not in text
+    data = text.split("<!-- benchmark: data -->")[1].split("<!-- end: data -->")[0]
+    assert data.strip().splitlines()[0] == "Latest: tuesday."
+    assert data.split("### History")[1].strip().splitlines() == [
+        "| date | figure |", "| --- | --- |", "| monday | 1.0 s |", "| tuesday | 0.9 s |"]
+    assert text.index("## The data benchmark") < text.index("## The train benchmark")  # stays in place
+    assert "| monday | 5x |" in text and "Latest: monday." in text.split("<!-- benchmark: train -->")[1]
+
+
+def test_a_cell_cannot_break_its_row_and_a_short_row_is_refused(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    record(reading("ceiling", "Latest.", ("monday", "-s a|b\nc")), docs)
+    assert "| monday | -s a\\|b c |" in docs.read_text()
+    with pytest.raises(ValueError, match="1 cells for 2 columns"):
+        record(reading("ceiling", "Latest.", ("monday",)), docs)
+
+
+def test_a_key_that_is_a_prefix_of_another_finds_its_own_section(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    record(reading("broker_cycle", "Latest: cycle.", ("monday", "1")), docs)
+    record(reading("broker", "Latest: broker.", ("monday", "2")), docs)
+    record(reading("broker", "Latest: broker again.", ("tuesday", "3")), docs)
+    text = docs.read_text()
+    assert "| monday | 1 |" in text.split("<!-- end: broker_cycle -->")[0]
+    assert text.count("<!-- benchmark: broker -->") == 1 and "Latest: broker.\n" not in text
+
+
+SCRIPTS = {"data": "perf/data.py", "train": "perf/train.py", "nitro": "archive/nitro.py",
+           "population": "perf/population.py", "broker": "perf/broker.py", "cycle": "perf/cycle.py",
+           "ceiling": "archive/ceiling.py", "selection": "archive/selection.py", "paper": "perf/paper.py",
+           "train_freq": "archive/train_freq.py", "gpu": "perf/gpu_report.py", "wrds": "perf/wrds.py",
+           "heal": "perf/heal.py"}
+
+
+@pytest.mark.parametrize("key", sorted(SCRIPTS))
+def test_every_benchmark_writes_a_section_that_the_docs_hold(key):
+    """Each script's key names one section of docs/benchmarks.md, so a run replaces it rather
+    than appending a second one."""
+    source = (DOCS.parents[1] / "benchmarks" / SCRIPTS[key]).read_text()
+    literal = re.search(rf'Reading\(\s*"{key}"', source)
+    named = re.search(rf'key, title = \(\("{key}",', source)  # cycle.py: its key is "cycle" for params.yaml
+    assert literal or named, f"benchmarks/{SCRIPTS[key]} records no '{key}' section"
+    text = DOCS.read_text()
+    assert text.count(f"<!-- benchmark: {key} -->") == 1 and text.count(f"<!-- end: {key} -->") == 1
+    section = text.split(f"<!-- benchmark: {key} -->")[1].split(f"<!-- end: {key} -->")[0]
+    assert "### History" in section and section.count("\n## ") == 0
+    assert section.split("### History")[1].strip().startswith("| date | commit |")  # each row's commit
+
+
+def test_a_row_is_stamped_with_the_commit_it_was_measured_on():
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert commit() == (f"{head}-dirty" if dirty else head)
+
+
+def test_seed_lists_read_ranges_lists_and_one_seed():
+    assert seeds_of("7-9") == [7, 8, 9] and seeds_of("7,9") == [7, 9] and seeds_of("400") == [400]

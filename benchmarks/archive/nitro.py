@@ -129,7 +129,8 @@ def main() -> None:
         f"Nitro in [{params.nitro.min_envs}, {params.nitro.max_envs}] (window {params.nitro.window}, decay "
         f"{params.nitro.decay}). Best validation snapshot scored on the test window. Plot: "
         f"`docs/img/benchmark_nitro.png`.\n\n{text}",
-        ("date", "commit", "command", "seeds", "static: test Sharpe", "boosted: test Sharpe", "CPU s, boosted vs static"),
+        ("date", "commit", "command", "seeds", "static: test Sharpe", "boosted: test Sharpe",
+         "CPU s, boosted vs static"),
         (stamp, commit(), f"`{command}`", str(args.seeds), mean_std([r["test_sharpe"] for r in arm["static"]]),
          mean_std([r["test_sharpe"] for r in arm["boosted"]]), cpu)), args.out)
 

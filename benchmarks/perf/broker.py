@@ -11,7 +11,8 @@ trading-loop cycle, and the start time of ``podracer broker``.
    queued, ``accepted``, for the next open, as the trading loop's orders are). Each
    process's CPU per order comes from ``/proc``.
 2. **one trading-loop cycle for 30 symbols**: see ``benchmarks/perf/broker_cycle.py``.
-3. **``podracer broker`` start time** (``benchmarks/perf/broker_start.py``): the CLI spawned on a free port over the bars of 1.
+3. **``podracer broker`` start time** (``benchmarks/perf/broker_start.py``): the CLI spawned on a free port
+   over the bars of 1.
    (a fresh ledger each time); seconds from spawn until ``GET /v2/clock`` answers 200.
 4. **one trading-loop cycle for 100 symbols at minute cadence**: the same as 2. on a tiny
    100-symbol pipeline of 1-minute bars (``benchmarks/perf/broker_cycle.py``); ``--minute-only``

@@ -114,7 +114,8 @@ def main() -> None:
     results = {name: measure(name) for name in names}
     text = table(results)
     print(text)
-    command = "make install && .venv/bin/python -m benchmarks.perf.data" + "".join(f" --scenario {n}" for n in args.scenario or ())
+    command = "make install && .venv/bin/python -m benchmarks.perf.data" + "".join(
+        f" --scenario {n}" for n in args.scenario or ())
     stamp = now()
     summary = {name: f"{r['total_s']:.1f} s, {r['peak_rss_gib']:.2f} GiB" for name, r in results.items()}
     record(Reading(

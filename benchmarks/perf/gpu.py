@@ -19,7 +19,7 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
   (benchmarks/perf/gpu_train.py; ``headline.json`` and ``profile.json``).
 
     python3 -m benchmarks.perf.gpu --out OUT                        # on the GPU machine, about 8 minutes
-    .venv/bin/python -m benchmarks.perf.gpu --device cpu --tiny     # here: every section at toy sizes (make test runs it)
+    .venv/bin/python -m benchmarks.perf.gpu --device cpu --tiny  # here: every section at toy sizes (make test runs it)
     .venv/bin/python -m benchmarks.perf.gpu --record OUT            # here: the device's JSON into docs/benchmarks.md
 """
 
@@ -180,7 +180,8 @@ def orchestrate(args: Args, sections: list[str]) -> dict[str, Any]:
             done[name] = {"ok": False, "error": "skipped: the deadline came first"}
             continue
         budget = min(BUDGET[name], left - 5)
-        command = [sys.executable, "-m", "benchmarks.perf.gpu", "--section", name, "--device", args.device, "--out", str(args.out),
+        command = [sys.executable, "-m", "benchmarks.perf.gpu", "--section", name, "--device", args.device,
+                   "--out", str(args.out),
                    "--deadline", str(budget), "--headline-seconds", str(args.headline_seconds),
                    "--env-sizes", *map(str, args.env_sizes), "--agents", *map(str, args.agents),
                    *(["--tiny"] if args.tiny else [])]

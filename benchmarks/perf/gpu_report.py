@@ -155,6 +155,7 @@ def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, 
     h = gpu["headline"]
     env16 = next((r for r in gpu["env"]["rows"] if r["envs"] == 16384 and r["mode"] == "inductor"), {})
     record(Reading("gpu", "GPU workers: benchmarks/perf/gpu.py", latest,
-                   ("date", "commit", "device", "env steps/s (16,384 envs)", "PPO env steps/s (headline)", "test Sharpe"),
+                   ("date", "commit", "device", "env steps/s (16,384 envs)", "PPO env steps/s (headline)",
+                    "test Sharpe"),
                    (now(), commit(), name, f"{env16.get('steps_per_s', 0) / 1e6:.0f} M", f"{h['env_steps_per_s']:,.0f}",
                     f"{h['test']['agent']['sharpe']:.2f}")), docs)

@@ -71,7 +71,8 @@ def run_child(mode: str, host: str, port: int, dbname: str, start: date, end: da
 def measure(server: PostgresServer, mode: str, start: date, end: date) -> dict[str, float]:
     cmd = [sys.executable, "-m", "benchmarks.perf.wrds", "--child", mode, server.host, str(server.port), server.dbname,
            str(start), str(end)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **server.env()}, check=False, cwd=ROOT)
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **server.env()}, check=False,
+                          cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"{mode} {start}..{end} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -120,8 +121,8 @@ def main() -> None:
         f"Command: `{command}` (a throwaway local PostgreSQL, trades generated in it)  \n"
         f"Machine: {os.cpu_count()} CPUs. Target: the client's peak memory stays flat as the range grows.\n\n{text}",
         ("date", "commit", "command", "stream: peak above imports, MiB, by trades"),
-        (stamp, commit(), f"`{command}`", ", ".join(f"{int(r['trades']):,}: {float(r['peak_mib']) - float(r['base_mib']):.0f}"
-                                         for r in streamed))))
+        (stamp, commit(), f"`{command}`",
+         ", ".join(f"{int(r['trades']):,}: {float(r['peak_mib']) - float(r['base_mib']):.0f}" for r in streamed))))
 
 
 if __name__ == "__main__":

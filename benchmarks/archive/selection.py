@@ -16,7 +16,7 @@ Development seeds only (100–109): the rule chosen here is what the evidence th
 Prints the table and records it in docs/benchmarks.md (the section's latest reading and a
 row of its history).
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.archive.selection --seeds 100-109 --jobs 2 --json docs/results/dev-selection.json
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.archive.selection --seeds 100-109 --jobs 2 --json docs/results/dev/dev-selection.json
 """
 
 from __future__ import annotations

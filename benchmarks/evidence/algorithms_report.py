@@ -1,6 +1,6 @@
 """Tables and the plot of ``benchmarks/evidence/algorithms.py``'s rows: each arm per market, and every
 arm paired per seed with buy-and-hold and with the PPO tournament's champion, with t
-statistics (its section of ``docs/results.md`` and ``docs/img/algorithms.png``)."""
+statistics (its section of ``docs/results-tables.md`` and ``docs/img/algorithms.png``)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ shared/DESIGN.md §10).
     .venv/bin/python -m benchmarks.evidence.gate calibrate --seed 5000 --json docs/results/gate-calibrate.json
 
     .venv/bin/python -m benchmarks.evidence.gate ct --seeds 100-119 --shadow-bars 10 21 42 63 \
-        --json docs/results/gate-ct-dev.json
+        --json docs/results/dev/gate-ct-dev.json
     .venv/bin/python -m benchmarks.evidence.gate ct --seeds 300-319 --shadow-bars 10 21 42 63 --json docs/results/gate-ct.json
-    .venv/bin/python -m benchmarks.evidence.gate ct --report docs/results/gate-ct-dev.json --plot docs/results/gate-ct.png
+    .venv/bin/python -m benchmarks.evidence.gate ct --report docs/results/dev/gate-ct-dev.json --plot docs/results/gate-ct.png
     .venv/bin/python -m benchmarks.evidence.gate pipeline --seeds 100 --markets learnable --generations 1 \
         --json docs/results/gate-pipeline-smoke.json
     .venv/bin/python -m benchmarks.evidence.gate pipeline --seeds 300-319 --json docs/results/gate-pipeline.json
@@ -18,7 +18,7 @@ Seeds 100–119 are the development seeds (the gate's design is chosen on them);
 are the evidence, run once. ``--jobs`` (default: one per core) runs market-seeds side by
 side, as benchmarks/evidence/results.py does. One shipped gate-year takes 16–20 s on one core; the
 development run above (9 gates on 40 market-seeds, the tests shared between gates) took 52
-minutes with ``--jobs 2`` on a busy 2-core machine (docs/results/gate-ct-dev.json).
+minutes with ``--jobs 2`` on a busy 2-core machine (docs/results/dev/gate-ct-dev.json).
 
 **calibrate**: the paired test alone on simulated pairs whose true Sharpe difference is 0
 (size) or a stated edge (power), by kind of excess return and window length

@@ -19,10 +19,10 @@ find the signal in sample from one that found it and did not generalise. Also a 
 curve: the champion's test Sharpe after each generation against env steps and wall time.
 Development uses seeds 100–109; the evidence is seeds 7–16, run once.
 
-    .venv/bin/python -m benchmarks.evidence.results --seeds 100-103 --markets learnable --json docs/results/dev.json
-    .venv/bin/python -m benchmarks.evidence.results --seeds 104-107 --markets learnable --json docs/results/dev-b.json
+    .venv/bin/python -m benchmarks.evidence.results --seeds 100-103 --markets learnable --json docs/results/dev/dev.json
+    .venv/bin/python -m benchmarks.evidence.results --seeds 104-107 --markets learnable --json docs/results/dev/dev-b.json
     .venv/bin/python -m benchmarks.evidence.results --seeds 7-16 --markets learnable null arch-demo --json docs/results/evidence.json
-    .venv/bin/python -m benchmarks.evidence.results --merge docs/results/evidence.json --dev docs/results/dev.json docs/results/dev-b.json
+    .venv/bin/python -m benchmarks.evidence.results --merge docs/results/evidence.json --dev docs/results/dev/dev.json docs/results/dev/dev-b.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tables and plots of ``benchmarks/evidence/results.py``'s rows: arms per market, paired differences
 per seed with t statistics, the targets, the gate's promotion rate and the
-champion's learning curve (``docs/results.md``, ``docs/img/results*.png``)."""
+champion's learning curve (``docs/results-tables.md``, ``docs/img/results*.png``)."""
 
 from __future__ import annotations
 

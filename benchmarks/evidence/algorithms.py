@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--merge", type=Path, nargs="+", help="report the rows of earlier --json runs")
     parser.add_argument("--dev", type=Path, nargs="+", help="with --merge: the development runs, reported apart")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results-tables.md")
     args = parser.parse_args()
     if args.merge:
         write_section([json.loads(p.read_text()) for p in args.merge],

@@ -41,11 +41,11 @@ from benchmarks.algorithms_report import write_section  # noqa: E402
 from benchmarks.results import MARKETS, Market, Row, build_market, oracle_scores, run_all, seeds_of  # noqa: E402
 from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
 from benchmarks.train import blank_actor  # noqa: E402
+from trainers.common.evaluate import buy_and_hold  # noqa: E402
+from trainers.common.metrics import performance  # noqa: E402
+from trainers.common.nets import Actor  # noqa: E402
 from trainers.ensemble import Ensemble  # noqa: E402
-from trainers.evaluate import buy_and_hold  # noqa: E402
 from trainers.evolution import EvolutionResult, Leader  # noqa: E402
-from trainers.metrics import performance  # noqa: E402
-from trainers.nets import Actor  # noqa: E402
 from trainers.tournament import Tournament  # noqa: E402
 
 POOLS = {"ppo": {"ppo": 1.0}, "sac": {"sac": 1.0}, "mixed": {"ppo": 0.5, "sac": 0.5}}

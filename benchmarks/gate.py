@@ -87,8 +87,8 @@ from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
 from tasks.registry.evidence import against, binding  # noqa: E402
 from tasks.registry.gate import decide  # noqa: E402
-from trainers.evaluate import buy_and_hold  # noqa: E402
-from trainers.metrics import periods_per_year, sharpe  # noqa: E402
+from trainers.common.evaluate import buy_and_hold  # noqa: E402
+from trainers.common.metrics import periods_per_year, sharpe  # noqa: E402
 
 NIGHTS = 252
 LOOKBACKS, TOPS, EVERY = (5, 10, 20, 40, 60, 120), (0.2, 1 / 3, 0.5), 5

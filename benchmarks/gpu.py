@@ -7,7 +7,7 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
 
 * ``device``: the GPU, its measured copy bandwidth and FP32 matmul rate;
 * ``sync``: the static rollout, the PPO and SAC gradient steps and the evaluator's decision
-  under torch's sync debug mode (``error``) and :func:`trainers.capture.no_host_reads`;
+  under torch's sync debug mode (``error``) and :func:`trainers.common.capture.no_host_reads`;
 * ``env``: env steps/s at 100 stocks x 4,096 / 16,384 / 65,536 envs, eager, CUDA graphs and
   Inductor, with the bytes a step moves against the memory bandwidth;
 * ``ppo``: PPO samples/s for populations of 1 to 256 agents at 30 and 100 stocks, eager and
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import gpu_train  # noqa: E402
 from benchmarks.gpu_common import Args, bytes_moved, sample_env, timed  # noqa: E402
-from trainers.capture import HostReadError, Recorded, no_host_reads  # noqa: E402
+from trainers.common.capture import HostReadError, Recorded, no_host_reads  # noqa: E402
 
 SECTIONS = ("device", "sync", "env", "ppo", "parity", "headline")
 BUDGET = {"device": 20, "sync": 40, "env": 80, "ppo": 90, "parity": 40, "headline": 10_000}

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.gpu_common import paper_env  # noqa: E402
 from benchmarks.gpu_market import minute_market  # noqa: E402
 from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
-from trainers.metrics import performance  # noqa: E402
+from trainers.common.metrics import performance  # noqa: E402
 
 
 def main() -> None:

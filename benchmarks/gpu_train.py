@@ -20,18 +20,18 @@ import torch
 from benchmarks.gpu_common import Args, paper_env, paper_ppo, scales_of
 from benchmarks.gpu_market import minute_market, sample_market
 from trainers import profiler
-from trainers.agent import PPOAgent
-from trainers.capture import compiled
+from trainers.common.capture import compiled
+from trainers.common.env import MarketData, MarketEnv
+from trainers.common.evaluate import buy_and_hold, run_policies
+from trainers.common.metrics import performance
+from trainers.common.nets import Actor
+from trainers.common.state import StockLayout
 from trainers.config import EvolutionConfig, RuntimeConfig, SACConfig
-from trainers.env import MarketData, MarketEnv
-from trainers.evaluate import buy_and_hold, run_policies
 from trainers.evolution import Evolution, EvolutionResult
-from trainers.metrics import performance
-from trainers.multiplex import Multiplexed, run_multiplexed
-from trainers.nets import Actor
-from trainers.ppo import PPO
-from trainers.sac import SACAgent
-from trainers.state import StockLayout
+from trainers.ppo.agent import PPOAgent
+from trainers.ppo.multiplex import Multiplexed, run_multiplexed
+from trainers.ppo.ppo import PPO
+from trainers.sac.sac import SACAgent
 
 SEARCH = {"lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.1, 0.3), "gamma": (0.95, 0.999),
           "gae_lambda": (0.9, 0.99)}

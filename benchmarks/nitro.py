@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.record import Reading, now, record  # noqa: E402
 from benchmarks.train import blank_actor, build_features  # noqa: E402
 from tasks.model.train import state_scales  # noqa: E402
+from trainers.common.evaluate import run_policy  # noqa: E402
+from trainers.common.metrics import performance, periods_per_year  # noqa: E402
 from trainers.config import EvolutionConfig  # noqa: E402
-from trainers.evaluate import run_policy  # noqa: E402
 from trainers.evolution import Evolution  # noqa: E402
-from trainers.metrics import performance, periods_per_year  # noqa: E402
 
 
 def run(arm: str, seed: int, budget: int, params, fs) -> dict:

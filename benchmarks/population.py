@@ -1,5 +1,5 @@
 """Benchmark of one-device multiplexing (docs/evolution.md, Engines): a population trained as
-one batched model (``trainers.multiplex.run_multiplexed``) against the same agents trained one after another
+one batched model (``trainers.ppo.multiplex.run_multiplexed``) against the same agents trained one after another
 (``trainers.evolution.run_serially``), side by side in one run on the same data.
 
 Population throughput is the population's env steps (training samples) per second of wall
@@ -38,12 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.record import Reading, now, record  # noqa: E402
+from trainers.common.env import MarketData  # noqa: E402
+from trainers.common.state import StateScales  # noqa: E402
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig  # noqa: E402
-from trainers.env import MarketData  # noqa: E402
 from trainers.evolution import Evolution, run_serially  # noqa: E402
-from trainers.multiplex import run_multiplexed  # noqa: E402
 from trainers.population import AgentJob  # noqa: E402
-from trainers.state import StateScales  # noqa: E402
+from trainers.ppo.multiplex import run_multiplexed  # noqa: E402
 
 TARGET = ">= 3x population throughput on CPU (multiplexed vs one agent after another)"
 

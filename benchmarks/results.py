@@ -53,14 +53,14 @@ from tasks.config import Params, load_params  # noqa: E402
 from tasks.data import features, ingest, validate  # noqa: E402
 from tasks.data.synthetic import latent_drift  # noqa: E402
 from tasks.model.train import state_scales  # noqa: E402
+from trainers.common.env import MarketData  # noqa: E402
+from trainers.common.evaluate import Policy, buy_and_hold, run_policy  # noqa: E402
+from trainers.common.metrics import performance, periods_per_year  # noqa: E402
+from trainers.common.nets import Actor  # noqa: E402
+from trainers.common.state import StateScales  # noqa: E402
 from trainers.config import EvolutionConfig  # noqa: E402
-from trainers.env import MarketData  # noqa: E402
-from trainers.evaluate import Policy, buy_and_hold, run_policy  # noqa: E402
 from trainers.evolution import Evolution, EvolutionResult  # noqa: E402
-from trainers.metrics import performance, periods_per_year  # noqa: E402
-from trainers.multiplex import run_multiplexed  # noqa: E402
-from trainers.nets import Actor  # noqa: E402
-from trainers.state import StateScales  # noqa: E402
+from trainers.ppo.multiplex import run_multiplexed  # noqa: E402
 
 MARKETS = ("learnable", "null", "arch-demo")
 ARCH_DEMO = ["data.source=arch-demo", "data.start=1999-01-01", "data.end=2018-12-31",

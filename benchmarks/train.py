@@ -3,7 +3,7 @@
 Side by side in one run, on the same data (the default embedded market: 30 stocks of
 daily bars, built by our ingest/validate/features stages in a temp folder):
 
-1. **env**: env steps/s of ``trainers.env.MarketEnv`` for E parallel envs, against
+1. **env**: env steps/s of ``trainers.common.env.MarketEnv`` for E parallel envs, against
    FinRL's ``StockTradingEnv`` stepping random actions; the bytes of state the env writes
    per second, against a memcpy measured in the same run;
 2. **PPO**: training samples/s and the wall time of a fixed number of samples, ours
@@ -41,14 +41,14 @@ from benchmarks import baselines  # noqa: E402
 from benchmarks.record import Reading, now, record  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
 from tasks.data.features import FeatureSet  # noqa: E402
-from trainers.agent import PPOAgent  # noqa: E402
+from trainers.common.env import MarketData, MarketEnv  # noqa: E402
+from trainers.common.evaluate import buy_and_hold, run_policy  # noqa: E402
+from trainers.common.metrics import periods_per_year, sharpe  # noqa: E402
+from trainers.common.nets import Actor  # noqa: E402
+from trainers.common.state import StateScales, StockLayout, state_dim  # noqa: E402
 from trainers.config import EnvConfig, PPOConfig, SACConfig  # noqa: E402
-from trainers.env import MarketData, MarketEnv  # noqa: E402
-from trainers.evaluate import buy_and_hold, run_policy  # noqa: E402
-from trainers.metrics import periods_per_year, sharpe  # noqa: E402
-from trainers.nets import Actor  # noqa: E402
-from trainers.ppo import PPO  # noqa: E402
-from trainers.state import StateScales, StockLayout, state_dim  # noqa: E402
+from trainers.ppo.agent import PPOAgent  # noqa: E402
+from trainers.ppo.ppo import PPO  # noqa: E402
 
 ENV_SIZES = (1, 64, 1024, 4096, 16384)
 TARGETS = "env steps/s >= 1000x FinRL's; PPO samples/s >= 10x SB3's; time to SB3's final validation Sharpe " \

@@ -34,7 +34,7 @@ from benchmarks.record import Reading, now, record  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
 from tasks.model import train  # noqa: E402
 from trainers.evolution import EvolutionResult  # noqa: E402
-from trainers.multiplex import Multiplexed  # noqa: E402
+from trainers.ppo.multiplex import Multiplexed  # noqa: E402
 
 FREQS = {
     "daily": ["data.freq=1d"],

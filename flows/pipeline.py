@@ -27,7 +27,7 @@ from tasks.registry.gate import SHADOW, alias_version, champion_version
 from tasks.registry.register import RegisterResult, pipeline_candidate, register_task
 from tasks.registry.report import GateVerdict, gate_task
 from tasks.registry.versions import champion_task
-from trainers.metrics import METRICS
+from trainers.common.metrics import METRICS
 
 
 @dataclass(frozen=True)

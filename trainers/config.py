@@ -60,12 +60,12 @@ class PPOConfig:
     their parameters are averaged at the end of every epoch (finrl-podracer.txt §4.4)."""
     policy: Literal["mlp", "shared"] = "mlp"
     """``mlp``: one network over the whole state (the paper's). ``shared``: one per-stock
-    scorer applied to every stock (:class:`trainers.state.StockLayout`); the critic stays
+    scorer applied to every stock (:class:`trainers.common.state.StockLayout`); the critic stays
     an MLP over the whole state."""
     credit: Literal["joint", "per_stock"] = "joint"
     """``joint``: one GAE(λ) advantage for the whole action (the paper's). ``per_stock``:
     each stock's action gets its own advantage, the env's difference reward
-    (:meth:`trainers.env.MarketEnv._credit`), and its own clipped ratio; the critic still
+    (:meth:`trainers.common.env.MarketEnv._credit`), and its own clipped ratio; the critic still
     learns the GAE returns."""
 
     def __post_init__(self) -> None:
@@ -105,9 +105,9 @@ ALGORITHMS = ("ppo", "sac")
 @dataclass(frozen=True)
 class SACConfig:
     """Soft Actor-Critic (Haarnoja et al. 2018, with the automatic temperature of the
-    2018b paper) on the same batched env, state and actions as PPO (:mod:`trainers.sac`).
+    2018b paper) on the same batched env, state and actions as PPO (:mod:`trainers.sac.sac`).
 
-    The policy is PPO's :class:`~trainers.nets.Actor` (a Gaussian whose ``tanh`` is the
+    The policy is PPO's :class:`~trainers.common.nets.Actor` (a Gaussian whose ``tanh`` is the
     action, one learned log-std per stock), so a SAC agent is served, backtested and
     delivered through the same bundle and pyfunc. Each iteration collects
     ``num_envs × horizon`` env steps into the replay buffer, then takes ``updates``
@@ -228,7 +228,7 @@ class EnvConfig:
     the stocks and cash, reached in whole shares at the next open (hmax does not apply)."""
     rebalance_band: float = 0.0
     """``action: weights``: an order smaller than this fraction of the account value is not
-    sent (a no-trade band, :func:`trainers.orders.target_orders`); 0 trades every difference."""
+    sent (a no-trade band, :func:`trainers.common.orders.target_orders`); 0 trades every difference."""
     decide_every: int = 1
     """Bars each decision is held. The agent decides at every ``decide_every``-th close and
     its orders fill at the next open; in between nothing is traded but the turbulence gate's

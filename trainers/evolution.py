@@ -22,13 +22,13 @@ import numpy as np
 import torch
 
 from trainers import profiler
+from trainers.common.env import MarketData
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
-from trainers.env import MarketData
-from trainers.multiplex import run_job
-from trainers.nitro import CostLedger
 from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, evaluation_due
+from trainers.ppo.multiplex import run_job
+from trainers.ppo.nitro import CostLedger
 from trainers.selection import explore, initial_population, select
-from trainers.state import StateScales
 
 CHECKPOINT = "evolution.pt"
 
@@ -231,7 +231,7 @@ class Evolution:
     def load(self, path: Path) -> None:
         """Resume from :meth:`save`: the run continues as if it had never stopped (on the
         device it was saved on; on another, from the same weights and accounts with its random
-        streams restarted, trainers/draws.py)."""
+        streams restarted, trainers/common/draws.py)."""
         state = torch.load(path, map_location="cpu", weights_only=True)
         if state["config"] != self._config():
             raise ValueError(f"{path}: checkpoint of a different evolution config; start afresh without --resume")

@@ -4,7 +4,7 @@ A job carries everything the agent needs (its hyperparameters, seed, full traini
 evaluator bookkeeping, budget and Nitro state) and returns everything it changed, with
 what it cost, so a generation's jobs can run batched in this process, one after another,
 or as Prefect tasks on Dask workers (§4.3's orchestration) with the same results
-(:mod:`trainers.multiplex` runs them): each agent has its own random streams, and
+(:mod:`trainers.ppo.multiplex` runs them): each agent has its own random streams, and
 restoring a state dict resumes an agent exactly.
 """
 
@@ -17,15 +17,15 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from trainers.agent import PPOAgent
+from trainers.common.env import MarketData
+from trainers.common.nets import Actor
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
-from trainers.env import MarketData
-from trainers.nets import Actor
-from trainers.nitro import BoostScore, CostLedger, actor_convexity, next_env_count
-from trainers.ppo import Rollout
-from trainers.sac import SACAgent
+from trainers.ppo.agent import PPOAgent
+from trainers.ppo.nitro import BoostScore, CostLedger, actor_convexity, next_env_count
+from trainers.ppo.ppo import Rollout
+from trainers.sac.sac import SACAgent
 from trainers.selection import STRUCTURAL
-from trainers.state import StateScales
 
 T = TypeVar("T")
 Snapshot = tuple[float, int, dict[str, torch.Tensor]]
@@ -149,7 +149,7 @@ class AgentJob:
     boost: dict[str, Any] | None = None
     """Nitro's score state (the agent's recent R values and round count), carried from job to job."""
     algo: str = "ppo"
-    """The learner: ``ppo`` (:mod:`trainers.ppo`) or ``sac`` (:mod:`trainers.sac`)."""
+    """The learner: ``ppo`` (:mod:`trainers.ppo.ppo`) or ``sac`` (:mod:`trainers.sac.sac`)."""
     records: list[AgentRecord] = field(default_factory=list)
     cost: CostLedger = field(default_factory=CostLedger)
     """What the job spent: env steps and CPU/GPU seconds (nitro §5.3's cost ledger)."""
@@ -219,7 +219,7 @@ class JobPool(Protocol):
     elegantrl-podracers.txt §3: a training pool with no generation barrier)."""
 
     def submit(self, job: AgentJob) -> None:
-        """Start training ``job`` (:func:`trainers.multiplex.run_job` with the pool's :class:`Setting`)."""
+        """Start training ``job`` (:func:`trainers.ppo.multiplex.run_job` with the pool's :class:`Setting`)."""
 
     def next_finished(self) -> AgentJob:
         """Block until some submitted job finishes and return its result."""

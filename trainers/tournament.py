@@ -25,6 +25,8 @@ import torch
 
 from trainers import profiler
 from trainers._checks import require
+from trainers.common.env import MarketData
+from trainers.common.state import StateScales
 from trainers.config import (
     EnvConfig,
     EvolutionConfig,
@@ -34,7 +36,6 @@ from trainers.config import (
     SACConfig,
     TournamentConfig,
 )
-from trainers.env import MarketData
 from trainers.evolution import (
     EvolutionResult,
     Leader,
@@ -43,11 +44,10 @@ from trainers.evolution import (
     job_budget,
     make_setting,
 )
-from trainers.multiplex import run_job
-from trainers.nitro import CostLedger
 from trainers.population import AgentJob, AgentRecord, JobPool, Setting, Snapshot
+from trainers.ppo.multiplex import run_job
+from trainers.ppo.nitro import CostLedger
 from trainers.selection import draw, explore, initial_population
-from trainers.state import StateScales
 
 CHECKPOINT = "tournament.pt"
 _INPUTS = ("generation", "index", "hparams", "seed", "state", "best", "last", "falls", "parent", "budget", "boost",

@@ -5,7 +5,7 @@ indicator names, train-only normalisation stats, state scales, env constants, ne
 shape) and ``hparams.json`` (the PPO hyperparameters, for a warm start). The backtest, the MLflow pyfunc and delivery all load it through :func:`load`,
 so a served policy sees exactly the state it was trained on.
 
-The policy is one :class:`trainers.nets.Actor` or an :class:`trainers.ensemble.Ensemble` of
+The policy is one :class:`trainers.common.nets.Actor` or an :class:`trainers.ensemble.Ensemble` of
 several (``PolicyMeta.members``); both map a state to an action in (-1, 1), so every
 consumer serves either unchanged.
 """
@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from tasks.errors import MissingInput
+from trainers.common.nets import Actor
+from trainers.common.state import StateScales, StockLayout, normalise_features, state_dim
 from trainers.config import EnvConfig
 from trainers.ensemble import Ensemble
-from trainers.nets import Actor
-from trainers.state import StateScales, StockLayout, normalise_features, state_dim
 
 WEIGHTS, META, HPARAMS = "policy.pt", "policy.json", "hparams.json"
 Policy = Actor | Ensemble

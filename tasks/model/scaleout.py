@@ -3,7 +3,7 @@
 ``train.engine`` chooses:
 
 * ``multiplexed`` (the default): a generation's agents as one batched model in this process
-  (:func:`trainers.multiplex.run_multiplexed`);
+  (:func:`trainers.ppo.multiplex.run_multiplexed`);
 * ``serial``: one agent after another in this process;
 * ``dask``: each agent's generation, or each tournament job, as the Prefect task
   :data:`train_agent` on the Dask cluster ``train.dask`` names: ``local`` (a
@@ -30,8 +30,8 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.config import TrainParams
 from trainers.evolution import JobRunner, run_serially
-from trainers.multiplex import run_job, run_multiplexed
 from trainers.population import AgentJob, JobPool, Setting, to_device
+from trainers.ppo.multiplex import run_job, run_multiplexed
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -33,8 +33,10 @@ from tasks.model import bundle, leaderboard
 from tasks.model.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
+from trainers.common.env import MarketData
+from trainers.common.metrics import periods_per_year
+from trainers.common.state import StateScales
 from trainers.config import EvolutionConfig
-from trainers.env import MarketData
 from trainers.evolution import (
     CHECKPOINT,
     Evolution,
@@ -44,9 +46,7 @@ from trainers.evolution import (
     evaluations_per_generation,
     resume_from,
 )
-from trainers.metrics import periods_per_year
-from trainers.multiplex import Multiplexed
-from trainers.state import StateScales
+from trainers.ppo.multiplex import Multiplexed
 from trainers.tournament import Tournament
 
 log = logging.getLogger("podracer.train")
@@ -248,7 +248,7 @@ class GenerationLog:
 def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> Path:
     """The folder of this run's checkpoints. It is named by the data version and every
     setting that shapes training, so ``--resume`` only ever continues the same run; not by
-    the device, so a run checkpointed on a GPU resumes on a CPU and back (trainers/draws.py)."""
+    the device, so a run checkpointed on a GPU resumes on a CPU and back (trainers/common/draws.py)."""
     version = data_version or current_version(params)
     spec = [version, params.env, params.ppo, params.evolution,
             params.features.model_dump(mode="json"), params.nitro,

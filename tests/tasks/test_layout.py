@@ -78,7 +78,7 @@ def test_each_part_has_a_docstring_and_trainers_stay_pure_pytorch():
     for part in RANK:
         assert ast.get_docstring(ast.parse((REPO / "tasks" / part / "__init__.py").read_text()))
     banned = ("tasks", "flows", "prefect", "mlflow")
-    leaks = [f"{p.name} imports {m}" for p in (REPO / "trainers").glob("*.py") for m in imports(p)
+    leaks = [f"{p.relative_to(REPO)} imports {m}" for p in (REPO / "trainers").rglob("*.py") for m in imports(p)
              if m.split(".")[0] in banned]
     assert leaks == []
 
@@ -104,17 +104,17 @@ def test_the_trading_client_reaches_the_broker_only_through_its_start_function()
 def test_loading_the_config_imports_no_torch():
     """trainers/config.py holds the trainers' config classes without torch, so a command that
     needs no training (the broker, ``status``, ``promote``) starts without paying for it."""
-    probe = "import sys, tasks.config; print(sorted(m for m in ('torch', 'trainers.env') if m in sys.modules))"
+    probe = "import sys, tasks.config; print(sorted(m for m in ('torch', 'trainers.common.env') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
 
 def test_trainers_import_no_circle():
-    modules = {module_name(p): p for p in sorted((REPO / "trainers").glob("*.py"))}
+    modules = {module_name(p): p for p in sorted((REPO / "trainers").rglob("*.py"))}
     graph = {name: {m for m in imports(path) if m in modules and m not in (name, "trainers")}
              for name, path in modules.items()}
     try:
         order = list(TopologicalSorter(graph).static_order())
     except CycleError as exc:
         pytest.fail(f"import circle: {' -> '.join(exc.args[1])}")
-    assert order.index("trainers.config") < order.index("trainers.orders") < order.index("trainers.env")
+    assert order.index("trainers.config") < order.index("trainers.common.orders") < order.index("trainers.common.env")

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import torch
 
+from trainers.common.env import MarketData
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
-from trainers.env import MarketData
 from trainers.evolution import Evolution, EvolutionResult, JobRunner, ProgressFn, resume_from, run_serially
 from trainers.population import JobPool
-from trainers.state import StateScales
 from trainers.tournament import Tournament
 
 

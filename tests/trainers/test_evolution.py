@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 import torch
 
+from trainers.common.evaluate import run_policy
+from trainers.common.metrics import FITNESS, sharpe
+from trainers.common.nets import Actor
+from trainers.common.state import state_dim
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.evaluate import run_policy
 from trainers.evolution import Evolution, WarmStart, run_serially
-from trainers.metrics import FITNESS, sharpe
-from trainers.multiplex import run_multiplexed
-from trainers.nets import Actor
+from trainers.ppo.multiplex import run_multiplexed
 from trainers.selection import explore, initial_population, select
-from trainers.state import state_dim
 
 from .helpers import evolve, market, scales
 

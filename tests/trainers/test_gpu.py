@@ -1,6 +1,6 @@
 """CUDA against the CPU (docs/training.md, GPU workers). Marked ``gpu`` and skipped without
 CUDA: on a GPU machine, ``python3 -m pytest -m gpu --noconftest tests/trainers/test_gpu.py
-tests/trainers/test_env_reference.py``
+tests/trainers/common/test_env_reference.py``
 (benchmarks/gpu.py's ``parity`` section records the same checks' numbers)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainers.common.env import MarketData
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, RuntimeConfig
-from trainers.env import MarketData
 from trainers.evolution import Evolution, EvolutionResult
-from trainers.multiplex import run_multiplexed
+from trainers.ppo.multiplex import run_multiplexed
 
 from .helpers import market, scales
 

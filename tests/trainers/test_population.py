@@ -8,8 +8,8 @@ import torch
 
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig
 from trainers.evolution import Evolution, run_serially
-from trainers.multiplex import run_job, run_multiplexed
 from trainers.population import AgentJob
+from trainers.ppo.multiplex import run_job, run_multiplexed
 
 from .helpers import evolve, market, scales
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, TournamentConfig
-from trainers.multiplex import Multiplexed, run_job
 from trainers.population import AgentJob, Setting
+from trainers.ppo.multiplex import Multiplexed, run_job
 from trainers.tournament import Entry, SimulatedPool, Tournament, tournament_select, update_board
 
 from .helpers import market, scales, tournament

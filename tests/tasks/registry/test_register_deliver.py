@@ -13,7 +13,7 @@ from tasks.registry.register import register
 from tasks.registry.serving import policy_input
 from tasks.registry.store import connect
 from tests.conftest import tiny_params
-from trainers.env import MarketEnv
+from trainers.common.env import MarketEnv
 
 
 def with_margin(params, margin):

@@ -1,0 +1,64 @@
+"""The actor and critic networks (finrl-podracer.txt §5: an MLP policy and value function).
+
+An :class:`Actor` is also the served policy (``tasks/model/bundle.py``): its deterministic
+action is ``tanh`` of the Gaussian mean. Training stacks the actors and critics of a
+population into one batched model (:class:`trainers.ppo.batched.BatchedNets`) and writes the
+trained weights back into these modules.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainers.common.state import StockLayout
+
+
+def mlp(sizes: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class Actor(nn.Module):
+    """Gaussian policy; the env receives ``tanh`` of the sample, so actions lie in (-1, 1).
+
+    With a ``layout`` the network is a per-stock scorer: it maps each stock's inputs to
+    that stock's mean, the same weights for every stock (``policy: shared``).
+    """
+
+    def __init__(self, state_dim: int, action_dim: int, net_dims: tuple[int, ...], init_log_std: float,
+                 layout: StockLayout | None = None):
+        super().__init__()
+        self.layout = layout
+        self.net = mlp([state_dim, *net_dims, action_dim] if layout is None else [layout.width, *net_dims, 1])
+        last = self.net[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.orthogonal_(last.weight, gain=0.01)
+        nn.init.zeros_(last.bias)
+        self.log_std = nn.Parameter(torch.full((action_dim,), init_log_std))
+
+    def mean(self, state: torch.Tensor) -> torch.Tensor:
+        """The Gaussian mean of the pre-``tanh`` action, ``[..., action_dim]``."""
+        if self.layout is None:
+            return self.net(state)
+        return self.net(self.layout.per_stock(state)).squeeze(-1)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        """Deterministic action in (-1, 1): ``tanh`` of the Gaussian mean."""
+        return torch.tanh(self.mean(state))
+
+    def distribution(self, state: torch.Tensor) -> torch.distributions.Normal:
+        return torch.distributions.Normal(self.mean(state), self.log_std.exp())
+
+
+class Critic(nn.Module):
+    def __init__(self, state_dim: int, net_dims: tuple[int, ...]):
+        super().__init__()
+        self.net = mlp([state_dim, *net_dims, 1])
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return self.net(state).squeeze(-1)

@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.record import Reading, now, record  # noqa: E402
 from trainers.common.env import MarketData  # noqa: E402
+from trainers.common.jobs import AgentJob  # noqa: E402
 from trainers.common.state import StateScales  # noqa: E402
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig  # noqa: E402
 from trainers.evolution import Evolution, run_serially  # noqa: E402
-from trainers.population import AgentJob  # noqa: E402
 from trainers.ppo.multiplex import run_multiplexed  # noqa: E402
 
 TARGET = ">= 3x population throughput on CPU (multiplexed vs one agent after another)"

@@ -42,10 +42,11 @@ from benchmarks.results import build_market, seeds_of  # noqa: E402
 from benchmarks.results_report import paired  # noqa: E402
 from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
 from trainers.common.evaluate import buy_and_hold  # noqa: E402
+from trainers.common.jobs import AgentJob  # noqa: E402
 from trainers.common.metrics import performance  # noqa: E402
 from trainers.common.nets import Actor  # noqa: E402
 from trainers.evolution import Evolution  # noqa: E402
-from trainers.population import AgentJob, Setting  # noqa: E402
+from trainers.population import Setting  # noqa: E402
 from trainers.ppo.multiplex import run_multiplexed  # noqa: E402
 
 TOP_K = (2, 4, 8, 16)

@@ -44,8 +44,8 @@ from tasks.data.features import FeatureSet  # noqa: E402
 from trainers.common.env import MarketData, MarketEnv  # noqa: E402
 from trainers.common.evaluate import buy_and_hold, run_policy  # noqa: E402
 from trainers.common.metrics import periods_per_year, sharpe  # noqa: E402
-from trainers.common.nets import Actor  # noqa: E402
-from trainers.common.state import StateScales, StockLayout, state_dim  # noqa: E402
+from trainers.common.nets import Actor, ActorShape, new_actor  # noqa: E402
+from trainers.common.state import StateScales  # noqa: E402
 from trainers.config import EnvConfig, PPOConfig, SACConfig  # noqa: E402
 from trainers.ppo.agent import PPOAgent  # noqa: E402
 from trainers.ppo.ppo import PPO  # noqa: E402
@@ -90,8 +90,7 @@ def scales_for(data: MarketData, cfg: EnvConfig, first: int) -> StateScales:
 
 def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig | SACConfig) -> Actor:
     """A deterministic actor of ``cfg``'s shape for ``data``, to load trained weights into."""
-    layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
-    return Actor(state_dim(data.n_stocks, data.n_features), data.n_stocks, cfg.net_dims, 0.0, layout)
+    return new_actor(ActorShape.of(data.n_stocks, data.n_features, scales, cfg.policy), cfg.net_dims)
 
 
 def env_rate(data: MarketData, cfg: EnvConfig, num_envs: int, window: tuple[int, int], seconds: float) -> float:

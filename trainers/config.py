@@ -91,16 +91,17 @@ class PPOConfig:
     def with_hparams(self, values: Mapping[str, float]) -> PPOConfig:
         """This config with ``values`` applied (integers rounded; ``net_width`` rescales
         ``net_dims``)."""
-        return evolved(self, values, ("lr", "entropy_coef", "clip", "gamma", "gae_lambda"), ("repeat_times", "num_envs"))
+        return evolved(self, values, ("lr", "entropy_coef", "clip", "gamma", "gae_lambda"),
+                       ("repeat_times", "num_envs"))
+
+    def iteration_cost(self) -> int:
+        """Scheduled compute of one iteration: env steps plus the update's gradient samples."""
+        return self.learners * self.num_envs * self.horizon * (1 + self.repeat_times)
 
 
 SAC_HPARAMS = ("lr", "gamma", "tau", "updates", "num_envs", "net_width")
 """SAC's evolvable hyperparameters: the tournament's copies of a SAC agent explore these
 (``SACConfig.search_space``), never PPO's."""
-
-ALGORITHMS = ("ppo", "sac")
-"""The learners a tournament's pool may hold (``tournament.algorithms``)."""
-
 
 @dataclass(frozen=True)
 class SACConfig:
@@ -169,6 +170,10 @@ class SACConfig:
     def with_hparams(self, values: Mapping[str, float]) -> SACConfig:
         """This config with ``values`` applied (integers rounded; ``net_width`` rescales ``net_dims``)."""
         return evolved(self, values, ("lr", "gamma", "tau"), ("updates", "num_envs"))
+
+    def iteration_cost(self) -> int:
+        """Scheduled compute of one iteration: env steps plus the updates' minibatch samples."""
+        return self.num_envs * self.horizon + self.updates * self.batch_size
 
 
 CompileMode = Literal["eager", "graphs", "inductor"]
@@ -339,8 +344,7 @@ class TournamentConfig:
     hyperparameters (docs/evolution.md, A pool of several algorithms)."""
 
     def __post_init__(self) -> None:
-        for name, share in self.algorithms.items():
-            require(name in ALGORITHMS, f"tournament.algorithms.{name} is not one of {', '.join(ALGORITHMS)}")
+        for name, share in self.algorithms.items():  # the names are checked against trainers/algorithms.py
             require(share > 0, f"tournament.algorithms.{name} must be > 0")
         require(len(self.algorithms) >= 1, "tournament.algorithms needs at least one algorithm")
         require(self.workers >= 1, "workers must be >= 1")

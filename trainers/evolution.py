@@ -22,12 +22,13 @@ import numpy as np
 import torch
 
 from trainers import profiler
+from trainers.algorithms import GENERATIONAL
+from trainers.common.cost import CostLedger
 from trainers.common.env import MarketData
+from trainers.common.jobs import AgentJob, AgentRecord, Snapshot, evaluation_due
 from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
-from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, evaluation_due
-from trainers.ppo.multiplex import run_job
-from trainers.ppo.nitro import CostLedger
+from trainers.population import Setting, run_job
 from trainers.selection import explore, initial_population, select
 
 CHECKPOINT = "evolution.pt"
@@ -56,7 +57,7 @@ class EvolutionResult:
     history: list[AgentRecord]
     cost: CostLedger
     """What the whole run spent: env steps, CPU and GPU seconds."""
-    best_algo: str = "ppo"
+    best_algo: str = GENERATIONAL
     """The learner of the best snapshot."""
     leaders: list[Leader] = field(default_factory=list)
     """The agents the run ends with, best validation fitness first: a generational run's
@@ -192,7 +193,7 @@ class Evolution:
         return EvolutionResult(
             best_actor=pop.best[agent][2], best_fitness=score, best_generation=gen, best_agent=agent,
             best_hparams=hparams[0], history=pop.history, cost=pop.cost,
-            leaders=[Leader(pop.best[i][0], i, "ppo", h, pop.best[i][2]) for i, h in zip(order, hparams)],
+            leaders=[Leader(pop.best[i][0], i, GENERATIONAL, h, pop.best[i][2]) for i, h in zip(order, hparams)],
         )
 
     def _hparams_at(self, generation: int, agent: int) -> dict[str, float]:

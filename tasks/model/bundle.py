@@ -2,8 +2,9 @@
 
 ``data/models/`` holds ``policy.pt`` (actor weights), ``policy.json`` (symbols,
 indicator names, train-only normalisation stats, state scales, env constants, network
-shape) and ``hparams.json`` (the PPO hyperparameters, for a warm start). The backtest, the MLflow pyfunc and delivery all load it through :func:`load`,
-so a served policy sees exactly the state it was trained on.
+shape) and ``hparams.json`` (the PPO hyperparameters, for a warm start). The backtest, the
+MLflow pyfunc and delivery all load it through :func:`load`, so a served policy sees exactly
+the state it was trained on.
 
 The policy is one :class:`trainers.common.nets.Actor` or an :class:`trainers.ensemble.Ensemble` of
 several (``PolicyMeta.members``); both map a state to an action in (-1, 1), so every
@@ -21,8 +22,9 @@ import numpy as np
 import torch
 
 from tasks.errors import MissingInput
-from trainers.common.nets import Actor
-from trainers.common.state import StateScales, StockLayout, normalise_features, state_dim
+from trainers.algorithms import GENERATIONAL
+from trainers.common.nets import Actor, ActorShape, new_actor
+from trainers.common.state import StateScales, normalise_features, state_dim
 from trainers.config import EnvConfig
 from trainers.ensemble import Ensemble
 
@@ -44,7 +46,7 @@ class PolicyMeta:
     data_version: str
     policy: str = "mlp"
     """``ppo.policy`` of the weights: ``mlp`` or ``shared`` (a per-stock scorer)."""
-    algorithm: str = "ppo"
+    algorithm: str = GENERATIONAL
     """The learner that trained the policy: ``ppo``, ``sac``, or ``ensemble`` for an ensemble."""
     members: list[dict[str, Any]] = field(default_factory=list)
     """Empty for a single actor; for an ensemble one dict per member with at least
@@ -62,8 +64,7 @@ class PolicyMeta:
         return self._actor(self.net_dims)
 
     def _actor(self, net_dims: list[int]) -> Actor:
-        layout = StockLayout(len(self.symbols), len(self.feature_names), self.scales) if self.policy == "shared" else None
-        return Actor(self.state_dim, len(self.symbols), tuple(net_dims), init_log_std=0.0, layout=layout)
+        return new_actor(ActorShape.of(len(self.symbols), len(self.feature_names), self.scales, self.policy), net_dims)
 
     def normalise(self, raw: np.ndarray) -> np.ndarray:
         """Normalise raw indicators ``[..., n, k]`` with the saved train-window stats."""

@@ -29,9 +29,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.config import TrainParams
+from trainers.common.jobs import AgentJob, to_device
 from trainers.evolution import JobRunner, run_serially
-from trainers.population import AgentJob, JobPool, Setting, to_device
-from trainers.ppo.multiplex import run_job, run_multiplexed
+from trainers.population import JobPool, Setting, run_job
+from trainers.ppo.multiplex import run_multiplexed
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -33,6 +33,7 @@ from tasks.model import bundle, leaderboard
 from tasks.model.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
+from trainers.algorithms import GENERATIONAL, Config, config_of
 from trainers.common.env import MarketData
 from trainers.common.metrics import periods_per_year
 from trainers.common.state import StateScales
@@ -77,7 +78,7 @@ class TrainResult:
     """Date of the last bar training and selection saw (the registry version's ``data_cutoff``)."""
     start: str = ""
     """How the population started, when the plan says (e.g. "warm start from the champion")."""
-    algorithm: str = "ppo"
+    algorithm: str = GENERATIONAL
     """The learner of the best snapshot (a mixed tournament's may be ``sac``)."""
     ensemble: int = 1
     """Agents in the registered model (``registry.ensemble``)."""
@@ -245,6 +246,13 @@ class GenerationLog:
             self.line(key)
 
 
+def learners_beyond(params: Params) -> tuple[Config, ...] | None:
+    """The configs of the pool's learners beyond PPO, whose section the checkpoint key names
+    already; None for none, so a PPO run's folder keeps its name."""
+    return tuple(c for c in (config_of(params, name) for name in params.tournament.algorithms)
+                 if c is not params.ppo) or None
+
+
 def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> Path:
     """The folder of this run's checkpoints. It is named by the data version and every
     setting that shapes training, so ``--resume`` only ever continues the same run; not by
@@ -253,7 +261,7 @@ def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan =
     spec = [version, params.env, params.ppo, params.evolution,
             params.features.model_dump(mode="json"), params.nitro,
             params.tournament if params.evolution.mode == "tournament" else None,
-            params.sac if "sac" in params.tournament.algorithms else None,
+            learners_beyond(params),
             params.train.engine == "multiplexed"]  # the engines agree up to float summation order
     if (plan.train_window, plan.val_window, plan.warm_id) != (None, None, ""):  # the pipeline's names stay
         spec += [plan.train_window, plan.val_window, plan.warm_id]
@@ -287,8 +295,7 @@ def execute(run: Evolution | Tournament, params: Params, on_evaluated: ProgressF
 
 def net_dims(params: Params, algo: str, hparams: dict[str, float]) -> list[int]:
     """The actor's hidden layers of an ``algo`` agent with ``hparams``."""
-    base = params.sac if algo == "sac" else params.ppo
-    return list(base.with_hparams(hparams).net_dims)
+    return list(config_of(params, algo).with_hparams(hparams).net_dims)
 
 
 def policy_bundle(params: Params, fs: features.FeatureSet, scales: StateScales, data_version: str,

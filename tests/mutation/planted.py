@@ -140,7 +140,7 @@ BUGS = {
     27: Bug("a CPU generator draws a whole horizon in one call", "trainers/common/draws.py",
             'if generator.device.type == "cpu":', 'if generator.device.type == "never":',
             ("tests/trainers/common/test_draws.py::test_a_horizon_drawn_up_front_is_what_step_by_step_draws_take",)),
-    28: Bug("generator states moved to the device with the rest of a state", "trainers/population.py",
+    28: Bug("generator states moved to the device with the rest of a state", "trainers/common/jobs.py",
             "return tree if tree.dtype == torch.uint8 else tree.to(device)", "return tree.to(device)",
             ("tests/trainers/common/test_draws.py::test_generator_states_stay_cpu_byte_tensors_when_a_state_moves",)),
     38: Bug("the supervisor's backoff does not grow", "tasks/supervisor.py",

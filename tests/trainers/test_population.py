@@ -6,10 +6,11 @@ import dataclasses
 import pytest
 import torch
 
+from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig
 from trainers.evolution import Evolution, run_serially
-from trainers.population import AgentJob
-from trainers.ppo.multiplex import run_job, run_multiplexed
+from trainers.population import run_job
+from trainers.ppo.multiplex import run_multiplexed
 
 from .helpers import evolve, market, scales
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, TournamentConfig
-from trainers.population import AgentJob, Setting
-from trainers.ppo.multiplex import Multiplexed, run_job
+from trainers.population import Setting, run_job
+from trainers.ppo.multiplex import Multiplexed
 from trainers.tournament import Entry, SimulatedPool, Tournament, tournament_select, update_board
 
 from .helpers import market, scales, tournament

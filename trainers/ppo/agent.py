@@ -25,7 +25,8 @@ import torch
 
 from trainers.common.draws import restore
 from trainers.common.env import MarketData, MarketEnv
-from trainers.common.nets import Actor, Critic
+from trainers.common.jobs import JobSetting
+from trainers.common.nets import Actor, ActorShape, Critic, new_actor
 from trainers.common.state import StateScales, StockLayout
 from trainers.config import EnvConfig, PPOConfig
 
@@ -56,7 +57,7 @@ class Learner:
         drawn from ``seed`` (on ``rng_device``, default ``device``: trainers/common/draws.py)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed if init_seed is None else init_seed)
-            actor = Actor(state_dim, action_dim, cfg.net_dims, cfg.init_log_std, layout).to(device)
+            actor = new_actor(ActorShape(state_dim, action_dim, layout), cfg.net_dims, cfg.init_log_std).to(device)
             critic = Critic(state_dim, cfg.net_dims).to(device)
         generator = torch.Generator(device=rng_device or device).manual_seed(seed)
         return cls(cfg, actor, critic, {"state": {}}, generator, seed=seed)
@@ -103,10 +104,20 @@ class PPOAgent:
         seeds = [seed + j * SEED_STRIDE for j in range(cfg.learners)]
         self.envs = [MarketEnv(data, scales, env_cfg, cfg.num_envs, window, seed=s, rng_device=rng_device)
                      for s in seeds]
-        dims, actions = self.envs[0].state_dim, self.envs[0].action_dim
-        layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
-        self.learners = [Learner.fresh(dims, actions, cfg, s, device, layout, init_seed=seed, rng_device=rng_device)
-                         for s in seeds]
+        shape = ActorShape.of(data.n_stocks, data.n_features, scales, cfg.policy)
+        self.learners = [Learner.fresh(shape.state_dim, shape.n_stocks, cfg, s, device, shape.layout, init_seed=seed,
+                                       rng_device=rng_device) for s in seeds]
+
+    @classmethod
+    def of(cls, setting: JobSetting, hparams: Mapping[str, float], seed: int,
+           state: dict[str, Any] | None = None) -> PPOAgent:
+        """An agent of a run's ``setting`` with ``hparams`` applied to ``ppo``: fresh, or restored
+        from ``state`` (its ``state_dict()``, which the agent copies)."""
+        agent = cls(setting.data, setting.scales, setting.env_cfg, setting.ppo_cfg.with_hparams(hparams),
+                    setting.train_window, seed, setting.rng_device)
+        if state is not None:
+            agent.load_state_dict(state)
+        return agent
 
     @property
     def cfg(self) -> PPOConfig:

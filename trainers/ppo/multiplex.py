@@ -3,35 +3,50 @@ one batched model on one device (gmi-drl-gpu-multiplexing.txt §1 and §3: small
 trainers leave a device idle, so many share it; finrl-podracer.txt §4.2's population is
 such a set), or one agent alone as a population of one.
 
-:func:`run_multiplexed` takes a generation's :class:`~trainers.population.AgentJob` s and
-returns them trained and evaluated, every kernel serving all agents at once;
-:func:`run_job` runs one job that way, which is what the serial engine, a Dask task and a
-tournament job do. Every agent keeps its own random streams, so it follows the same
-trajectory in either, up to floating-point summation order.
+:func:`run_multiplexed` takes a generation's :class:`~trainers.common.jobs.AgentJob` s and
+returns them trained and evaluated, every kernel serving all agents at once; a single PPO
+job runs that way too (``trainers.algorithms.ALGORITHMS["ppo"].run``), which is what the
+serial engine, a Dask task and a tournament job do. Every agent keeps its own random
+streams, so it follows the same trajectory in either, up to floating-point summation order.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 
 from trainers import profiler
+from trainers.common.cost import CostLedger
 from trainers.common.evaluate import run_policies
+from trainers.common.jobs import AgentJob, JobSetting, evaluation_due, fresh, record, stopped
 from trainers.common.metrics import FITNESS
-from trainers.population import AgentJob, Setting, boost, evaluation_due, fresh, record, stopped, to_device
+from trainers.common.nets import Actor
 from trainers.ppo.agent import PPOAgent
-from trainers.ppo.nitro import CostLedger
+from trainers.ppo.nitro import BoostScore, actor_convexity, next_env_count
 from trainers.ppo.ppo import PPO, Rollout
+
+
+def boost(job: AgentJob, actor: Actor, rollout: Rollout, setting: JobSetting, clip: float) -> int:
+    """Nitro after a round (nitro-serverless-boosting.txt §5.2–5.3): the convexity ratio R of
+    the new policy's surrogate on a subset of the round's rollout, the boosting score S_k over
+    the agent's last ``window`` rounds, and the next round's env count I_k. The subset and
+    the Lanczos start are drawn from a generator seeded by the agent's seed and round, so
+    the choice is deterministic."""
+    cfg = setting.nitro
+    score = BoostScore(cfg.window, cfg.decay) if job.boost is None else BoostScore.from_state(job.boost)
+    generator = torch.Generator(device=rollout.obs.device).manual_seed(job.seed * 7919 + score.rounds)
+    level = score.update(actor_convexity(actor, rollout, cfg, clip, generator))
+    job.boost = score.state()
+    return next_env_count(level, cfg)
 
 
 class Multiplexed:
     """``agents`` as one batched model; an agent of ``ppo.learners: K`` is K rows of it,
     fused after every iteration. :meth:`finish` writes them back."""
 
-    def __init__(self, setting: Setting, agents: Sequence[PPOAgent]) -> None:
+    def __init__(self, setting: JobSetting, agents: Sequence[PPOAgent]) -> None:
         self.setting, self.agents = setting, list(agents)
         self.rows: list[list[int]] = []
         """Each agent's learners' rows in the batched model."""
@@ -87,15 +102,13 @@ class Multiplexed:
         return [agent.state_dict() for agent in self.agents]
 
 
-def run_multiplexed(jobs: list[AgentJob], setting: Setting) -> list[AgentJob]:
+def run_multiplexed(jobs: list[AgentJob], setting: JobSetting) -> list[AgentJob]:
     """Run a generation's jobs as one batched model: train, Nitro's rescaling, evaluate every
     ``eval_interval`` (keeping snapshots), patience and budgets, for all at once. A round's
     measured seconds are split over the agents in proportion to their env steps. The
     inputs are not changed."""
-    if any(job.algo != "ppo" for job in jobs):
-        raise ValueError("the multiplexed engine batches PPO agents; other learners run one job at a time (run_job)")
     jobs = [fresh(job) for job in jobs]
-    pop = Multiplexed(setting, [setting.agent(job.hparams, job.seed, job.state) for job in jobs])
+    pop = Multiplexed(setting, [PPOAgent.of(setting, job.hparams, job.seed, job.state) for job in jobs])
     gpu = pop.device.type == "cuda"
     for it in range(1, setting.iterations + 1):
         rounds = [agent.samples_per_iteration for agent in pop.agents]
@@ -120,47 +133,3 @@ def run_multiplexed(jobs: list[AgentJob], setting: Setting) -> list[AgentJob]:
     for job, state in zip(jobs, pop.finish()):
         job.state = state
     return jobs
-
-
-def run_off_policy(job: AgentJob, setting: Setting) -> AgentJob:
-    """One SAC agent's job (:class:`trainers.sac.sac.SACAgent`) under the same schedule and
-    evaluator as a PPO job: ``iterations`` iterations within its budget and patience, and
-    an evaluation of its deterministic policy on the validation window every
-    ``eval_interval``. Nitro rescales PPO's rounds only (it reads PPO's surrogate). The
-    input is not changed."""
-    job = fresh(job)
-    agent = setting.agent(job.hparams, job.seed, job.state, job.algo)
-    gpu = agent.actor.log_std.device.type == "cuda"
-    halted = False
-    for it in range(1, setting.iterations + 1):
-        halted = halted or stopped(job, setting, agent.samples_per_iteration)
-        if not halted:
-            profiler.set_phase("training")
-            with job.cost.meter(agent.samples_per_iteration, gpu):
-                agent.train_iteration()
-        if evaluation_due(it, setting.eval_interval, setting.iterations):
-            profiler.set_phase("evaluation")
-            score = job.last if halted else evaluate(agent.actor, setting)
-            record(job, it, score, halted, lambda: copy.deepcopy(agent.actor.state_dict()))
-    job.state = agent.state_dict()
-    return job
-
-
-def evaluate(actor: torch.nn.Module, setting: Setting) -> float:
-    """One deterministic policy's fitness on the validation window (§4.2's evaluator)."""
-    curve = run_policies(actor, setting.data, setting.scales, setting.env_cfg, setting.val_window, accounts=1,
-                         compile=setting.runtime.compile)
-    return FITNESS[setting.fitness](curve[:, 0], setting.per_year)
-
-
-def run_job(job: AgentJob, setting: Setting) -> AgentJob:
-    """Train one agent for a generation (or a tournament job): a PPO agent with
-    :func:`run_multiplexed` on a population of one, a SAC agent with :func:`run_off_policy`.
-    On a :meth:`Setting.shipped` setting it trains on the named device and hands its state
-    back on the data's. The input is not changed."""
-    home = setting.data.close.device
-    if setting.device is not None and torch.device(setting.device) != home:  # shipped: train on the named device
-        setting = replace(setting, data=setting.data.to(setting.device), device=None)
-    done = run_off_policy(job, setting) if job.algo == "sac" else run_multiplexed([job], setting)[0]
-    done.state, done.best = to_device(done.state, home), to_device(done.best, home)
-    return done

@@ -37,8 +37,9 @@ from torch import nn
 from trainers import profiler
 from trainers.common.draws import restore, to_device
 from trainers.common.env import MarketData, MarketEnv
-from trainers.common.nets import Actor, mlp
-from trainers.common.state import StateScales, StockLayout
+from trainers.common.jobs import JobSetting
+from trainers.common.nets import Actor, ActorShape, mlp, new_actor
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, SACConfig
 
 
@@ -158,10 +159,10 @@ class SACAgent:
         self.seed = seed
         self.env = MarketEnv(data, scales, env_cfg, cfg.num_envs, window, seed=seed, rng_device=rng_device)
         device, dims, actions = self.env.device, self.env.state_dim, self.env.action_dim
-        layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
+        shape = ActorShape.of(data.n_stocks, data.n_features, scales, cfg.policy)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.actor = Actor(dims, actions, cfg.net_dims, cfg.init_log_std, layout).to(device)
+            self.actor = new_actor(shape, cfg.net_dims, cfg.init_log_std).to(device)
             self.critics = nn.ModuleList([QNetwork(dims, actions, cfg.critic_dims) for _ in range(2)]).to(device)
         self.targets = copy.deepcopy(self.critics).requires_grad_(False)
         """The target critics ``Q1', Q2'``: copies that follow by :func:`soft_update`."""
@@ -176,6 +177,17 @@ class SACAgent:
         self.buffer = ReplayBuffer(cfg.buffer_size, dims, actions, device)
         self.obs: torch.Tensor | None = None
         """The envs' current states (``None`` before the first iteration)."""
+
+    @classmethod
+    def of(cls, setting: JobSetting, hparams: Mapping[str, float], seed: int,
+           state: Mapping[str, Any] | None = None) -> SACAgent:
+        """An agent of a run's ``setting`` with ``hparams`` applied to ``sac``: fresh, or restored
+        from ``state`` (its ``state_dict()``, which the agent copies)."""
+        agent = cls(setting.data, setting.scales, setting.env_cfg, setting.sac_cfg.with_hparams(hparams),
+                    setting.train_window, seed, setting.rng_device)
+        if state is not None:
+            agent.load_state_dict(state)
+        return agent
 
     @property
     def optimizers(self) -> dict[str, torch.optim.Adam]:

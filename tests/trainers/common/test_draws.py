@@ -8,8 +8,8 @@ import torch
 from tests.trainers.helpers import market, scales
 from trainers.common.draws import draw_on, permutations, restore
 from trainers.common.env import MarketEnv
+from trainers.common.jobs import to_device
 from trainers.config import EnvConfig
-from trainers.population import to_device
 
 ENV = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
 

@@ -193,7 +193,7 @@ def _resume(args: Args, saved_on: str, resumed_on: str, data: MarketData) -> dic
         second = tiny_evolution(args, data.to(resumed_on), RuntimeConfig(), generations=2)
         second.load(Path(tmp) / Evolution.CHECKPOINT)
         result = second.run(runner=run_multiplexed)
-    return {"generations": second.pop.generation, "best_fitness": result.best_fitness,
+    return {"generations": second.state.generation, "best_fitness": result.best_fitness,
             "warnings": sorted({str(w.message) for w in caught})}
 
 
@@ -325,7 +325,7 @@ def _profile(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], 
     run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
                     windows["train"], (lo, min(hi, lo + (50 if args.tiny else 2500))), 252.0 * 390)
     setting = run.setting
-    pop = Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.pop.hparams, run.pop.seeds)])
+    pop = Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.state.hparams, run.state.seeds)])
     group = list(range(len(pop.agents)))
     pop.train_iteration(group)  # warm-up
     _sync(torch.device(args.device))

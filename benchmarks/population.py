@@ -75,7 +75,7 @@ def jobs_for(market: dict, population: int, uniform: bool, device: str) -> tuple
     first = market["train"][0]
     scales = StateScales(1 / env.initial_cash, 1 / env.hmax, tuple(data.close[first].tolist()))
     run = Evolution(data, scales, env, ppo, evo, tuple(market["train"]), tuple(market["validation"]), 252.0)
-    pop = run.pop
+    pop = run.state
     jobs = [AgentJob(0, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i], pop.falls[i], None)
             for i in range(population)]
     return jobs, run.setting

@@ -183,7 +183,7 @@ def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
         started = time.perf_counter()
         run = Evolution(data, scales, env, params.ppo, single, train, val, per_year)
         vanilla = run.run()
-        weights, seconds = run.pop.states[0]["learners"][0]["actor"], time.perf_counter() - started
+        weights, seconds = run.state.states[0]["learners"][0]["actor"], time.perf_counter() - started
         rows.append(row("vanilla", agent_metrics(weights, params.ppo.hparams()),
                         agent_metrics(weights, params.ppo.hparams(), train), steps=vanilla.env_steps, seconds=seconds))
 

@@ -46,6 +46,7 @@ from trainers.evolution import (
     atomic_save,
     job_budget,
     make_setting,
+    resume_from,
 )
 from trainers.population import JobPool, Setting, run_job
 from trainers.selection import draw, explore, initial_population
@@ -230,9 +231,9 @@ class Tournament:
         """The search space ``algo``'s agents are drawn from and explored within."""
         return ALGORITHMS[algo].search_space(self.cfg, self.setting.base(algo))
 
-    def run(self, pool: JobPool | None = None, on_evaluated: ProgressFn | None = None,
-            checkpoint_dir: Path | None = None) -> EvolutionResult:
-        """Run the remaining jobs (a :class:`SimulatedPool` of ``workers`` by default),
+    def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
+            pool: JobPool | None = None) -> EvolutionResult:
+        """Run the remaining jobs on ``pool`` (a :class:`SimulatedPool` of ``workers`` by default),
         checkpointing into ``checkpoint_dir`` after every finished job; ``on_evaluated`` is
         called as ``(depth, job, fitness)`` for each evaluation of a finished job."""
         run = self.state
@@ -251,6 +252,12 @@ class Tournament:
             self._fill(pool)
             if checkpoint_dir is not None:
                 self.save(checkpoint_dir / CHECKPOINT)
+        return self.best()
+
+    def best(self) -> EvolutionResult:
+        """The best validation snapshot of the finished jobs, and the leaderboard as the leaders
+        (each row's final policy)."""
+        run = self.state
         leaders = [Leader(e.fitness, e.job, e.algo, e.hparams, ALGORITHMS[e.algo].actor_weights(e.state))
                    for e in run.board]
         return EvolutionResult(
@@ -258,6 +265,10 @@ class Tournament:
             best_hparams=run.best_hparams, history=run.history, cost=run.cost, best_algo=run.best_algo,
             leaders=leaders,
         )
+
+    def resume(self, checkpoint_dir: Path | None) -> None:
+        """Continue from the checkpoint in ``checkpoint_dir`` (:func:`~trainers.evolution.resume_from`)."""
+        resume_from(self, checkpoint_dir)
 
     def _fill(self, pool: JobPool) -> None:
         """The orchestrator: top the pool up to ``workers`` jobs, then note what is in flight."""

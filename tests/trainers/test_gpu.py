@@ -62,10 +62,10 @@ def test_a_checkpoint_resumes_on_the_other_device(tmp_path: Path, saved_on: str,
         first.run(checkpoint_dir=tmp_path, on_generation=stop, runner=run_multiplexed)
     second = evolution(data.to(resumed_on))
     second.load(tmp_path / Evolution.CHECKPOINT)
-    assert second.pop.generation == 1
-    saved = first.pop.states[0]["learners"][0]["actor"]
-    for name, weight in second.pop.states[0]["learners"][0]["actor"].items():
+    assert second.state.generation == 1
+    saved = first.state.states[0]["learners"][0]["actor"]
+    for name, weight in second.state.states[0]["learners"][0]["actor"].items():
         assert torch.equal(weight.cpu(), saved[name].cpu())
     with pytest.warns(UserWarning, match="restarts from its seed"):
         result = second.run(runner=run_multiplexed)
-    assert second.pop.generation == EVO.generations and result.env_steps > 0
+    assert second.state.generation == EVO.generations and result.env_steps > 0

@@ -155,7 +155,7 @@ def test_compiled_and_eager_steps_give_the_same_generation():
     def generation(runtime: RuntimeConfig) -> tuple[float, list[torch.Tensor]]:
         run = Evolution(data, scales(data, env), env, CFG, evo, (0, 60), (60, 99), 252.0, runtime=runtime)
         result = run.run(runner=run_multiplexed)
-        return result.best_fitness, [s["learners"][0]["actor"][k] for s in run.pop.states for k in sorted(
+        return result.best_fitness, [s["learners"][0]["actor"][k] for s in run.state.states for k in sorted(
             s["learners"][0]["actor"])]
 
     eager_fitness, eager = generation(RuntimeConfig(compile="graphs"))  # static, uncompiled (no CUDA graphs on a CPU)

@@ -24,7 +24,7 @@ def generation(ppo=PPO, **evo):
     cfg = EvolutionConfig(**{"population": 4, "generations": 1, "iterations_per_generation": 3, "eval_interval": 1,
                              "search_space": SPACE, **evo})
     run = Evolution(data, scales(data, ENV), ENV, ppo, cfg, (0, 59), (59, 79), 252.0)
-    pop = run.pop
+    pop = run.state
     jobs = [AgentJob(0, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i], pop.falls[i], None)
             for i in range(cfg.population)]
     return jobs, run.setting

@@ -28,11 +28,11 @@ from tasks.config import Params, load_params
 
 if TYPE_CHECKING:
     from tasks.data.features import FeatureSet
+    from trainers.common.env import MarketData
+    from trainers.common.evaluate import Policy
+    from trainers.common.nets import Actor
+    from trainers.common.state import StateScales
     from trainers.config import PPOConfig, SACConfig
-    from trainers.env import MarketData
-    from trainers.evaluate import Policy
-    from trainers.nets import Actor
-    from trainers.state import StateScales
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root: params.yaml and docs/ are read and written here."""
@@ -86,11 +86,9 @@ def market_params(root: Path, market: str, seed: int, overrides: list[str]) -> P
 
 def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig | SACConfig) -> Actor:
     """A deterministic actor of ``cfg``'s shape for ``data``, to load trained weights into."""
-    from trainers.nets import Actor
-    from trainers.state import StockLayout, state_dim
+    from trainers.common.nets import ActorShape, new_actor
 
-    layout = StockLayout(data.n_stocks, data.n_features, scales) if cfg.policy == "shared" else None
-    return Actor(state_dim(data.n_stocks, data.n_features), data.n_stocks, cfg.net_dims, 0.0, layout)
+    return new_actor(ActorShape.of(data.n_stocks, data.n_features, scales, cfg.policy), cfg.net_dims)
 
 
 @dataclass(frozen=True)
@@ -108,8 +106,8 @@ class Market:
 
     def metrics(self, policy: Policy, window: tuple[int, int]) -> dict[str, float]:
         """``policy``'s performance on ``window``, traded by the env's rules (next-open fills, costs)."""
-        from trainers.evaluate import run_policy
-        from trainers.metrics import performance
+        from trainers.common.evaluate import run_policy
+        from trainers.common.metrics import performance
 
         return performance(run_policy(policy, self.data, self.scales, self.params.env, window), self.per_year)
 
@@ -123,7 +121,7 @@ class Market:
 def build_market(root: Path, market: str, seed: int, overrides: list[str]) -> Market:
     """Run stages 1–3 for ``market`` at ``seed`` into ``root``."""
     from tasks.model.train import state_scales
-    from trainers.metrics import periods_per_year
+    from trainers.common.metrics import periods_per_year
 
     params = market_params(root, market, seed, overrides)
     fs = build_features(params)

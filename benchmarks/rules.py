@@ -2,7 +2,7 @@
 synthetic market's oracle (docs/results.md), and the schedule any rule trades on.
 
 They trade under the env's rules (next-open fills, whole shares, costs) through
-:func:`trainers.evaluate.market_fill`, like the agents and buy-and-hold.
+:func:`trainers.common.evaluate.market_fill`, like the agents and buy-and-hold.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from trainers.common.env import MarketData
+from trainers.common.evaluate import market_fill
+from trainers.common.orders import rebalance_orders
 from trainers.config import EnvConfig
-from trainers.env import MarketData
-from trainers.evaluate import market_fill
-from trainers.orders import rebalance_orders
 
 Orders = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """``(t, cash [1], shares [1, n]) -> (sold, bought)`` ``[1, n]`` orders decided at close t."""
@@ -25,7 +25,7 @@ def scheduled_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int
                         every: int = 1) -> tuple[np.ndarray, float]:
     """Account value at each close of ``window`` for a rule whose orders ``decide`` returns
     at every ``every``-th close (holding in between), filled at the next open by
-    :func:`trainers.evaluate.market_fill` with the env's costs: the same rules as the agents and buy-and-hold.
+    :func:`trainers.common.evaluate.market_fill` with the env's costs: the same rules as the agents and buy-and-hold.
     Also the notional traded over the window, as a sum of fractions of the account value."""
     t_lo, t_hi = window
     cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)

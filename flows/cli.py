@@ -157,9 +157,10 @@ def _features(p: Params) -> Any:
 
 
 def _train(p: Params) -> Any:
+    from flows.terminal import training_bar
     from tasks.model.train import train
 
-    return train(p)
+    return train(p, display=training_bar)
 
 
 def _backtest(p: Params) -> Any:

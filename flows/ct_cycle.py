@@ -23,6 +23,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.concurrency.sync import concurrency
 
+from flows.terminal import training_bar
 from tasks.config import Params, load_params
 from tasks.data import features
 from tasks.data.features import features_task
@@ -85,7 +86,8 @@ def ct_cycle(params: Params | None = None, data_version: str | None = None) -> C
         featured = features_task(params)
         w = windows(features.load(featured.folder), params.ct.eval_bars)
         version = ingested.data_version
-        trained = train_task.with_options(**RETRIED)(params, version, challenger_plan(params, w, champion))
+        trained = train_task.with_options(**RETRIED)(params, version, challenger_plan(params, w, champion),
+                                                     display=training_bar)
         tested = backtest_task(params, w, champion)
         shadow = shadow_task(params)
         record = record_task(params, shadow, champion) if shadow else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.terminal import training_bar
 from tasks.config import Params, load_params
 from tasks.data.features import FeaturesResult, features_task
 from tasks.data.ingest import IngestResult, ingest_task
@@ -27,7 +28,7 @@ from tasks.registry.gate import SHADOW, alias_version, champion_version
 from tasks.registry.register import RegisterResult, pipeline_candidate, register_task
 from tasks.registry.report import GateVerdict, gate_task
 from tasks.registry.versions import champion_task
-from trainers.metrics import METRICS
+from trainers.common.metrics import METRICS
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def rlops_pipeline(params: Params | None = None) -> PipelineSummary:
     create_markdown_artifact(markdown=validated.report.read_text(), key="validation-report",
                              description=f"Validation of data version {ingested.data_version}")
     featured = features_task(params)
-    trained = train_task(params, ingested.data_version)
+    trained = train_task(params, ingested.data_version, display=training_bar)
     tested = backtest_task(params)
     create_table_artifact(
         table=[{"metric": m, **{arm: values[m] for arm, values in tested.metrics.items()}} for m in METRICS],

@@ -13,7 +13,7 @@ from tasks.delivery.client.loop import CycleResult
 from tasks.delivery.keys import CHAMPION
 from tasks.errors import PodracerError
 from tasks.model.backtest import YEAR_SESSIONS, BacktestResult, extrapolated, span
-from trainers.metrics import METRICS
+from trainers.common.metrics import METRICS
 
 PERCENT = {"cumulative_return", "annual_return", "annual_volatility", "max_drawdown"}
 ANNUAL = {"annual_return", "annual_volatility", "sharpe", "calmar"}

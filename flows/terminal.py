@@ -1,7 +1,8 @@
 """One terminal: log lines and progress bars share one rich console.
 
-rich draws a live progress bar (training's, ``tasks/model/train.py``) on the console it is
-given, by default rich's global console. A log handler that writes to the terminal by itself
+rich draws a live progress bar (training's, :func:`training_bar`, which the CLI and the
+flows hand to ``tasks/model/train.py``) on the console it is given, by default rich's
+global console. A log handler that writes to the terminal by itself
 (Prefect's console handler, a ``StreamHandler`` on stderr) prints into the bar's line instead:
 ``… 0:00:1502:04:25.155 | INFO …``. :func:`share_console` binds every such handler to that
 one console, :data:`CONSOLE`, so rich prints each log line above the live bar and redraws the
@@ -12,11 +13,18 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import rich
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+if TYPE_CHECKING:  # the CLI imports this module without the training stack
+    from tasks.model.train import Bar, Update
 
 CONSOLE: Console = rich.get_console()
 """The console of every command: rich's global one, which progress bars use by default."""
@@ -79,3 +87,21 @@ def share_console(console: Console = CONSOLE, loggers: list[logging.Logger] | No
                 logger.handlers[i] = new
             rebound += 1
     return rebound
+
+
+@contextmanager
+def training_bar(bar: Bar) -> Iterator[Update]:
+    """Training's live progress bar: ``train generational on multiplexed generation 3/32``, the
+    bar, evaluations done of all, the best validation fitness so far and the time taken."""
+    with Progress(
+        TextColumn(f"[bold]train[/] {bar.title}" + " {task.fields[at]}"), BarColumn(),
+        MofNCompleteColumn(), TextColumn(f"best validation {bar.fitness} " + "{task.fields[best]}"),
+        TimeElapsedColumn(), transient=False,
+    ) as progress:
+        task = progress.add_task("train", total=bar.total, at="", best="-")
+        progress.update(task, completed=bar.completed)
+
+        def update(at: str, best: float) -> None:
+            progress.update(task, advance=1, at=at, best=f"{best:.2f}")
+
+        yield update

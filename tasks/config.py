@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from tasks.config_data import DataParams, Section
 from tasks.errors import ConfigError
+from trainers.algorithms import GENERATIONAL, check_names, config_of
 from trainers.config import (
     TURBULENCE,
     CompileMode,
@@ -279,14 +280,17 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _check(self) -> Params:
+        check_names(self.tournament.algorithms)
         if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
             raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
         self.env.check_freq(self.data.freq)
-        if set(self.tournament.algorithms) != {"ppo"} and self.evolution.mode != "tournament":
-            raise ValueError("tournament.algorithms other than ppo need evolution.mode: tournament")
-        if "sac" in self.tournament.algorithms and self.sac.policy != self.ppo.policy:
-            raise ValueError(f"sac.policy {self.sac.policy} must equal ppo.policy {self.ppo.policy}: a model "
-                             "records one policy kind, and an ensemble may mix both learners")
+        if set(self.tournament.algorithms) != {GENERATIONAL} and self.evolution.mode != "tournament":
+            raise ValueError(f"tournament.algorithms other than {GENERATIONAL} need evolution.mode: tournament")
+        for name in self.tournament.algorithms:
+            policy = config_of(self, name).policy
+            if policy != self.ppo.policy:
+                raise ValueError(f"{name}.policy {policy} must equal ppo.policy {self.ppo.policy}: a model "
+                                 "records one policy kind, and an ensemble may mix both learners")
         pool = (self.tournament.leaderboard_size * len(self.tournament.algorithms)
                 if self.evolution.mode == "tournament" else self.evolution.population)
         if self.registry.ensemble > pool:

@@ -60,12 +60,12 @@ class PPOConfig:
     their parameters are averaged at the end of every epoch (finrl-podracer.txt §4.4)."""
     policy: Literal["mlp", "shared"] = "mlp"
     """``mlp``: one network over the whole state (the paper's). ``shared``: one per-stock
-    scorer applied to every stock (:class:`trainers.state.StockLayout`); the critic stays
+    scorer applied to every stock (:class:`trainers.common.state.StockLayout`); the critic stays
     an MLP over the whole state."""
     credit: Literal["joint", "per_stock"] = "joint"
     """``joint``: one GAE(λ) advantage for the whole action (the paper's). ``per_stock``:
     each stock's action gets its own advantage, the env's difference reward
-    (:meth:`trainers.env.MarketEnv._credit`), and its own clipped ratio; the critic still
+    (:meth:`trainers.common.env.MarketEnv._credit`), and its own clipped ratio; the critic still
     learns the GAE returns."""
 
     def __post_init__(self) -> None:
@@ -91,23 +91,24 @@ class PPOConfig:
     def with_hparams(self, values: Mapping[str, float]) -> PPOConfig:
         """This config with ``values`` applied (integers rounded; ``net_width`` rescales
         ``net_dims``)."""
-        return evolved(self, values, ("lr", "entropy_coef", "clip", "gamma", "gae_lambda"), ("repeat_times", "num_envs"))
+        return evolved(self, values, ("lr", "entropy_coef", "clip", "gamma", "gae_lambda"),
+                       ("repeat_times", "num_envs"))
+
+    def iteration_cost(self) -> int:
+        """Scheduled compute of one iteration: env steps plus the update's gradient samples."""
+        return self.learners * self.num_envs * self.horizon * (1 + self.repeat_times)
 
 
 SAC_HPARAMS = ("lr", "gamma", "tau", "updates", "num_envs", "net_width")
 """SAC's evolvable hyperparameters: the tournament's copies of a SAC agent explore these
 (``SACConfig.search_space``), never PPO's."""
 
-ALGORITHMS = ("ppo", "sac")
-"""The learners a tournament's pool may hold (``tournament.algorithms``)."""
-
-
 @dataclass(frozen=True)
 class SACConfig:
     """Soft Actor-Critic (Haarnoja et al. 2018, with the automatic temperature of the
-    2018b paper) on the same batched env, state and actions as PPO (:mod:`trainers.sac`).
+    2018b paper) on the same batched env, state and actions as PPO (:mod:`trainers.sac.sac`).
 
-    The policy is PPO's :class:`~trainers.nets.Actor` (a Gaussian whose ``tanh`` is the
+    The policy is PPO's :class:`~trainers.common.nets.Actor` (a Gaussian whose ``tanh`` is the
     action, one learned log-std per stock), so a SAC agent is served, backtested and
     delivered through the same bundle and pyfunc. Each iteration collects
     ``num_envs × horizon`` env steps into the replay buffer, then takes ``updates``
@@ -170,6 +171,10 @@ class SACConfig:
         """This config with ``values`` applied (integers rounded; ``net_width`` rescales ``net_dims``)."""
         return evolved(self, values, ("lr", "gamma", "tau"), ("updates", "num_envs"))
 
+    def iteration_cost(self) -> int:
+        """Scheduled compute of one iteration: env steps plus the updates' minibatch samples."""
+        return self.num_envs * self.horizon + self.updates * self.batch_size
+
 
 CompileMode = Literal["eager", "graphs", "inductor"]
 RngDevice = Literal["device", "cpu"]
@@ -228,7 +233,7 @@ class EnvConfig:
     the stocks and cash, reached in whole shares at the next open (hmax does not apply)."""
     rebalance_band: float = 0.0
     """``action: weights``: an order smaller than this fraction of the account value is not
-    sent (a no-trade band, :func:`trainers.orders.target_orders`); 0 trades every difference."""
+    sent (a no-trade band, :func:`trainers.common.orders.target_orders`); 0 trades every difference."""
     decide_every: int = 1
     """Bars each decision is held. The agent decides at every ``decide_every``-th close and
     its orders fill at the next open; in between nothing is traded but the turbulence gate's
@@ -339,8 +344,7 @@ class TournamentConfig:
     hyperparameters (docs/evolution.md, A pool of several algorithms)."""
 
     def __post_init__(self) -> None:
-        for name, share in self.algorithms.items():
-            require(name in ALGORITHMS, f"tournament.algorithms.{name} is not one of {', '.join(ALGORITHMS)}")
+        for name, share in self.algorithms.items():  # the names are checked against trainers/algorithms.py
             require(share > 0, f"tournament.algorithms.{name} must be > 0")
         require(len(self.algorithms) >= 1, "tournament.algorithms needs at least one algorithm")
         require(self.workers >= 1, "workers must be >= 1")

@@ -6,9 +6,9 @@ aiming to train one strong agent" (§6); ElegantRL-podracers' tournament fills i
 pool with agents "initialized with different DRL algorithms for an ensemble purpose"
 (elegantrl-podracers.txt §3). An :class:`Ensemble` serves the leaders of such a pool together.
 
-It keeps :class:`trainers.nets.Actor`'s contract, ``forward(state) -> action in (-1, 1)^n``,
+It keeps :class:`trainers.common.nets.Actor`'s contract, ``forward(state) -> action in (-1, 1)^n``,
 so the env, the backtest, the MLflow pyfunc and the broker loop use it unchanged: the
-members vote in the space the env's orders are made in (``trainers/orders.py``), and the
+members vote in the space the env's orders are made in (``trainers/common/orders.py``), and the
 vote is written back as one action.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from trainers.nets import Actor
-from trainers.orders import WEIGHT_LOGITS
+from trainers.common.nets import Actor
+from trainers.common.orders import WEIGHT_LOGITS
 
 
 class Ensemble(nn.Module):
@@ -32,7 +32,7 @@ class Ensemble(nn.Module):
       action returned is the one whose allocation is ``w̄``:
       ``a_i = log(w̄_i / w̄_cash) / WEIGHT_LOGITS``. It lies in (-1, 1) because ``w̄_i / w̄_cash``
       is a cash-weighted mean of the members' ratios, each in (e^-5, e^5). Where a stock is
-      not tradable, :func:`trainers.orders.target_orders` drops it from the softmax and shares
+      not tradable, :func:`trainers.common.orders.target_orders` drops it from the softmax and shares
       its weight out among the rest; the ensemble's allocation is then the members' mean of
       their *unmasked* allocations renormalised over the tradable stocks and cash, not the
       mean of their masked allocations (the two are equal when every stock trades).

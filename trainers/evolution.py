@@ -22,13 +22,14 @@ import numpy as np
 import torch
 
 from trainers import profiler
+from trainers.algorithms import GENERATIONAL
+from trainers.common.cost import CostLedger
+from trainers.common.env import MarketData
+from trainers.common.jobs import AgentJob, AgentRecord, Snapshot, evaluation_due
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
-from trainers.env import MarketData
-from trainers.multiplex import run_job
-from trainers.nitro import CostLedger
-from trainers.population import AgentJob, AgentRecord, Setting, Snapshot, evaluation_due
+from trainers.population import Setting, run_job
 from trainers.selection import explore, initial_population, select
-from trainers.state import StateScales
 
 CHECKPOINT = "evolution.pt"
 
@@ -56,7 +57,7 @@ class EvolutionResult:
     history: list[AgentRecord]
     cost: CostLedger
     """What the whole run spent: env steps, CPU and GPU seconds."""
-    best_algo: str = "ppo"
+    best_algo: str = GENERATIONAL
     """The learner of the best snapshot."""
     leaders: list[Leader] = field(default_factory=list)
     """The agents the run ends with, best validation fitness first: a generational run's
@@ -151,16 +152,22 @@ class Evolution:
         for agent in agents if warm is not None else []:
             for learner in agent.learners:
                 learner.actor.load_state_dict(warm.actor)  # raises on a shape mismatch
-        self.pop = _Population(hparams, seeds, [a.state_dict() for a in agents],
+        self.state = _Population(hparams, seeds, [a.state_dict() for a in agents],
                                [(-math.inf, 0, copy.deepcopy(a.actor.state_dict())) for a in agents],
                                [math.nan] * len(agents), [0] * len(agents), [None] * len(agents))
+
+    @property
+    def jobs(self) -> int:
+        """Agent jobs in the whole run: every agent, every generation."""
+        return self.cfg.population * self.cfg.generations
 
     def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
             runner: JobRunner = run_serially,
             on_generation: Callable[[EvolutionResult], None] | None = None) -> EvolutionResult:
-        """Run the remaining generations, checkpointing after each into ``checkpoint_dir``;
-        ``on_generation`` sees the best snapshot so far after each (a learning curve)."""
-        pop, cfg = self.pop, self.cfg
+        """Run the remaining generations on ``runner``, checkpointing after each into
+        ``checkpoint_dir``; ``on_generation`` sees the best snapshot so far after each (a
+        learning curve)."""
+        pop, cfg = self.state, self.cfg
         while pop.generation < cfg.generations:
             gen = pop.generation
             jobs = [AgentJob(gen, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i],
@@ -185,26 +192,26 @@ class Evolution:
 
     def best(self) -> EvolutionResult:
         """The best validation snapshot so far, over every agent and generation (§4.2)."""
-        pop = self.pop
+        pop = self.state
         order = sorted(range(len(pop.best)), key=lambda i: (-pop.best[i][0], i))
         hparams = [self._hparams_at(pop.best[i][1], i) for i in order]
         score, gen, agent = pop.best[order[0]][0], pop.best[order[0]][1], order[0]
         return EvolutionResult(
             best_actor=pop.best[agent][2], best_fitness=score, best_generation=gen, best_agent=agent,
             best_hparams=hparams[0], history=pop.history, cost=pop.cost,
-            leaders=[Leader(pop.best[i][0], i, "ppo", h, pop.best[i][2]) for i, h in zip(order, hparams)],
+            leaders=[Leader(pop.best[i][0], i, GENERATIONAL, h, pop.best[i][2]) for i, h in zip(order, hparams)],
         )
 
     def _hparams_at(self, generation: int, agent: int) -> dict[str, float]:
         """The hyperparameters ``agent`` trained with in ``generation`` (its snapshot's)."""
-        return next((r.hparams for r in self.pop.history if (r.generation, r.agent) == (generation, agent)),
-                    self.pop.hparams[agent])
+        return next((r.hparams for r in self.state.history if (r.generation, r.agent) == (generation, agent)),
+                    self.state.hparams[agent])
 
     def _select(self) -> None:
         """Exploit and explore: bottom agents become copies of top ones (weights, Adam state
         and Nitro's score), rebuilt with the copy's explored hyperparameters and own random streams."""
         profiler.set_phase("selection")
-        pop, cfg = self.pop, self.cfg
+        pop, cfg = self.state, self.cfg
         chosen = select(pop.last, pop.hparams, cfg.quantile, cfg.search_space, cfg.perturb_factors, self.rng,
                         cfg.resample_p)
         for dst, src in chosen.copies.items():
@@ -219,7 +226,7 @@ class Evolution:
 
     def save(self, path: Path) -> None:
         """Checkpoint the population after a generation (atomic: temp file, then rename)."""
-        pop = self.pop
+        pop = self.state
         state: dict[str, Any] = {
             "generation": pop.generation, "hparams": pop.hparams, "seeds": pop.seeds, "states": pop.states,
             "best": pop.best, "last": pop.last, "falls": pop.falls, "boost": pop.boost,
@@ -228,14 +235,18 @@ class Evolution:
         }
         atomic_save(state, path)
 
+    def resume(self, checkpoint_dir: Path | None) -> None:
+        """Continue from the checkpoint in ``checkpoint_dir`` (:func:`resume_from`)."""
+        resume_from(self, checkpoint_dir)
+
     def load(self, path: Path) -> None:
         """Resume from :meth:`save`: the run continues as if it had never stopped (on the
         device it was saved on; on another, from the same weights and accounts with its random
-        streams restarted, trainers/draws.py)."""
+        streams restarted, trainers/common/draws.py)."""
         state = torch.load(path, map_location="cpu", weights_only=True)
         if state["config"] != self._config():
             raise ValueError(f"{path}: checkpoint of a different evolution config; start afresh without --resume")
-        self.pop = _Population(
+        self.state = _Population(
             hparams=state["hparams"], seeds=state["seeds"], states=state["states"],
             best=[(f, g, snap) for f, g, snap in state["best"]], last=state["last"], falls=state["falls"],
             boost=state["boost"], history=[AgentRecord(**r) for r in state["history"]], parents=state["parents"],
@@ -252,13 +263,46 @@ def atomic_save(state: dict[str, Any], path: Path) -> None:
     tmp.replace(path)
 
 
-class Resumable(Protocol):
+class RunState(Protocol):
+    """What a run has done so far, whatever its mode."""
+
+    history: list[AgentRecord]
+    cost: CostLedger
+
+
+class Run(Protocol):
+    """A training run, generational (:class:`Evolution`) or a tournament
+    (:class:`trainers.tournament.Tournament`): the train stage drives either through this."""
+
+    CHECKPOINT: str
+    setting: Setting
+
+    @property
+    def jobs(self) -> int:
+        """Agent jobs in the whole run (the progress bar's unit, with the evaluations of each)."""
+
+    @property
+    def state(self) -> RunState:
+        """Everything that changes during the run: what a checkpoint holds."""
+
+    def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
+            engine: Any = None, /) -> EvolutionResult:
+        """Run what is left on ``engine`` (a :data:`JobRunner` for generations, a
+        :class:`~trainers.population.JobPool` for a tournament; None: in this process), calling
+        ``on_evaluated`` after each evaluation and checkpointing into ``checkpoint_dir``."""
+
+    def best(self) -> EvolutionResult:
+        """The run's result so far: its best validation snapshot and its leaders."""
+
+    def resume(self, checkpoint_dir: Path | None) -> None:
+        """Continue from the run's checkpoint in ``checkpoint_dir``; ``FileNotFoundError`` if none."""
+
     def load(self, path: Path) -> None: ...
 
 
-def resume_from(run: Resumable, checkpoint_dir: Path | None, name: str) -> None:
-    """Load ``run``'s checkpoint ``name`` from ``checkpoint_dir``, or say there is none."""
-    path = None if checkpoint_dir is None else checkpoint_dir / name
+def resume_from(run: Run, checkpoint_dir: Path | None) -> None:
+    """Load ``run``'s checkpoint from ``checkpoint_dir``, or say there is none."""
+    path = None if checkpoint_dir is None else checkpoint_dir / run.CHECKPOINT
     if path is None or not path.exists():
         raise FileNotFoundError(f"{path or 'no checkpoint folder'}: no checkpoint to resume from")
     run.load(path)

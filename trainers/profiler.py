@@ -18,7 +18,8 @@ operation open when they were launched, under the phase it opened in (§3.2–3.
 
 Book-keeping inflates the measured time; ``calibrate`` measures its average cost per
 annotation by delta calibration (Appendix C.1), and ``report`` subtracts it where it
-occurs (§3.4) and reports the bias against an uninstrumented run (Appendix C.3).
+occurs (§3.4) and reports the bias against an uninstrumented run (Appendix C.3);
+``profiled`` runs a whole training run that way.
 
 The recorder is process-global and single-threaded: annotate from the training thread.
 When profiling is off, ``operation`` returns a shared no-op context manager.
@@ -35,6 +36,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import torch
 from torch.autograd import DeviceType
@@ -42,6 +44,7 @@ from torch.autograd.profiler_util import FunctionEvent
 
 OTHER = "(other)"
 Key = tuple[str, str]  # (phase, operation)
+T = TypeVar("T")
 
 _NOOP: AbstractContextManager[None] = nullcontext()
 _clock = time.perf_counter_ns
@@ -341,3 +344,49 @@ def report(overhead_per_event: float | None = None, uninstrumented_seconds: floa
             for key in sorted(keys, key=lambda key: (phase_order[key[0]], -corrected[key]))]
     return Report(rows=rows, wall_seconds=(rec.end_ns - rec.start_ns) / 1e9, events=sum(rec.nested.values()),
                   overhead_per_event=overhead_per_event, uninstrumented_seconds=uninstrumented_seconds)
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """What :func:`profiled` measured besides the run's result."""
+
+    report: Report
+    per_event: float
+    """Seconds of book-keeping per annotation (delta calibration)."""
+    bias_percent: float
+    """The correction's bias on real training iterations, median of 3 (Appendix C.3)."""
+
+
+def _annotations(count: int = 20_000) -> None:
+    """A workload that is nothing but annotations, nested two deep (for calibration)."""
+    for _ in range(count // 2):
+        with operation("calibration"), operation("calibration"):
+            pass
+
+
+def profiled(run: Callable[[], T], iteration: Callable[[], object]) -> tuple[T, Profiled]:
+    """Run ``run`` under the profiler (§3), corrected for book-keeping.
+
+    The cost of one annotation does not depend on what it annotates (§3.4), so delta
+    calibration (Appendix C.1) times a workload of bare annotations, where the delta is
+    large against the noise. The correction's bias (Appendix C.3) is then measured on one
+    real training ``iteration`` against an uninstrumented one, since training runs once.
+    """
+    per_event = calibrate(_annotations, repeats=5)
+    biases = []
+    for _ in range(3):  # alternate plain and profiled iterations; the median damps noise
+        plain = time.perf_counter()
+        iteration()
+        plain = time.perf_counter() - plain
+        enable(cuda=True)
+        iteration()
+        disable()
+        biases.append(report(per_event, uninstrumented_seconds=plain).bias_percent or 0.0)
+    bias = statistics.median(biases)
+    set_phase("training")
+    enable(cuda=True)
+    try:
+        result = run()
+    finally:
+        disable()
+    return result, Profiled(report(per_event), per_event, bias)

@@ -5,7 +5,7 @@ A *training pool* runs ``workers`` agent jobs at a time with no generation barri
 job finishes, the *updater* may insert it into a *leaderboard* of the best agents, and the
 *generator* fills the freed slot with a new job: a copy of a leaderboard agent chosen by
 tournament selection (weights and Adam state, §4.1's "training files"), its hyperparameters
-mutated by PBT exploration. Jobs are the self-contained :class:`trainers.population.AgentJob`
+mutated by PBT exploration. Jobs are the self-contained :class:`trainers.common.jobs.AgentJob`
 of the generational mode, so a real pool (Dask, Prefect) and the in-process
 :class:`SimulatedPool` run the same code. A checkpoint after every finished job lets a killed
 run resume and end exactly as an uninterrupted one.
@@ -25,6 +25,11 @@ import torch
 
 from trainers import profiler
 from trainers._checks import require
+from trainers.algorithms import ALGORITHMS, GENERATIONAL, check_names
+from trainers.common.cost import CostLedger
+from trainers.common.env import MarketData
+from trainers.common.jobs import AgentJob, AgentRecord, Snapshot
+from trainers.common.state import StateScales
 from trainers.config import (
     EnvConfig,
     EvolutionConfig,
@@ -34,7 +39,6 @@ from trainers.config import (
     SACConfig,
     TournamentConfig,
 )
-from trainers.env import MarketData
 from trainers.evolution import (
     EvolutionResult,
     Leader,
@@ -42,12 +46,10 @@ from trainers.evolution import (
     atomic_save,
     job_budget,
     make_setting,
+    resume_from,
 )
-from trainers.multiplex import run_job
-from trainers.nitro import CostLedger
-from trainers.population import AgentJob, AgentRecord, JobPool, Setting, Snapshot
+from trainers.population import JobPool, Setting, run_job
 from trainers.selection import draw, explore, initial_population
-from trainers.state import StateScales
 
 CHECKPOINT = "tournament.pt"
 _INPUTS = ("generation", "index", "hparams", "seed", "state", "best", "last", "falls", "parent", "budget", "boost",
@@ -124,7 +126,7 @@ class Entry:
     """Lineage depth: 0 for a fresh agent, the parent's depth + 1 for a copy."""
     boost: dict[str, Any] | None = None
     """Nitro's score state, handed on with the weights."""
-    algo: str = "ppo"
+    algo: str = GENERATIONAL
     """The learner that trained it; its copies are trained by the same."""
 
 
@@ -168,12 +170,6 @@ def algorithm_of(job: int, shares: dict[str, float]) -> str:
     return pick
 
 
-def actor_weights(state: dict[str, Any], algo: str = "ppo") -> dict[str, torch.Tensor]:
-    """A copy of the policy in an agent's state dict: a PPO agent's learner 0 (``PPOAgent.actor``),
-    a SAC agent's actor."""
-    return copy.deepcopy(state["actor"] if algo == "sac" else state["learners"][0]["actor"])
-
-
 @dataclass
 class _Run:
     """Everything that changes during a run: what a checkpoint holds."""
@@ -183,7 +179,7 @@ class _Run:
     """The best validation snapshot of all finished jobs (fitness, depth, actor weights)."""
     best_job: int = -1
     best_hparams: dict[str, float] = field(default_factory=dict)
-    best_algo: str = "ppo"
+    best_algo: str = GENERATIONAL
     history: list[AgentRecord] = field(default_factory=list)
     cost: CostLedger = field(default_factory=CostLedger)
     submitted: int = 0
@@ -217,6 +213,7 @@ class Tournament:
                  cfg: EvolutionConfig, tcfg: TournamentConfig, train_window: tuple[int, int],
                  val_window: tuple[int, int], per_year: float, nitro: NitroConfig = NitroConfig(),
                  sac_cfg: SACConfig = SACConfig(), runtime: RuntimeConfig = RuntimeConfig()) -> None:
+        check_names(tcfg.algorithms)
         self.cfg, self.tcfg = cfg, tcfg
         self.jobs = tcfg.jobs if tcfg.jobs is not None else cfg.population * cfg.generations
         self.setting = make_setting(data, scales, env_cfg, ppo_cfg, cfg, train_window, val_window, per_year, nitro,
@@ -232,11 +229,11 @@ class Tournament:
 
     def space(self, algo: str) -> dict[str, tuple[float, float]]:
         """The search space ``algo``'s agents are drawn from and explored within."""
-        return self.setting.sac_cfg.search_space if algo == "sac" else self.cfg.search_space
+        return ALGORITHMS[algo].search_space(self.cfg, self.setting.base(algo))
 
-    def run(self, pool: JobPool | None = None, on_evaluated: ProgressFn | None = None,
-            checkpoint_dir: Path | None = None) -> EvolutionResult:
-        """Run the remaining jobs (a :class:`SimulatedPool` of ``workers`` by default),
+    def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
+            pool: JobPool | None = None) -> EvolutionResult:
+        """Run the remaining jobs on ``pool`` (a :class:`SimulatedPool` of ``workers`` by default),
         checkpointing into ``checkpoint_dir`` after every finished job; ``on_evaluated`` is
         called as ``(depth, job, fitness)`` for each evaluation of a finished job."""
         run = self.state
@@ -255,12 +252,23 @@ class Tournament:
             self._fill(pool)
             if checkpoint_dir is not None:
                 self.save(checkpoint_dir / CHECKPOINT)
-        leaders = [Leader(e.fitness, e.job, e.algo, e.hparams, actor_weights(e.state, e.algo)) for e in run.board]
+        return self.best()
+
+    def best(self) -> EvolutionResult:
+        """The best validation snapshot of the finished jobs, and the leaderboard as the leaders
+        (each row's final policy)."""
+        run = self.state
+        leaders = [Leader(e.fitness, e.job, e.algo, e.hparams, ALGORITHMS[e.algo].actor_weights(e.state))
+                   for e in run.board]
         return EvolutionResult(
             best_actor=run.best[2], best_fitness=run.best[0], best_generation=run.best[1], best_agent=run.best_job,
             best_hparams=run.best_hparams, history=run.history, cost=run.cost, best_algo=run.best_algo,
             leaders=leaders,
         )
+
+    def resume(self, checkpoint_dir: Path | None) -> None:
+        """Continue from the checkpoint in ``checkpoint_dir`` (:func:`~trainers.evolution.resume_from`)."""
+        resume_from(self, checkpoint_dir)
 
     def _fill(self, pool: JobPool) -> None:
         """The orchestrator: top the pool up to ``workers`` jobs, then note what is in flight."""
@@ -288,14 +296,14 @@ class Tournament:
         mutated = explore(parent.hparams, self.space(algo), cfg.perturb_factors, cfg.resample_p, self.rng)
         hparams, state = self.setting.offspring(parent.hparams, parent.seed, parent.state, mutated, seed, algo)
         depth = parent.depth + 1
-        return AgentJob(depth, index, hparams, seed, state, (-math.inf, depth, actor_weights(state, algo)),
+        return AgentJob(depth, index, hparams, seed, state, (-math.inf, depth, ALGORITHMS[algo].actor_weights(state)),
                         parent.fitness, 0, parent.job, self.budget, copy.deepcopy(parent.boost), algo)
 
     def _fresh(self, index: int, seed: int, algo: str, hparams: dict[str, float]) -> AgentJob:
         """A job for a new ``algo`` agent with ``hparams``: lineage depth 0, no parent."""
         state = self.setting.agent(hparams, seed, algo=algo).state_dict()
-        return AgentJob(0, index, hparams, seed, state, (-math.inf, 0, actor_weights(state, algo)), math.nan, 0, None,
-                        self.budget, algo=algo)
+        best = (-math.inf, 0, ALGORITHMS[algo].actor_weights(state))
+        return AgentJob(0, index, hparams, seed, state, best, math.nan, 0, None, self.budget, algo=algo)
 
     def _update(self, done: AgentJob) -> None:
         """Take in a finished job: history, env steps, the leaderboard and the best snapshot."""
@@ -309,9 +317,9 @@ class Tournament:
             run.best_algo = done.algo
 
     def _config(self) -> dict[str, Any]:
-        sac = asdict(self.setting.sac_cfg) if "sac" in self.tcfg.algorithms else None
+        learners = {name: asdict(ALGORITHMS[name].base(self.setting)) for name in self.tcfg.algorithms}
         return {"evolution": asdict(self.cfg), "tournament": asdict(self.tcfg), "nitro": asdict(self.setting.nitro),
-                "sac": sac}
+                "learners": learners}
 
     def save(self, path: Path) -> None:
         """Checkpoint the run after a finished job (atomic: temp file, then rename)."""

@@ -47,11 +47,11 @@ from benchmarks.evidence.results import oracle_scores
 from benchmarks.rules import momentum_scores, ranked_portfolio, scheduled_portfolio
 from tasks.data.momentum import ewm_return
 from tasks.data.synthetic import filtered_drift
+from trainers.common.env import MarketData
+from trainers.common.evaluate import buy_and_hold
+from trainers.common.metrics import performance, periods_per_year
+from trainers.common.orders import orders
 from trainers.config import EnvConfig
-from trainers.env import MarketData
-from trainers.evaluate import buy_and_hold
-from trainers.metrics import performance, periods_per_year
-from trainers.orders import orders
 
 VARIANTS = [(0.0, 0.0, 1), (0.0, 0.01, 1), (0.1, 0.0, 1), (0.1, 0.01, 1), (0.3, 0.0, 1), (0.3, 0.01, 1),
             (0.3, 0.01, 5), (1.0, 0.0, 5), (1.0, 0.01, 5), (1.0, 0.01, 10), (1.0, 0.01, 20)]
@@ -78,7 +78,7 @@ def linear_fit(data: MarketData, window: tuple[int, int], horizon: int) -> np.nd
 def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor,
                      tilt: float, every: int = 1, per_year: float = 252.0) -> tuple[np.ndarray, float]:
     """Account values over ``window`` and yearly turnover (traded notional / value) of the
-    weights action ``tanh(tilt · z)``, sent through the env's :func:`trainers.orders.orders`
+    weights action ``tanh(tilt · z)``, sent through the env's :func:`trainers.common.orders.orders`
     at every ``every``-th close (:func:`benchmarks.rules.scheduled_portfolio`)."""
 
     def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

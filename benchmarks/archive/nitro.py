@@ -31,10 +31,10 @@ from matplotlib.figure import Figure
 
 from benchmarks.common import ROOT, Reading, blank_actor, commit, default_features, now, record
 from tasks.model.train import state_scales
+from trainers.common.evaluate import run_policy
+from trainers.common.metrics import performance, periods_per_year
 from trainers.config import EvolutionConfig
-from trainers.evaluate import run_policy
 from trainers.evolution import Evolution
-from trainers.metrics import performance, periods_per_year
 
 
 def run(arm: str, seed: int, budget: int, params, fs) -> dict:

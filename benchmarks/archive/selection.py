@@ -37,12 +37,13 @@ from torch import nn
 from benchmarks.common import ROOT, Reading, build_market, commit, now, record, seeds_of
 from benchmarks.evidence.results_report import paired
 from benchmarks.rules import momentum_scores, ranked_portfolio
-from trainers.evaluate import buy_and_hold
+from trainers.common.evaluate import buy_and_hold
+from trainers.common.jobs import AgentJob
+from trainers.common.metrics import performance
+from trainers.common.nets import Actor
 from trainers.evolution import Evolution
-from trainers.metrics import performance
-from trainers.multiplex import run_multiplexed
-from trainers.nets import Actor
-from trainers.population import AgentJob, Setting
+from trainers.population import Setting
+from trainers.ppo.multiplex import run_multiplexed
 
 TOP_K = (2, 4, 8, 16)
 

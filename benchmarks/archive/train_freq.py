@@ -30,7 +30,7 @@ from benchmarks.common import ROOT, Reading, build_features, commit, now, record
 from tasks.config import Params, load_params
 from tasks.model import train
 from trainers.evolution import EvolutionResult
-from trainers.multiplex import Multiplexed
+from trainers.ppo.multiplex import Multiplexed
 
 FREQS = {
     "daily": ["data.freq=1d"],

@@ -37,20 +37,22 @@ from benchmarks.common import ROOT, Market, blank_actor, build_market, seeds_of
 from benchmarks.evidence.algorithms_report import write_section
 from benchmarks.evidence.results import MARKETS, Row, oracle_scores, run_all
 from benchmarks.rules import momentum_scores, ranked_portfolio
+from trainers.algorithms import config_of
+from trainers.common.evaluate import buy_and_hold
+from trainers.common.metrics import performance
+from trainers.common.nets import Actor
 from trainers.ensemble import Ensemble
-from trainers.evaluate import buy_and_hold
 from trainers.evolution import EvolutionResult, Leader
-from trainers.metrics import performance
-from trainers.nets import Actor
 from trainers.tournament import Tournament
 
 POOLS = {"ppo": {"ppo": 1.0}, "sac": {"sac": 1.0}, "mixed": {"ppo": 0.5, "sac": 0.5}}
+ENSEMBLED = ("ppo", "mixed")
+"""The pools whose top k also serve as an ensemble arm."""
 
 
 def actor_of(m: Market, algo: str, hparams: dict[str, float], weights: dict[str, torch.Tensor]) -> Actor:
     """The deterministic actor an ``algo`` agent with ``hparams`` trained, with ``weights``."""
-    base = m.params.sac if algo == "sac" else m.params.ppo
-    actor = blank_actor(m.data, m.scales, base.with_hparams(hparams))
+    actor = blank_actor(m.data, m.scales, config_of(m.params, algo).with_hparams(hparams))
     actor.load_state_dict(weights)
     return actor.eval()
 
@@ -93,7 +95,7 @@ def run_seed(job: tuple[str, int, list[str], int]) -> list[Row]:
             result, seconds = tournament(m, algorithms, f"{market} {seed} {name}")
             best = actor_of(m, result.best_algo, result.best_hparams, result.best_actor)
             rows.append(row(name, best, result.best_fitness, result.env_steps, seconds))
-            if name in ("ppo", "mixed"):
+            if name in ENSEMBLED:
                 leaders = result.leaders[:k]
                 rows.append(row(f"{name}-ensemble", ensemble_of(m, leaders), float("nan"), result.env_steps, seconds))
                 print(f"{market} {seed} {name}-ensemble members: "

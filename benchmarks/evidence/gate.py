@@ -84,8 +84,8 @@ from benchmarks.rules import momentum_scores, ranked_portfolio
 from tasks.config import Params, load_params
 from tasks.registry.evidence import against, binding
 from tasks.registry.gate import decide
-from trainers.evaluate import buy_and_hold
-from trainers.metrics import periods_per_year, sharpe
+from trainers.common.evaluate import buy_and_hold
+from trainers.common.metrics import periods_per_year, sharpe
 
 NIGHTS = 252
 LOOKBACKS, TOPS, EVERY = (5, 10, 20, 40, 60, 120), (0.2, 1 / 3, 0.5), 5

@@ -29,7 +29,7 @@ import pandas as pd
 from tasks.config import RegistryParams
 from tasks.registry.evidence import MIN_BARS, Evidence, against
 from tasks.registry.gate import decide_cycle
-from trainers.metrics import sharpe
+from trainers.common.metrics import sharpe
 
 Record = Literal["shipped", "included"]
 RECORDS: tuple[Record, ...] = ("shipped", "included")

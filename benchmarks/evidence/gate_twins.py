@@ -90,7 +90,7 @@ def entry_costs(fs: Any, folders: dict[str, Path], window: tuple[int, int], curv
     """Each arm's cost of its first bar: its value there against the same arm with no costs,
     as a fraction of the initial cash (≈ first-bar turnover × ``env.cost_pct``)."""
     from tasks.model import bundle
-    from trainers.evaluate import buy_and_hold, run_policy
+    from trainers.common.evaluate import buy_and_hold, run_policy
 
     out, data, env = {}, None, None
     for name, folder in folders.items():
@@ -140,8 +140,8 @@ def measure_seed(job: tuple[str, int, int, int, list[str], int | None]) -> dict[
     from tasks.model.backtest import backtest
     from tasks.model.train import train
     from tasks.model.walkforward import Champion, challenger_plan, day, windows
-    from trainers.evaluate import buy_and_hold
-    from trainers.metrics import sharpe
+    from trainers.common.evaluate import buy_and_hold
+    from trainers.common.metrics import sharpe
 
     market, seed, nights, spacing, overrides, generations = job
     torch.set_num_threads(1)

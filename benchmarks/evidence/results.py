@@ -49,11 +49,11 @@ from benchmarks.rules import momentum_scores, ranked_portfolio
 from tasks.config import Params
 from tasks.data import features
 from tasks.data.synthetic import latent_drift
+from trainers.common.evaluate import buy_and_hold
+from trainers.common.metrics import performance
 from trainers.config import EvolutionConfig
-from trainers.evaluate import buy_and_hold
 from trainers.evolution import Evolution, EvolutionResult
-from trainers.metrics import performance
-from trainers.multiplex import run_multiplexed
+from trainers.ppo.multiplex import run_multiplexed
 
 MARKETS = ("learnable", "null", "arch-demo")
 """The market kinds (benchmarks/common.py, KINDS) this file's arms and report are for; the
@@ -131,7 +131,7 @@ def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
         started = time.perf_counter()
         run = Evolution(data, scales, env, params.ppo, single, train, val, per_year)
         vanilla = run.run()
-        weights, seconds = run.pop.states[0]["learners"][0]["actor"], time.perf_counter() - started
+        weights, seconds = run.state.states[0]["learners"][0]["actor"], time.perf_counter() - started
         rows.append(row("vanilla", agent_metrics(weights, params.ppo.hparams()),
                         agent_metrics(weights, params.ppo.hparams(), train), steps=vanilla.env_steps, seconds=seconds))
 

@@ -5,7 +5,7 @@ is loaded straight from its file, so ``finrl/__init__.py`` and its heavy depende
 never run. These functions take plain arrays, so both sides of the benchmark can use
 the same feature set.
 
-How FinRL's env differs from ours (``trainers/env.py``), which matters for reading the
+How FinRL's env differs from ours (``trainers/common/env.py``), which matters for reading the
 results:
 
 * the state is ``[cash] + closes + shares + indicators`` (``1 + 2n + k·n``), with cash,
@@ -33,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 
-from trainers.metrics import sharpe
+from trainers.common.metrics import sharpe
 
 log = logging.getLogger("podracer.benchmarks.baselines")
 ENV_FILE = ("meta", "env_stock_trading", "env_stocktrading.py")
@@ -237,7 +237,7 @@ def train_sb3(
 ) -> SB3Result:
     """Train SB3 PPO on one env (``DummyVecEnv``) with our PPO's hyperparameters.
 
-    The settings follow ``trainers/ppo.py``: a buffer of ``n_steps`` = 2^12 transitions,
+    The settings follow ``trainers/ppo/ppo.py``: a buffer of ``n_steps`` = 2^12 transitions,
     minibatches of 2^10, 8 epochs, lr 2^-14, clip 0.25, entropy 0.02, value coefficient 0.5,
     gradient norm 0.5, GAE λ 0.95, initial log-std −0.5, separate Linear-ReLU MLPs of
     ``net_dims`` for the actor and the critic, and the CPU. One difference remains: our actor
@@ -303,7 +303,7 @@ def finrl_validation_sharpe(
 ) -> float:
     """Annualised Sharpe ratio of ``model`` on a FinRL env built on ``val_frame``.
 
-    It uses ``trainers.metrics.sharpe``, the metric our side uses. To cover the same
+    It uses ``trainers.common.metrics.sharpe``, the metric our side uses. To cover the same
     returns as our env's validation window, build ``val_frame`` from
     ``FeatureSet.window("validation")``, which starts one bar before the split.
     """

@@ -7,7 +7,7 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
 
 * ``device``: the GPU, its measured copy bandwidth and FP32 matmul rate;
 * ``sync``: the static rollout, the PPO and SAC gradient steps and the evaluator's decision
-  under torch's sync debug mode (``error``) and :func:`trainers.capture.no_host_reads`;
+  under torch's sync debug mode (``error``) and :func:`trainers.common.capture.no_host_reads`;
 * ``env``: env steps/s at 100 stocks x 4,096 / 16,384 / 65,536 envs, eager, CUDA graphs and
   Inductor, with the bytes a step moves against the memory bandwidth;
 * ``ppo``: PPO samples/s for populations of 1 to 256 agents at 30 and 100 stocks, eager and
@@ -41,7 +41,7 @@ import torch
 
 from benchmarks.perf import gpu_train
 from benchmarks.perf.gpu_common import Args, bytes_moved, sample_env, timed
-from trainers.capture import HostReadError, Recorded, no_host_reads
+from trainers.common.capture import HostReadError, Recorded, no_host_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root (the device script runs from it on a bare GPU machine, uninstalled)."""

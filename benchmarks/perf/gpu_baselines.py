@@ -12,7 +12,7 @@ from pathlib import Path
 from benchmarks.perf.gpu_common import paper_env
 from benchmarks.perf.gpu_market import minute_market
 from benchmarks.rules import momentum_scores, ranked_portfolio
-from trainers.metrics import performance
+from trainers.common.metrics import performance
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.perf.gpu_market import sample_market
+from trainers.common.env import MarketData, MarketEnv
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, PPOConfig
-from trainers.env import MarketData, MarketEnv
-from trainers.state import StateScales
 
 
 @dataclass(frozen=True)

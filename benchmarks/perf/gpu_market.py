@@ -12,7 +12,7 @@ The random numbers come from one seeded CPU generator, so a CPU and a GPU machin
 the same market (to float rounding); the arithmetic then runs on the device. Indicators (docs/data.md: scale
 free, cross-sectional): the log price's distance from its mean over the last day and the
 last week, each less the day's cross-sectional mean, and the last day's volatility of
-minute returns; z-scored with train-window statistics (:func:`trainers.state.normalise_features`).
+minute returns; z-scored with train-window statistics (:func:`trainers.common.state.normalise_features`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trainers.env import MarketData
-from trainers.state import normalise_features
+from trainers.common.env import MarketData
+from trainers.common.state import normalise_features
 
 SESSION = 390
 """Minutes per session (half days are not modelled here)."""

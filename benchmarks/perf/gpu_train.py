@@ -20,18 +20,18 @@ import torch
 from benchmarks.perf.gpu_common import Args, paper_env, paper_ppo, scales_of
 from benchmarks.perf.gpu_market import minute_market, sample_market
 from trainers import profiler
-from trainers.agent import PPOAgent
-from trainers.capture import compiled
+from trainers.common.capture import compiled
+from trainers.common.env import MarketData, MarketEnv
+from trainers.common.evaluate import buy_and_hold, run_policies
+from trainers.common.metrics import performance
+from trainers.common.nets import Actor
+from trainers.common.state import StockLayout
 from trainers.config import EvolutionConfig, RuntimeConfig, SACConfig
-from trainers.env import MarketData, MarketEnv
-from trainers.evaluate import buy_and_hold, run_policies
 from trainers.evolution import Evolution, EvolutionResult
-from trainers.metrics import performance
-from trainers.multiplex import Multiplexed, run_multiplexed
-from trainers.nets import Actor
-from trainers.ppo import PPO
-from trainers.sac import SACAgent
-from trainers.state import StockLayout
+from trainers.ppo.agent import PPOAgent
+from trainers.ppo.multiplex import Multiplexed, run_multiplexed
+from trainers.ppo.ppo import PPO
+from trainers.sac.sac import SACAgent
 
 SEARCH = {"lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.1, 0.3), "gamma": (0.95, 0.999),
           "gae_lambda": (0.9, 0.99)}
@@ -193,7 +193,7 @@ def _resume(args: Args, saved_on: str, resumed_on: str, data: MarketData) -> dic
         second = tiny_evolution(args, data.to(resumed_on), RuntimeConfig(), generations=2)
         second.load(Path(tmp) / Evolution.CHECKPOINT)
         result = second.run(runner=run_multiplexed)
-    return {"generations": second.pop.generation, "best_fitness": result.best_fitness,
+    return {"generations": second.state.generation, "best_fitness": result.best_fitness,
             "warnings": sorted({str(w.message) for w in caught})}
 
 
@@ -325,7 +325,7 @@ def _profile(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], 
     run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
                     windows["train"], (lo, min(hi, lo + (50 if args.tiny else 2500))), 252.0 * 390)
     setting = run.setting
-    pop = Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.pop.hparams, run.pop.seeds)])
+    pop = Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.state.hparams, run.state.seeds)])
     group = list(range(len(pop.agents)))
     pop.train_iteration(group)  # warm-up
     _sync(torch.device(args.device))

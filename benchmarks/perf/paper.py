@@ -61,7 +61,7 @@ def test_year(overrides: list[str]) -> dict[str, dict[str, float]]:
     from benchmarks.rules import momentum_scores, ranked_portfolio
     from tasks.config import load_params
     from tasks.data import features
-    from trainers.metrics import performance, periods_per_year
+    from trainers.common.metrics import performance, periods_per_year
 
     params = load_params(ROOT / PARAMS, overrides)
     metrics = json.loads((params.dirs.backtest / "metrics.json").read_text())

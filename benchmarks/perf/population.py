@@ -1,5 +1,5 @@
 """Benchmark of one-device multiplexing (docs/evolution.md, Engines): a population trained as
-one batched model (``trainers.multiplex.run_multiplexed``) against the same agents trained one after another
+one batched model (``trainers.ppo.multiplex.run_multiplexed``) against the same agents trained one after another
 (``trainers.evolution.run_serially``), side by side in one run on the same data.
 
 Population throughput is the population's env steps (training samples) per second of wall
@@ -35,12 +35,12 @@ import torch
 from matplotlib.figure import Figure
 
 from benchmarks.common import ROOT, Reading, commit, now, record
+from trainers.common.env import MarketData
+from trainers.common.jobs import AgentJob
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.env import MarketData
 from trainers.evolution import Evolution, run_serially
-from trainers.multiplex import run_multiplexed
-from trainers.population import AgentJob
-from trainers.state import StateScales
+from trainers.ppo.multiplex import run_multiplexed
 
 TARGET = ">= 3x population throughput on CPU (multiplexed vs one agent after another)"
 
@@ -72,7 +72,7 @@ def jobs_for(market: dict, population: int, uniform: bool, device: str) -> tuple
     first = market["train"][0]
     scales = StateScales(1 / env.initial_cash, 1 / env.hmax, tuple(data.close[first].tolist()))
     run = Evolution(data, scales, env, ppo, evo, tuple(market["train"]), tuple(market["validation"]), 252.0)
-    pop = run.pop
+    pop = run.state
     jobs = [AgentJob(0, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i], pop.falls[i], None)
             for i in range(population)]
     return jobs, run.setting

@@ -3,7 +3,7 @@
 Side by side in one run, on the same data (the default embedded market: 30 stocks of
 daily bars, built by our ingest/validate/features stages in a temp folder):
 
-1. **env**: env steps/s of ``trainers.env.MarketEnv`` for E parallel envs, against
+1. **env**: env steps/s of ``trainers.common.env.MarketEnv`` for E parallel envs, against
    FinRL's ``StockTradingEnv`` stepping random actions; the bytes of state the env writes
    per second, against a memcpy measured in the same run;
 2. **PPO**: training samples/s and the wall time of a fixed number of samples, ours
@@ -37,13 +37,13 @@ from benchmarks.common import ROOT, Reading, commit, default_features, now, reco
 from benchmarks.perf import baselines
 from tasks.config import Params
 from tasks.data.features import FeatureSet
-from trainers.agent import PPOAgent
+from trainers.common.env import MarketData, MarketEnv
+from trainers.common.evaluate import buy_and_hold, run_policy
+from trainers.common.metrics import periods_per_year, sharpe
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, PPOConfig
-from trainers.env import MarketData, MarketEnv
-from trainers.evaluate import buy_and_hold, run_policy
-from trainers.metrics import periods_per_year, sharpe
-from trainers.ppo import PPO
-from trainers.state import StateScales
+from trainers.ppo.agent import PPOAgent
+from trainers.ppo.ppo import PPO
 
 ENV_SIZES = (1, 64, 1024, 4096, 16384)
 TARGETS = "env steps/s >= 1000x FinRL's; PPO samples/s >= 10x SB3's; time to SB3's final validation Sharpe " \

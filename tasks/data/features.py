@@ -41,10 +41,10 @@ from tasks.data.train_stats import CELLS, streamed_stats
 from tasks.errors import DataError, MissingInput
 from tasks.progress import Steps
 from tasks.storage import atomic_dir
+from trainers.common.env import MarketData
+from trainers.common.sessions import intraday, session_last
+from trainers.common.state import normalise_features
 from trainers.config import TURBULENCE
-from trainers.env import MarketData
-from trainers.sessions import intraday, session_last
-from trainers.state import normalise_features
 
 log = logging.getLogger("podracer.features")
 ARRAYS = ("opens", "prices", "features", "timestamps", "tradable")
@@ -79,7 +79,7 @@ class FeatureSet:
         """Tensors for the env, indicators normalised with the train-only stats (``norm``:
         another model's ``(mean, std)``, e.g. a champion's bundle); the raw turbulence index
         (market-wide, the same in every stock's column) feeds the env's gate; on intraday bars,
-        each session's last bar (``trainers/sessions.py``) feeds ``env.overnight: flatten``."""
+        each session's last bar (``trainers/common/sessions.py``) feeds ``env.overnight: flatten``."""
         turb = None
         if TURBULENCE in self.feature_names:
             turb = torch.tensor(self.features[:, 0, self.feature_names.index(TURBULENCE)], dtype=torch.float64)

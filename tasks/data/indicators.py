@@ -28,7 +28,7 @@ from tasks.config import FeatureParams
 from tasks.data import momentum
 from tasks.data.panel_store import FIELDS, ColumnStore, FieldRows, SymbolRows
 from tasks.data.risk import turbulence, volatility_proxy
-from trainers.metrics import periods_per_year
+from trainers.common.metrics import periods_per_year
 
 MARKET_WIDE = ("turbulence", "vix_proxy")
 """Indicators of the whole market, the same in every stock's column and never masked."""

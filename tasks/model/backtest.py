@@ -26,13 +26,13 @@ from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.model.walkforward import CHALLENGER, Champion, Windows, seen_bars
 from tasks.storage import atomic_dir
-from trainers.evaluate import Policy, buy_and_hold, run_policy
-from trainers.metrics import performance, periods_per_year
+from trainers.common.evaluate import Policy, buy_and_hold, run_policy
+from trainers.common.metrics import performance, periods_per_year
 
 log = logging.getLogger("podracer.backtest")
 METRICS_FILE, CURVE_FILE, PLOT_FILE = "metrics.json", "equity.csv", "equity.png"
 YEAR_SESSIONS = 252
-"""Sessions in the year every annualised figure scales to (:func:`trainers.metrics.periods_per_year`)."""
+"""Sessions in the year every annualised figure scales to (:func:`trainers.common.metrics.periods_per_year`)."""
 EXTRAPOLATED_UNDER = 189
 """A window of fewer sessions (three quarters of a year) has its annual return, volatility,
 Sharpe and Calmar called extrapolations: scaling a few weeks of minute bars by 252 × 390

@@ -2,30 +2,39 @@
 
 ``data/models/`` holds ``policy.pt`` (actor weights), ``policy.json`` (symbols,
 indicator names, train-only normalisation stats, state scales, env constants, network
-shape) and ``hparams.json`` (the PPO hyperparameters, for a warm start). The backtest, the MLflow pyfunc and delivery all load it through :func:`load`,
-so a served policy sees exactly the state it was trained on.
+shape) and ``hparams.json`` (the PPO hyperparameters, for a warm start). The backtest, the
+MLflow pyfunc and delivery all load it through :func:`load`, so a served policy sees exactly
+the state it was trained on.
 
-The policy is one :class:`trainers.nets.Actor` or an :class:`trainers.ensemble.Ensemble` of
+The policy is one :class:`trainers.common.nets.Actor` or an :class:`trainers.ensemble.Ensemble` of
 several (``PolicyMeta.members``); both map a state to an action in (-1, 1), so every
-consumer serves either unchanged.
+consumer serves either unchanged. :func:`policy_bundle` assembles either from a training run.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import logging
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from tasks.errors import MissingInput
+from tasks.errors import ConfigError, MissingInput
+from trainers.algorithms import GENERATIONAL, config_of
+from trainers.common.nets import Actor, ActorShape, new_actor
+from trainers.common.state import StateScales, normalise_features, state_dim
 from trainers.config import EnvConfig
 from trainers.ensemble import Ensemble
-from trainers.nets import Actor
-from trainers.state import StateScales, StockLayout, normalise_features, state_dim
 
+if TYPE_CHECKING:  # serving loads bundles without the training stack
+    from tasks.config import Params
+    from tasks.data import features
+    from trainers.evolution import EvolutionResult
+
+log = logging.getLogger("podracer.train")  # the train stage writes the bundle
 WEIGHTS, META, HPARAMS = "policy.pt", "policy.json", "hparams.json"
 Policy = Actor | Ensemble
 """A served policy: ``forward(state) -> action in (-1, 1)^n``."""
@@ -44,7 +53,7 @@ class PolicyMeta:
     data_version: str
     policy: str = "mlp"
     """``ppo.policy`` of the weights: ``mlp`` or ``shared`` (a per-stock scorer)."""
-    algorithm: str = "ppo"
+    algorithm: str = GENERATIONAL
     """The learner that trained the policy: ``ppo``, ``sac``, or ``ensemble`` for an ensemble."""
     members: list[dict[str, Any]] = field(default_factory=list)
     """Empty for a single actor; for an ensemble one dict per member with at least
@@ -62,8 +71,7 @@ class PolicyMeta:
         return self._actor(self.net_dims)
 
     def _actor(self, net_dims: list[int]) -> Actor:
-        layout = StockLayout(len(self.symbols), len(self.feature_names), self.scales) if self.policy == "shared" else None
-        return Actor(self.state_dim, len(self.symbols), tuple(net_dims), init_log_std=0.0, layout=layout)
+        return new_actor(ActorShape.of(len(self.symbols), len(self.feature_names), self.scales, self.policy), net_dims)
 
     def normalise(self, raw: np.ndarray) -> np.ndarray:
         """Normalise raw indicators ``[..., n, k]`` with the saved train-window stats."""
@@ -101,6 +109,34 @@ def load_hparams(folder: Path) -> dict[str, float] | None:
     """The bundle's PPO hyperparameters, or None for a bundle saved before they were kept."""
     path = folder / HPARAMS
     return {k: float(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else None
+
+
+def net_dims(params: Params, algo: str, hparams: dict[str, float]) -> list[int]:
+    """The actor's hidden layers of an ``algo`` agent with ``hparams``."""
+    return list(config_of(params, algo).with_hparams(hparams).net_dims)
+
+
+def policy_bundle(params: Params, fs: features.FeatureSet, scales: StateScales, data_version: str,
+                  result: EvolutionResult) -> tuple[dict[str, torch.Tensor], PolicyMeta]:
+    """The model to register: the best validation snapshot, or with ``registry.ensemble: k``
+    the run's top k agents as one policy acting on the mean of their target allocations
+    (:class:`trainers.ensemble.Ensemble`; finrl-podracer.txt §6)."""
+    k = params.registry.ensemble
+    meta = PolicyMeta(
+        symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
+        scales=scales, env=params.env, net_dims=net_dims(params, result.best_algo, result.best_hparams),
+        freq=params.data.freq, data_version=data_version, policy=params.ppo.policy, algorithm=result.best_algo)
+    if k == 1:
+        return {name: v.cpu() for name, v in result.best_actor.items()}, meta
+    leaders = result.leaders[:k]
+    if len(leaders) < k:
+        raise ConfigError(f"registry.ensemble {k}: the run ended with only {len(leaders)} agents")
+    members = [{"algorithm": m.algo, "net_dims": net_dims(params, m.algo, m.hparams), "fitness": m.fitness,
+                "job": m.job} for m in leaders]
+    log.info("ensemble of %d: %s", k,
+             ", ".join(f"job {m.job} ({m.algo}, validation {m.fitness:.3f})" for m in leaders))
+    weights = ensemble_weights([{name: v.cpu() for name, v in m.actor.items()} for m in leaders])
+    return weights, replace(meta, members=members, algorithm="ensemble")
 
 
 def load(folder: Path) -> tuple[Policy, PolicyMeta]:

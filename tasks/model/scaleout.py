@@ -3,7 +3,7 @@
 ``train.engine`` chooses:
 
 * ``multiplexed`` (the default): a generation's agents as one batched model in this process
-  (:func:`trainers.multiplex.run_multiplexed`);
+  (:func:`trainers.ppo.multiplex.run_multiplexed`);
 * ``serial``: one agent after another in this process;
 * ``dask``: each agent's generation, or each tournament job, as the Prefect task
   :data:`train_agent` on the Dask cluster ``train.dask`` names: ``local`` (a
@@ -29,9 +29,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.config import TrainParams
+from trainers.common.jobs import AgentJob, to_device
 from trainers.evolution import JobRunner, run_serially
-from trainers.multiplex import run_job, run_multiplexed
-from trainers.population import AgentJob, JobPool, Setting, to_device
+from trainers.population import JobPool, Setting, run_job
+from trainers.ppo.multiplex import run_multiplexed
 
 if TYPE_CHECKING:
     from distributed import Client

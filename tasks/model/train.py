@@ -15,15 +15,14 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
 
 import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tasks.caching import current_version
 from tasks.config import Params
@@ -33,24 +32,24 @@ from tasks.model import bundle, leaderboard
 from tasks.model.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
+from trainers.algorithms import GENERATIONAL, Config, config_of
+from trainers.common.env import MarketData
+from trainers.common.metrics import periods_per_year
+from trainers.common.state import StateScales
 from trainers.config import EvolutionConfig
-from trainers.env import MarketData
 from trainers.evolution import (
     CHECKPOINT,
     Evolution,
     EvolutionResult,
     ProgressFn,
+    Run,
     WarmStart,
     evaluations_per_generation,
-    resume_from,
 )
-from trainers.metrics import periods_per_year
-from trainers.multiplex import Multiplexed
-from trainers.state import StateScales
+from trainers.ppo.multiplex import Multiplexed
 from trainers.tournament import Tournament
 
 log = logging.getLogger("podracer.train")
-T = TypeVar("T")
 PROFILE_FILES = ("profile.csv", "profile.json", "profile.png")
 SUMMARY = "training.json"
 """Mode, engine, seconds and the cost ledger (env steps, CPU/GPU seconds) of the training run."""
@@ -77,7 +76,7 @@ class TrainResult:
     """Date of the last bar training and selection saw (the registry version's ``data_cutoff``)."""
     start: str = ""
     """How the population started, when the plan says (e.g. "warm start from the champion")."""
-    algorithm: str = "ppo"
+    algorithm: str = GENERATIONAL
     """The learner of the best snapshot (a mixed tournament's may be ``sac``)."""
     ensemble: int = 1
     """Agents in the registered model (``registry.ensemble``)."""
@@ -117,44 +116,6 @@ def set_deterministic(on: bool) -> None:
     if on:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(on)
-
-
-def _annotations(count: int = 20_000) -> None:
-    """A workload that is nothing but annotations, nested two deep (for calibration)."""
-    for _ in range(count // 2):
-        with profiler.operation("calibration"), profiler.operation("calibration"):
-            pass
-
-
-def profiled(run: Callable[[], T], iteration: Callable[[], object]) -> tuple[T, profiler.Report]:
-    """Run ``run`` under the profiler (rl-scope-profiling.txt §3), corrected for book-keeping.
-
-    The cost of one annotation does not depend on what it annotates (§3.4), so delta
-    calibration (Appendix C.1) times a workload of bare annotations, where the delta is
-    large against the noise. The correction's bias (Appendix C.3) is then measured on one
-    real training ``iteration`` against an uninstrumented one, since training runs once.
-    """
-    per_event = profiler.calibrate(_annotations, repeats=5)
-    biases = []
-    for _ in range(3):  # alternate plain and profiled iterations; the median damps noise
-        plain = time.perf_counter()
-        iteration()
-        plain = time.perf_counter() - plain
-        profiler.enable(cuda=True)
-        iteration()
-        profiler.disable()
-        biases.append(profiler.report(per_event, uninstrumented_seconds=plain).bias_percent or 0.0)
-    bias = statistics.median(biases)
-    profiler.set_phase("training")
-    profiler.enable(cuda=True)
-    try:
-        result = run()
-    finally:
-        profiler.disable()
-    report = profiler.report(per_event)
-    log.info("profile (overhead %.2f µs per annotation, correction bias %+.1f%% on training iterations, median of 3):\n%s",
-             per_event * 1e6, bias, report.table())
-    return result, report
 
 
 def save_profile(report: profiler.Report, folder: Path) -> None:
@@ -245,15 +206,22 @@ class GenerationLog:
             self.line(key)
 
 
+def learners_beyond(params: Params) -> tuple[Config, ...] | None:
+    """The configs of the pool's learners beyond PPO, whose section the checkpoint key names
+    already; None for none, so a PPO run's folder keeps its name."""
+    return tuple(c for c in (config_of(params, name) for name in params.tournament.algorithms)
+                 if c is not params.ppo) or None
+
+
 def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> Path:
     """The folder of this run's checkpoints. It is named by the data version and every
     setting that shapes training, so ``--resume`` only ever continues the same run; not by
-    the device, so a run checkpointed on a GPU resumes on a CPU and back (trainers/draws.py)."""
+    the device, so a run checkpointed on a GPU resumes on a CPU and back (trainers/common/draws.py)."""
     version = data_version or current_version(params)
     spec = [version, params.env, params.ppo, params.evolution,
             params.features.model_dump(mode="json"), params.nitro,
             params.tournament if params.evolution.mode == "tournament" else None,
-            params.sac if "sac" in params.tournament.algorithms else None,
+            learners_beyond(params),
             params.train.engine == "multiplexed"]  # the engines agree up to float summation order
     if (plan.train_window, plan.val_window, plan.warm_id) != (None, None, ""):  # the pipeline's names stay
         spec += [plan.train_window, plan.val_window, plan.warm_id]
@@ -261,7 +229,7 @@ def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan =
 
 
 def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: StateScales,
-            plan: Plan = Plan()) -> Evolution | Tournament:
+            plan: Plan = Plan()) -> Run:
     """The training run ``evolution.mode`` asks for, on the plan's windows (by default the
     train split, selecting on validation)."""
     args = (data, scales, params.env, params.ppo, params.evolution)
@@ -274,51 +242,49 @@ def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: S
     return Evolution(*args, *windows, params.nitro, plan.warm, runtime)
 
 
-def execute(run: Evolution | Tournament, params: Params, on_evaluated: ProgressFn, folder: Path) -> EvolutionResult:
-    """Run on the engine ``train.engine`` names, checkpointing into ``folder``."""
-    if isinstance(run, Tournament):
+def execute(run: Run, params: Params, on_evaluated: ProgressFn, folder: Path) -> EvolutionResult:
+    """Run on the engine ``train.engine`` names, checkpointing into ``folder``: a generation's
+    jobs go to a runner, a tournament's to a pool."""
+    if params.evolution.mode == "tournament":
         if params.train.engine == "multiplexed":
             log.info("tournament jobs run one at a time in this process (train.engine: dask spreads them)")
         with job_pool(params.train, run.setting) as pool:
-            return run.run(pool, on_evaluated, folder)
+            return run.run(on_evaluated, folder, pool)
     with job_runner(params.train, run.setting) as runner:
         return run.run(on_evaluated, folder, runner)
 
 
-def net_dims(params: Params, algo: str, hparams: dict[str, float]) -> list[int]:
-    """The actor's hidden layers of an ``algo`` agent with ``hparams``."""
-    base = params.sac if algo == "sac" else params.ppo
-    return list(base.with_hparams(hparams).net_dims)
+@dataclass(frozen=True)
+class Bar:
+    """What a progress display shows of a training run: its title (mode and engine), the
+    fitness it selects on, and the evaluations it runs (``completed`` before this session)."""
+
+    title: str
+    fitness: str
+    total: int
+    completed: int
 
 
-def policy_bundle(params: Params, fs: features.FeatureSet, scales: StateScales, data_version: str,
-                  result: EvolutionResult) -> tuple[dict[str, torch.Tensor], bundle.PolicyMeta]:
-    """The model to register: the best validation snapshot, or with ``registry.ensemble: k``
-    the run's top k agents as one policy acting on the mean of their target allocations
-    (:class:`trainers.ensemble.Ensemble`; finrl-podracer.txt §6)."""
-    k = params.registry.ensemble
-    meta = bundle.PolicyMeta(
-        symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
-        scales=scales, env=params.env, net_dims=net_dims(params, result.best_algo, result.best_hparams),
-        freq=params.data.freq, data_version=data_version, policy=params.ppo.policy, algorithm=result.best_algo)
-    if k == 1:
-        return {name: v.cpu() for name, v in result.best_actor.items()}, meta
-    leaders = result.leaders[:k]
-    if len(leaders) < k:
-        raise ConfigError(f"registry.ensemble {k}: the run ended with only {len(leaders)} agents")
-    members = [{"algorithm": m.algo, "net_dims": net_dims(params, m.algo, m.hparams), "fitness": m.fitness,
-                "job": m.job} for m in leaders]
-    log.info("ensemble of %d: %s", k, ", ".join(f"job {m.job} ({m.algo}, validation {m.fitness:.3f})" for m in leaders))
-    weights = bundle.ensemble_weights([{name: v.cpu() for name, v in m.actor.items()} for m in leaders])
-    return weights, replace(meta, members=members, algorithm="ensemble")
+Update = Callable[[str, float], None]
+"""Told ``(where, best fitness so far)`` after each evaluation, e.g. ``("generation 3/32", 0.91)``."""
+Display = Callable[[Bar], AbstractContextManager[Update]]
+"""Shows a training run's progress while it is open (``flows/terminal.py::training_bar``)."""
 
 
-def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> TrainResult:
+@contextmanager
+def no_display(bar: Bar) -> Iterator[Update]:
+    """Shows nothing: training from code or a test."""
+    yield lambda at, best: None
+
+
+def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
+          display: Display = no_display) -> TrainResult:
     """Train the population and write the best validation snapshot to ``data/models/``.
 
     ``data_version`` (the raw data's content hash) is recorded in the bundle; by default it
     is computed from ``data/raw/``. ``plan`` changes the windows, the start, the length and
-    the output folder (the continuous-training cycle's challenger).
+    the output folder (the continuous-training cycle's challenger). ``display`` shows the
+    progress (the CLI and the flows pass the terminal's bar).
     """
     fs = features.load(params.dirs.features)
     if data_version is None:
@@ -337,39 +303,37 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan()) 
     out = plan.out or params.dirs.models
     if params.train.resume:
         try:
-            resume_from(run, folder, run.CHECKPOINT)
+            run.resume(folder)
         except FileNotFoundError:
             raise MissingInput(f"{folder / run.CHECKPOINT}: no checkpoint of this run (same data and config) "
                                "to resume; run without --resume") from None
-    jobs = run.jobs if isinstance(run, Tournament) else evo.population * evo.generations
-    resumed_env_steps = (run.state if isinstance(run, Tournament) else run.pop).cost.env_steps
+    resumed_env_steps = run.state.cost.env_steps
+    tournament = evo.mode == "tournament"
+    bar = Bar(f"{evo.mode} on {params.train.engine}", evo.fitness, run.jobs * evaluations_per_generation(evo),
+              len(run.state.history))
     started = time.perf_counter()
-    with Progress(
-        TextColumn(f"[bold]train[/] {evo.mode} on {params.train.engine}" + " {task.fields[at]}"), BarColumn(),
-        MofNCompleteColumn(), TextColumn(f"best validation {evo.fitness} " + "{task.fields[best]}"),
-        TimeElapsedColumn(), transient=False,
-    ) as progress:
-        bar = progress.add_task("train", total=jobs * evaluations_per_generation(evo), at="", best="-")
-        progress.update(bar, completed=len(run.state.history if isinstance(run, Tournament) else run.pop.history))
+    with display(bar) as update:
         best = [float("-inf")]
-        tournament = isinstance(run, Tournament)
         lines = GenerationLog(evo, tournament)
 
         def on_evaluated(gen: int, agent: int, fitness: float) -> None:
             best[0] = max(best[0], fitness)
-            at = f"job {agent}" if tournament else f"generation {gen + 1}/{evo.generations}"
-            progress.update(bar, advance=1, at=at, best=f"{best[0]:.2f}")
+            update(f"job {agent}" if tournament else f"generation {gen + 1}/{evo.generations}", best[0])
             lines.add(gen, agent, fitness)
 
+        report = None
         if params.train.profile:
             agent = Multiplexed(run.setting, [run.setting.agent({}, evo.seed)])  # trains beside the run: calibration
-            result, report = profiled(lambda: execute(run, params, on_evaluated, folder),
-                                      lambda: agent.train_iteration([0]))
+            result, measured = profiler.profiled(lambda: execute(run, params, on_evaluated, folder),
+                                                 lambda: agent.train_iteration([0]))
+            report = measured.report
+            log.info("profile (overhead %.2f µs per annotation, correction bias %+.1f%% on training iterations, "
+                     "median of 3):\n%s", measured.per_event * 1e6, measured.bias_percent, report.table())
         else:
-            result, report = execute(run, params, on_evaluated, folder), None
+            result = execute(run, params, on_evaluated, folder)
         lines.flush()
     seconds = time.perf_counter() - started
-    weights, meta = policy_bundle(params, fs, scales, data_version, result)
+    weights, meta = bundle.policy_bundle(params, fs, scales, data_version, result)
     summary = {"mode": evo.mode, "engine": params.train.engine, "device": str(device), "seconds": seconds,
                "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None}}
     with atomic_dir(out) as staging:

@@ -23,6 +23,7 @@ from tasks.data import features
 from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.model.train import Plan, state_scales
+from trainers.algorithms import GENERATIONAL
 from trainers.evolution import WarmStart
 
 log = logging.getLogger("podracer.ct")
@@ -103,7 +104,7 @@ def warm_start(params: Params, fs: features.FeatureSet, folder: Path) -> tuple[W
     hparams = bundle.load_hparams(folder)
     if meta.members:
         return None, f"the champion is an ensemble of {len(meta.members)} agents"
-    if meta.algorithm != "ppo":
+    if meta.algorithm != GENERATIONAL:
         return None, f"the champion was trained by {meta.algorithm}"
     if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
         return None, "the champion trades other symbols or indicators"

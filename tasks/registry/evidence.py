@@ -214,7 +214,7 @@ def paired_test(model: np.ndarray, benchmark: np.ndarray, name: str, *, per_year
     if fault is not None:
         return refused(name, bars, fault, margin, alpha)
     excess = np.stack([model, benchmark]) - risk_free / per_year
-    scale = math.sqrt(per_year * (bars - 1) / bars)  # annualised, and each Sharpe's sd with ddof 1 as trainers.metrics
+    scale = math.sqrt(per_year * (bars - 1) / bars)  # annualised, and each Sharpe's sd with ddof 1 as trainers.common.metrics
     point, psi = _sharpe_difference(*excess)
     observed, se = float(point) * scale, float(persistent_se(psi)) * scale
     index = circular_indices(bars, block_length(psi), resamples, seed)

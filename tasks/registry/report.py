@@ -4,8 +4,8 @@ The pipeline's test split faces buy-and-hold and, when one sits, the champion: b
 beside the agent on the same bars, and when it had trained or selected on any of them, the
 window is not clean and the agent can enter shadow at most. A continuous-training cycle's
 arms (challenger, champion and buy-and-hold) are backtested on the same evaluation
-window, so their metrics (the six of :data:`trainers.metrics.METRICS`,
-computed by :func:`trainers.metrics.performance`) can be read side by side in one markdown
+window, so their metrics (the six of :data:`trainers.common.metrics.METRICS`,
+computed by :func:`trainers.common.metrics.performance`) can be read side by side in one markdown
 table, the gate's verdict under it. The tearsheet is a ``quantstats`` HTML report of the
 challenger's daily returns against a benchmark arm (the champion, or buy-and-hold for a
 first model); it never names a ticker, so quantstats never downloads anything, and the one
@@ -41,7 +41,7 @@ from tasks.model.walkforward import CHALLENGER, Champion, Windows, day, seen_bar
 from tasks.registry.evidence import against, evidence_line, refused
 from tasks.registry.gate import Decision, decide, decide_cycle
 from tasks.registry.shadow import ARM, Shadow
-from trainers.metrics import METRICS, performance, periods_per_year
+from trainers.common.metrics import METRICS, performance, periods_per_year
 
 PERCENT = frozenset({"cumulative_return", "annual_return", "annual_volatility", "max_drawdown"})
 """Metrics that are fractions (0.05 is 5%): shown as percents with one decimal."""
@@ -100,7 +100,7 @@ class Arm:
 
     @classmethod
     def of(cls, name: str, equity: pd.Series, per_year: float = 252.0, risk_free: float = 0.0) -> Arm:
-        """An arm whose metrics are :func:`trainers.metrics.performance` of ``equity``."""
+        """An arm whose metrics are :func:`trainers.common.metrics.performance` of ``equity``."""
         return cls(name, equity, performance(equity.to_numpy(dtype=float), per_year, risk_free))
 
     def daily_returns(self) -> pd.Series:

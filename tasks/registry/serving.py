@@ -2,8 +2,8 @@
 
 The model carries its weights, indicator names, train-only normalisation stats, state
 scales and env constants. :meth:`PolicyModel.predict` builds the state with
-:func:`trainers.state.build_state` and turns actions into orders with
-:func:`trainers.orders.orders`, the same functions the training environment uses,
+:func:`trainers.common.state.build_state` and turns actions into orders with
+:func:`trainers.common.orders.orders`, the same functions the training environment uses,
 so serving cannot drift from training.
 
 Input: one row per symbol with ``symbol``, ``close``, ``shares``, ``cash`` (the account's
@@ -15,7 +15,7 @@ the raw indicator columns (NaN allowed where not tradable). Output: ``symbol``, 
 and ``order_qty``: signed whole shares (negative sells, positive buys) as the env asks for
 them at the next open, sells capped at the holdings. Buys are not yet scaled to the cash:
 the broker fills the bar's orders as one batch at the open, scaling the buys there with
-:func:`trainers.orders.fill_orders` exactly as the env does (it cannot be done at the close,
+:func:`trainers.common.orders.fill_orders` exactly as the env does (it cannot be done at the close,
 before the open's prices are known).
 """
 
@@ -31,9 +31,9 @@ import torch
 
 from tasks.errors import DataError
 from tasks.model import bundle
+from trainers.common.orders import held_orders, orders
+from trainers.common.state import build_state
 from trainers.config import TURBULENCE
-from trainers.orders import held_orders, orders
-from trainers.state import build_state
 
 
 def policy_input(
@@ -66,7 +66,7 @@ def turbulence_gate(meta: bundle.PolicyMeta, raw: np.ndarray) -> torch.Tensor | 
 def decide(actor: torch.nn.Module, meta: bundle.PolicyMeta, frame: pd.DataFrame) -> pd.DataFrame:
     """Action and the whole-share orders it asks for, for the account described by ``frame``.
     On a held bar (``decide`` false) the policy is not asked: the action is 0 and the orders
-    are the env's for a bar between decisions (:func:`trainers.orders.held_orders`)."""
+    are the env's for a bar between decisions (:func:`trainers.common.orders.held_orders`)."""
     missing = sorted(set(meta.symbols) - set(frame["symbol"]))
     if missing:
         raise DataError(f"policy input: no row for symbol(s) {', '.join(missing[:5])}")

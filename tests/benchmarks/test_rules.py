@@ -4,8 +4,8 @@ import numpy as np
 import torch
 
 from benchmarks.rules import momentum_scores, ranked_portfolio
+from trainers.common.env import MarketData
 from trainers.config import EnvConfig
-from trainers.env import MarketData
 
 
 def test_ranked_portfolio_holds_the_top_scorer_rebalances_on_schedule_and_fills_at_opens():

@@ -9,7 +9,7 @@ from rich.console import Console
 from flows.summary import metrics_table, orders_table
 from tasks.delivery.client.loop import CycleResult
 from tasks.model.backtest import EXTRAPOLATED_UNDER, BacktestResult, window_line
-from trainers.metrics import performance
+from trainers.common.metrics import performance
 
 
 def rendered(result: CycleResult) -> str:

@@ -14,10 +14,10 @@ import torch
 
 from tasks.data.features import FeatureSet
 from tasks.model import bundle
+from trainers.common.nets import Actor
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig
 from trainers.ensemble import Ensemble
-from trainers.nets import Actor
-from trainers.state import StateScales
 
 
 def policy(symbols: list[str], feature_names: list[str], bias: list[float], env: EnvConfig,

@@ -78,7 +78,7 @@ def test_each_part_has_a_docstring_and_trainers_stay_pure_pytorch():
     for part in RANK:
         assert ast.get_docstring(ast.parse((REPO / "tasks" / part / "__init__.py").read_text()))
     banned = ("tasks", "flows", "prefect", "mlflow")
-    leaks = [f"{p.name} imports {m}" for p in (REPO / "trainers").glob("*.py") for m in imports(p)
+    leaks = [f"{p.relative_to(REPO)} imports {m}" for p in (REPO / "trainers").rglob("*.py") for m in imports(p)
              if m.split(".")[0] in banned]
     assert leaks == []
 
@@ -104,20 +104,20 @@ def test_the_trading_client_reaches_the_broker_only_through_its_start_function()
 def test_loading_the_config_imports_no_torch():
     """trainers/config.py holds the trainers' config classes without torch, so a command that
     needs no training (the broker, ``status``, ``promote``) starts without paying for it."""
-    probe = "import sys, tasks.config; print(sorted(m for m in ('torch', 'trainers.env') if m in sys.modules))"
+    probe = "import sys, tasks.config; print(sorted(m for m in ('torch', 'trainers.common.env') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
 
 def test_trainers_import_no_circle():
-    modules = {module_name(p): p for p in sorted((REPO / "trainers").glob("*.py"))}
+    modules = {module_name(p): p for p in sorted((REPO / "trainers").rglob("*.py"))}
     graph = {name: {m for m in imports(path) if m in modules and m not in (name, "trainers")}
              for name, path in modules.items()}
     try:
         order = list(TopologicalSorter(graph).static_order())
     except CycleError as exc:
         pytest.fail(f"import circle: {' -> '.join(exc.args[1])}")
-    assert order.index("trainers.config") < order.index("trainers.orders") < order.index("trainers.env")
+    assert order.index("trainers.config") < order.index("trainers.common.orders") < order.index("trainers.common.env")
 
 
 def benchmark_modules() -> list[Path]:
@@ -151,3 +151,41 @@ def test_the_pipeline_imports_no_stand_in():
     leaks = [f"{p.relative_to(REPO)} imports {m}" for part in ("flows", "tasks", "trainers")
              for p in (REPO / part).rglob("*.py") for m in imports(p) if m.split(".")[0] == "standins"]
     assert leaks == []
+
+
+
+
+LEARNERS = frozenset({"ppo", "sac"})
+"""The learners' names: only trainers/algorithms.py, their table, may test a name."""
+
+
+def name_tests(source: str, where: str) -> list[str]:
+    """``where:line`` of every comparison or ``match`` case in ``source`` with a learner's name as a
+    string literal among its operands (``algo == "sac"``, ``algo != "ppo"``, ``a in ("ppo", x)``,
+    ``{"ppo"} != set(pool)``, ``case "sac":``). A name elsewhere (a default, a dict key, a
+    docstring) is not a test of it."""
+    def named(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Constant) and n.value in LEARNERS for n in ast.walk(node))
+
+    found = []
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, ast.Compare) and any(named(n) for n in (node.left, *node.comparators)):
+            found.append(f"{where}:{node.lineno}")
+        elif isinstance(node, ast.MatchValue) and named(node.value):
+            found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def test_only_the_algorithms_table_tests_a_learners_name():
+    """Which learner runs is looked up in ``trainers.algorithms.ALGORITHMS``, never decided by a
+    string test spread over the tree (docs/design.md)."""
+    table = REPO / "trainers" / "algorithms.py"
+    sources = [p for part in ("trainers", "tasks", "flows", "benchmarks") for p in sorted((REPO / part).rglob("*.py"))]
+    assert table in sources and len(sources) > 100
+    planted = 'def f(algo, pool):\n    if algo == "sac" or "ppo" not in pool or {"ppo"} != set(pool):\n        pass\n' \
+        'def g(algo):\n    match algo:\n        case "sac":\n            pass\n'
+    assert name_tests(planted, "planted") == ["planted:2", "planted:2", "planted:2", "planted:6"]
+    not_tests = 'ALGO = "ppo"\nPOOLS = {"sac": 1.0}\ndef f(algo: str = "ppo") -> str:\n    return algo\n'
+    assert name_tests(not_tests, "x") == []
+    hits = [hit for p in sources if p != table for hit in name_tests(p.read_text(), str(p.relative_to(REPO)))]
+    assert hits == []

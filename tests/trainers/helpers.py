@@ -4,11 +4,11 @@ from pathlib import Path
 
 import torch
 
+from trainers.common.env import MarketData
+from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
-from trainers.env import MarketData
-from trainers.evolution import Evolution, EvolutionResult, JobRunner, ProgressFn, resume_from, run_serially
+from trainers.evolution import Evolution, EvolutionResult, JobRunner, ProgressFn, run_serially
 from trainers.population import JobPool
-from trainers.state import StateScales
 from trainers.tournament import Tournament
 
 
@@ -41,7 +41,7 @@ def evolve(data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cfg: P
     ``checkpoint_dir`` with ``resume``."""
     run = Evolution(data, scales, env_cfg, ppo_cfg, evo_cfg, train_window, val_window, per_year, nitro)
     if resume:
-        resume_from(run, checkpoint_dir, Evolution.CHECKPOINT)
+        run.resume(checkpoint_dir)
     return run.run(on_evaluated, checkpoint_dir, runner)
 
 
@@ -53,5 +53,5 @@ def tournament(data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_cf
     """A tournament run as the train stage makes one, resumed from ``checkpoint_dir`` with ``resume``."""
     run = Tournament(data, scales, env_cfg, ppo_cfg, evo_cfg, tcfg, train_window, val_window, per_year, nitro)
     if resume:
-        resume_from(run, checkpoint_dir, Tournament.CHECKPOINT)
-    return run.run(pool, on_evaluated, checkpoint_dir)
+        run.resume(checkpoint_dir)
+    return run.run(on_evaluated, checkpoint_dir, pool)

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from tests.tasks.handmade import ensemble
+from trainers.common.nets import Actor
+from trainers.common.orders import WEIGHT_LOGITS
 from trainers.config import EnvConfig
 from trainers.ensemble import Ensemble
-from trainers.nets import Actor
-from trainers.orders import WEIGHT_LOGITS
 
 SYMBOLS, FEATURES = ["AAA", "BBB"], ["rsi_30"]
 STATE_DIM = 1 + 2 * 2 + 2  # cash, shares, prices, one indicator per stock
@@ -36,7 +36,7 @@ def hand_made(actions: list[list[float]], action: str = "weights") -> Ensemble:
 
 
 def allocation(action: torch.Tensor) -> torch.Tensor:
-    """What ``trainers.orders.target_orders`` allocates to the stocks and cash for ``action``."""
+    """What ``trainers.common.orders.target_orders`` allocates to the stocks and cash for ``action``."""
     logits = torch.cat((action.double() * WEIGHT_LOGITS, torch.zeros_like(action[..., :1]).double()), dim=-1)
     return torch.softmax(logits, dim=-1)
 

@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 import torch
 
+from trainers.common.evaluate import run_policy
+from trainers.common.metrics import FITNESS, sharpe
+from trainers.common.nets import Actor
+from trainers.common.state import state_dim
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.evaluate import run_policy
 from trainers.evolution import Evolution, WarmStart, run_serially
-from trainers.metrics import FITNESS, sharpe
-from trainers.multiplex import run_multiplexed
-from trainers.nets import Actor
+from trainers.ppo.multiplex import run_multiplexed
 from trainers.selection import explore, initial_population, select
-from trainers.state import state_dim
 
 from .helpers import evolve, market, scales
 
@@ -226,17 +226,17 @@ def test_a_warm_population_starts_from_the_champion_its_hparams_and_explored_cop
             p.uniform_(-1.0, 1.0)
     warm = WarmStart(hparams={**ppo.hparams(), "lr": 0.005, "clip": 0.2}, actor=champion.state_dict())
     run = Evolution(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), 252.0, warm=warm)
-    hp = run.pop.hparams
+    hp = run.state.hparams
     assert hp[0] == warm.hparams  # agent 0 is the champion as it was
     for copy in hp[1:]:  # the others are PBT copies: each searched value perturbed (x0.8 / x1.2) or resampled
         assert copy != warm.hparams and 1e-3 <= copy["lr"] <= 1e-2 and 0.1 <= copy["clip"] <= 0.3
         assert {k: v for k, v in copy.items() if k not in ("lr", "clip")} == \
             {k: v for k, v in warm.hparams.items() if k not in ("lr", "clip")}
-    for state in run.pop.states:  # every agent's actor starts as the champion's
+    for state in run.state.states:  # every agent's actor starts as the champion's
         actor = state["learners"][0]["actor"]
         assert all(torch.equal(actor[k], v) for k, v in champion.state_dict().items())
     cold = Evolution(data, scales(data, env), env, ppo, evo, (0, 39), (39, 59), 252.0)
-    assert not torch.equal(cold.pop.states[0]["learners"][0]["actor"]["net.0.weight"], champion.net[0].weight)
+    assert not torch.equal(cold.state.states[0]["learners"][0]["actor"]["net.0.weight"], champion.net[0].weight)
 
 
 @pytest.mark.parametrize("runner", [run_serially, run_multiplexed])
@@ -255,4 +255,4 @@ def test_a_shared_policy_population_evolves_and_reports_each_generations_best(ru
     assert len(seen) == 3
     assert [s.best_fitness for s in seen] == sorted(s.best_fitness for s in seen)
     assert seen[-1].best_fitness == result.best_fitness
-    assert run.pop.states[0]["learners"][0]["actor"]["net.0.weight"].shape[1] == data.n_features + 2
+    assert run.state.states[0]["learners"][0]["actor"]["net.0.weight"].shape[1] == data.n_features + 2

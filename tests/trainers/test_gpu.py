@@ -1,6 +1,6 @@
 """CUDA against the CPU (docs/training.md, GPU workers). Marked ``gpu`` and skipped without
 CUDA: on a GPU machine, ``python3 -m pytest -m gpu --noconftest tests/trainers/test_gpu.py
-tests/trainers/test_env_reference.py``
+tests/trainers/common/test_env_reference.py``
 (benchmarks/perf/gpu.py's ``parity`` section records the same checks' numbers)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainers.common.env import MarketData
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, RuntimeConfig
-from trainers.env import MarketData
 from trainers.evolution import Evolution, EvolutionResult
-from trainers.multiplex import run_multiplexed
+from trainers.ppo.multiplex import run_multiplexed
 
 from .helpers import market, scales
 
@@ -62,10 +62,10 @@ def test_a_checkpoint_resumes_on_the_other_device(tmp_path: Path, saved_on: str,
         first.run(checkpoint_dir=tmp_path, on_generation=stop, runner=run_multiplexed)
     second = evolution(data.to(resumed_on))
     second.load(tmp_path / Evolution.CHECKPOINT)
-    assert second.pop.generation == 1
-    saved = first.pop.states[0]["learners"][0]["actor"]
-    for name, weight in second.pop.states[0]["learners"][0]["actor"].items():
+    assert second.state.generation == 1
+    saved = first.state.states[0]["learners"][0]["actor"]
+    for name, weight in second.state.states[0]["learners"][0]["actor"].items():
         assert torch.equal(weight.cpu(), saved[name].cpu())
     with pytest.warns(UserWarning, match="restarts from its seed"):
         result = second.run(runner=run_multiplexed)
-    assert second.pop.generation == EVO.generations and result.env_steps > 0
+    assert second.state.generation == EVO.generations and result.env_steps > 0

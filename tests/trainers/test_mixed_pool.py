@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, SACConfig, TournamentConfig
-from trainers.evolution import resume_from
 from trainers.tournament import Entry, Tournament, algorithm_of, update_board
 
 from .helpers import market, scales
@@ -98,7 +97,7 @@ def test_a_killed_mixed_tournament_resumes_and_ends_as_an_uninterrupted_one(tmp_
     with pytest.raises(KeyboardInterrupt):
         make().run(on_evaluated=killed, checkpoint_dir=tmp_path)
     resumed_run = make()
-    resume_from(resumed_run, tmp_path, Tournament.CHECKPOINT)
+    resumed_run.resume(tmp_path)
     resumed = resumed_run.run(checkpoint_dir=tmp_path)
     assert [(r.agent, r.algorithm, r.fitness) for r in resumed.history] == [
         (r.agent, r.algorithm, r.fitness) for r in straight.history]

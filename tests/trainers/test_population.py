@@ -6,10 +6,11 @@ import dataclasses
 import pytest
 import torch
 
+from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig
 from trainers.evolution import Evolution, run_serially
-from trainers.multiplex import run_job, run_multiplexed
-from trainers.population import AgentJob
+from trainers.population import run_job
+from trainers.ppo.multiplex import run_multiplexed
 
 from .helpers import evolve, market, scales
 
@@ -23,7 +24,7 @@ def first_generation(nitro=NitroConfig(), ppo=PPO, **evo):
     cfg = EvolutionConfig(**{"population": 3, "generations": 1, "iterations_per_generation": 4, "eval_interval": 2,
                              "search_space": {"lr": (1e-3, 1e-2), "num_envs": (2, 6)}, **evo})
     run = Evolution(data, scales(data, ENV), ENV, ppo, cfg, (0, 59), (59, 79), 252.0, nitro)
-    pop = run.pop
+    pop = run.state
     jobs = [AgentJob(0, i, pop.hparams[i], pop.seeds[i], pop.states[i], pop.best[i], pop.last[i], pop.falls[i], None,
                      run.budget) for i in range(cfg.population)]
     return jobs, run.setting

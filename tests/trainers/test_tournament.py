@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, TournamentConfig
-from trainers.multiplex import Multiplexed, run_job
-from trainers.population import AgentJob, Setting
+from trainers.population import Setting, run_job
+from trainers.ppo.multiplex import Multiplexed
 from trainers.tournament import Entry, SimulatedPool, Tournament, tournament_select, update_board
 
 from .helpers import market, scales, tournament
@@ -113,7 +114,7 @@ def test_a_handed_back_job_is_the_same_as_running_it_directly_and_its_input_is_u
 def test_jobs_are_generated_while_others_still_run():
     run = make(workers=3)
     pool = RecordingPool(run.setting, 3)
-    run.run(pool)
+    run.run(pool=pool)
     finished = [i for kind, i in pool.events if kind == "finish"]
     assert sorted(finished) == list(range(9)) and finished != sorted(finished)
     at = {event: k for k, event in enumerate(pool.events)}
@@ -157,7 +158,7 @@ def test_tournament_selection_copies_the_fittest_of_its_sample():
 def test_the_generator_copies_weights_and_adam_state_and_mutates_hparams_in_bounds():
     run = make({"population": 2}, workers=4, jobs=10)
     pool = RecordingPool(run.setting, 4)
-    run.run(pool)
+    run.run(pool=pool)
     for index in (2, 3):  # generated before anything finished: fresh draws from the search space
         job = pool.inputs[index]
         assert job.parent is None and job.generation == 0 and 4 <= job.hparams["net_width"] <= 12

@@ -1,7 +1,7 @@
 """How the local broker fills orders: in batches, by the training env's own rule.
 
 Orders queued for an open (market orders placed while the market was closed, marketable
-limits, ``opg``) fill there as one batch through :func:`trainers.orders.fill_orders`: sells
+limits, ``opg``) fill there as one batch through :func:`trainers.common.orders.fill_orders`: sells
 first, then buys, scaled down pro rata with whole shares when the cash is short, with
 ``cost_pct`` of each notional charged. ``cls`` orders fill the same way at the close.
 The batch is laid out over the feed's symbols in the feed's order, the order the env
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from tasks.delivery.broker.ledger import FillRow, Ledger
-from trainers.orders import fill_orders
+from trainers.common.orders import fill_orders
 
 
 def remaining(order: dict[str, Any]) -> int:

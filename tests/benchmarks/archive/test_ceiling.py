@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from benchmarks.archive.ceiling import HELD, history_row, linear_fit, tilted_portfolio
+from trainers.common.env import MarketData
 from trainers.config import EnvConfig
-from trainers.env import MarketData
 
 
 def planted(t: int = 40, n: int = 5, seed: int = 0) -> MarketData:

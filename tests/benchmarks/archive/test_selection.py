@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchmarks.archive.selection import Ensemble, Snap, history_row, rules, table
-from trainers.nets import Actor
+from trainers.common.nets import Actor
 
 
 def snap(generation: int, agent: int, fitness: float) -> Snap:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.perf import baselines
-from trainers.metrics import sharpe
+from trainers.common.metrics import sharpe
 
 needs_finrl = pytest.mark.skipif(importlib.util.find_spec("finrl") is None,
                                  reason="finrl not installed (pip install --no-deps finrl==0.3.7)")

@@ -11,7 +11,7 @@ from tasks.data.bars import read_parquet, write_parquet
 from tasks.data.ingest import ingest
 from tasks.data.validate import VALIDATED, validate
 from tasks.errors import DataError, MissingInput
-from trainers.state import normalise_features
+from trainers.common.state import normalise_features
 
 from ...conftest import tiny_params
 

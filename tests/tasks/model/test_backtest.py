@@ -11,8 +11,8 @@ from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE, backtest, since_window
 from tests.tasks.handmade import feature_set, policy
+from trainers.common.metrics import METRICS, performance
 from trainers.config import EnvConfig
-from trainers.metrics import METRICS, performance
 
 
 def test_backtest_outputs(built):

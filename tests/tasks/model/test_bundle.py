@@ -15,9 +15,9 @@ from tasks.model.train import state_scales
 from tasks.model.walkforward import warm_start
 from tests.tasks.handmade import ensemble, policy
 from tests.tasks.model.test_walkforward import ten_bars
+from trainers.common.nets import Actor
 from trainers.config import EnvConfig
 from trainers.ensemble import Ensemble
-from trainers.nets import Actor
 
 SYMBOLS, FEATURES = ["AAA", "BBB"], ["rsi_30"]
 

@@ -23,10 +23,11 @@ from tasks.config import TrainParams, load_params
 from tasks.errors import ConfigError
 from tasks.model.scaleout import DaskPool, job_pool, job_runner, run_on
 from tests.trainers.helpers import market, scales
+from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
 from trainers.evolution import Evolution, run_serially
-from trainers.multiplex import run_job, run_multiplexed
-from trainers.population import AgentJob, Setting
+from trainers.population import Setting, run_job
+from trainers.ppo.multiplex import run_multiplexed
 
 DATA = market(t=60)
 ENV = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)

@@ -62,7 +62,7 @@ def test_resume_without_a_checkpoint_is_one_line(built_copy, tmp_path):
 
 
 def test_the_checkpoint_folder_names_no_device(tmp_path):
-    """A run checkpointed on a GPU resumes on a CPU and back (trainers/draws.py): the folder
+    """A run checkpointed on a GPU resumes on a CPU and back (trainers/common/draws.py): the folder
     is named by the data and the training settings, not by where they ran."""
     cpu = tiny_params(tmp_path, "train.device=cpu")
     assert checkpoint_dir(cpu, "v1") == checkpoint_dir(tiny_params(tmp_path, "train.device=cuda"), "v1")

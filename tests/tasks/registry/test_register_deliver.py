@@ -13,7 +13,7 @@ from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, promote
 from tasks.registry.register import register
 from tasks.registry.serving import policy_input
 from tasks.registry.store import connect
-from trainers.env import MarketEnv
+from trainers.common.env import MarketEnv
 
 
 def with_margin(params, margin):

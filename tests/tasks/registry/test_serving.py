@@ -15,11 +15,11 @@ from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.registry.serving import PolicyModel, decide, policy_input, turbulence_gate
 from tests.tasks.handmade import ensemble, policy
+from trainers.common.nets import Actor
+from trainers.common.orders import WEIGHT_LOGITS, fill_orders, orders
+from trainers.common.state import build_state
 from trainers.config import EnvConfig
 from trainers.ensemble import Ensemble
-from trainers.nets import Actor
-from trainers.orders import WEIGHT_LOGITS, fill_orders, orders
-from trainers.state import build_state
 
 SYMBOLS, CLOSE = ["AAA", "BBB"], np.array([10.0, 20.0])
 
@@ -197,7 +197,7 @@ def make_ensemble(action: str, biases: list[list[float]]) -> tuple[Ensemble, bun
 
 
 def env_orders(ens: Ensemble, meta: bundle.PolicyMeta, shares, cash: float) -> list[int]:
-    """The orders :func:`trainers.orders.orders` gives for the ensemble's action on the
+    """The orders :func:`trainers.common.orders.orders` gives for the ensemble's action on the
     state the env would build for ``frame``'s account (AAA's rsi 55, BBB's 45, calm)."""
     close = torch.as_tensor(CLOSE).unsqueeze(0)
     held = torch.tensor([shares], dtype=torch.float64)

@@ -1,0 +1,66 @@
+"""The batched model (``trainers/ppo/batched.py``): zero padding is exact, and its Adam is
+``torch.optim.Adam`` agent by agent."""
+
+import copy
+
+import torch
+
+from trainers.common.nets import Actor, Critic
+from trainers.ppo.batched import BatchedAdam, BatchedNets
+
+
+def test_padding_and_cropping_are_exact():
+    torch.manual_seed(0)
+    actors = [Actor(5, 2, (3, 2), -0.5), Actor(5, 2, (7, 4), -0.5)]
+    critics = [Critic(5, (3, 2)), Critic(5, (7, 4))]
+    nets = BatchedNets.stack(actors, critics)
+    states = torch.randn(2, 6, 5)
+    full = nets.sub([0, 1], grad=True)
+    mean, value = full.mean(states), full.value(states)
+    for i in range(2):
+        torch.testing.assert_close(mean[i], actors[i].net(states[i]))
+        torch.testing.assert_close(value[i], critics[i](states[i]))
+    grads = torch.autograd.grad(mean.pow(2).sum() + value.pow(2).sum() + full.entropy().sum(), full.params)
+    first_layer = grads[1]  # actor layer 0, [N, in, out]: agent 0 has 3 real units of 7
+    assert first_layer[0, :, 3:].abs().max() == 0 and first_layer[0, :, :3].abs().max() > 0
+    alone = nets.sub([0])  # agent 0 cut to its own widths
+    assert alone.params[1].shape == (1, 5, 3) and alone.params[3].shape == (1, 3, 2)
+    torch.testing.assert_close(alone.mean(states[:1])[0], actors[0].net(states[0]))
+
+
+def test_batched_adam_is_torch_adam_per_agent_and_leaves_resting_agents_alone():
+    torch.manual_seed(1)
+    actors = [Actor(4, 2, (6,), -0.5), Actor(4, 2, (3,), -0.5)]
+    critics = [Critic(4, (6,)), Critic(4, (3,))]
+    copies = [copy.deepcopy(m) for m in (*actors, *critics)]
+    lrs = [1e-2, 3e-3]
+    torch_opts = [torch.optim.Adam([*copies[i].parameters(), *copies[2 + i].parameters()], lr=lrs[i]) for i in range(2)]
+    nets = BatchedNets.stack(actors, critics)
+    adam = BatchedAdam(nets, torch.tensor(lrs, dtype=torch.float64))
+    for step in range(4):
+        agents = [0, 1] if step % 2 == 0 else [0]  # agent 1 rests every other step
+        x = torch.randn(2, 5, 4)
+        sub = nets.sub(agents, grad=True)
+        loss = sub.mean(x[agents]).sum() + sub.value(x[agents]).pow(2).sum() + sub.log_std.sum()
+        before = [p[1].clone() for p in nets.params]
+        adam.step(sub, torch.autograd.grad(loss, sub.params), agents, max_grad_norm=0.5)
+        assert all(torch.equal(b, p[1]) for b, p in zip(before, nets.params)) == (1 not in agents)
+        for i in agents:
+            params = [*copies[i].parameters(), *copies[2 + i].parameters()]
+            loss = copies[i].net(x[i]).sum() + copies[2 + i](x[i]).pow(2).sum() + copies[i].log_std.sum()
+            torch_opts[i].zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            torch_opts[i].step()
+    for i in range(2):
+        actor, critic = copy.deepcopy(actors[i]), copy.deepcopy(critics[i])
+        nets.write_back(i, actor, critic)
+        for a, b in zip([*actor.parameters(), *critic.parameters()],
+                        [*copies[i].parameters(), *copies[2 + i].parameters()]):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+        saved = adam.state_of(i)
+        theirs = torch_opts[i].state_dict()["state"]
+        assert saved["state"][0]["step"] == theirs[0]["step"]
+        for k, moments in saved["state"].items():
+            torch.testing.assert_close(moments["exp_avg_sq"], theirs[k]["exp_avg_sq"], atol=1e-7, rtol=1e-4)
+    assert float(nets.params[1][1, :, 3:].abs().max()) == 0  # agent 1's padding stayed zero

@@ -1,0 +1,135 @@
+"""Deterministic episodes over a fixed window: the evaluator's fitness runs and the backtest.
+
+Both run through :class:`trainers.common.env.MarketEnv`, so they apply exactly the training
+MDP: next-bar-open fills, sells before buys, integer shares, cash ≥ 0 and costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from trainers import profiler
+from trainers.common.capture import Recorded, capturing
+from trainers.common.env import MarketData, MarketEnv
+from trainers.common.orders import Fill, fill_next
+from trainers.common.state import StateScales
+from trainers.config import CompileMode, EnvConfig
+
+Policy = Callable[[torch.Tensor], torch.Tensor]
+"""Deterministic actions ``[E, A]`` in (-1, 1) for states ``[E, state_dim]`` (an Actor is one)."""
+
+
+@torch.no_grad()
+def run_policies(
+    policy: Policy, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int], accounts: int,
+    compile: CompileMode = "eager",
+) -> np.ndarray:
+    """Account values ``[T + 1, accounts]`` at each close of ``window``, one account per row of
+    ``policy``'s batch: the multiplexed evaluator scores N agents in one pass this way.
+
+    Each account starts with ``initial_cash`` at the close of ``window[0]``; T is
+    ``window[1] − window[0]``. The policy decides at every ``cfg.decide_every``-th close.
+    On CUDA with ``compile`` other than ``eager``, a whole decision is recorded once and
+    replayed (:func:`_replayed`).
+    """
+    env = MarketEnv(data, scales, cfg, num_envs=accounts, window=window, random_start=False)
+    state = env.reset()
+    if capturing(env.device, compile):
+        return _replayed(policy, env, state, cfg.decide_every)
+    values = [env.account_value().unsqueeze(0)]
+    for _ in range(-(-(window[1] - window[0]) // cfg.decide_every)):  # one step per decision
+        with profiler.operation("inference"):
+            action = policy(state)
+        with profiler.operation("simulation"):
+            step = env.step(action)
+            state = step.state
+            assert step.path is not None
+            values.append(step.path)
+    return torch.cat(values).cpu().numpy().astype(np.float64)
+
+
+def _replayed(policy: Policy, env: MarketEnv, state: torch.Tensor, every: int) -> np.ndarray:
+    """:func:`run_policies`'s pass with each full decision (``every`` bars) replayed from a
+    CUDA graph (trainers/common/capture.py); a shorter last decision runs as it is. The env's bar
+    clock is the host's, set before each decision (a replay runs no Python)."""
+    values = torch.empty((env.t_hi - env.t_lo + 1, env.num_envs), dtype=torch.float64, device=env.device)
+    values[0] = env.account_value()
+    path = torch.empty((every, env.num_envs), dtype=torch.float64, device=env.device)
+    env.pin()
+
+    def decide() -> None:
+        step = env.step(policy(state))
+        assert step.path is not None
+        state.copy_(step.state)
+        path.copy_(step.path)
+        env.pin()
+
+    recorded, bar = Recorded(decide, enabled=True), env.t_lo
+    while bar < env.t_hi:
+        bars, env.bar = min(every, env.t_hi - bar), bar
+        if bars == every:
+            recorded()
+            values[bar - env.t_lo + 1 : bar - env.t_lo + 1 + bars] = path
+        else:
+            step = env.step(policy(state))
+            assert step.path is not None
+            values[bar - env.t_lo + 1 :] = step.path
+        bar += bars
+    return values.cpu().numpy()
+
+
+def run_policy(
+    actor: Policy, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int]
+) -> np.ndarray:
+    """Account value at each close of ``window`` for one deterministic policy
+    (``window[1] − window[0] + 1`` values)."""
+    return run_policies(actor, data, scales, cfg, window, accounts=1)[:, 0]
+
+
+def market_fill(data: MarketData, t: int, sold: torch.Tensor, bought: torch.Tensor, cash: torch.Tensor,
+                shares: torch.Tensor, cost_pct: float) -> Fill:
+    """Fill orders ``[1, n]`` decided at close t at the open of t+1 under the env's rules, in a
+    ragged universe too: a stock with no tradable bar at t+1 is not bought and a position in
+    it is sold at its last real close (``trainers/common/orders.py``)."""
+    then = None if data.tradable is None else data.tradable[t + 1].cpu().unsqueeze(0)
+    return fill_next(sold, bought, cash, shares, data.close[t].cpu().unsqueeze(0), data.open[t + 1].cpu().unsqueeze(0),
+                     cost_pct, then)
+
+
+def buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, int]) -> np.ndarray:
+    """Equal-weight buy-and-hold over ``window`` under the same fills and costs.
+
+    Buys ``initial_cash / n`` of every stock, in whole shares, at the first open after
+    ``window[0]`` (when the agent's first orders fill too) and holds to ``window[1]``. In a
+    ragged universe it buys the stocks tradable at that close and open, and a holding that
+    stops trading is sold at its last real close (the env's rule); later listings are not bought.
+    """
+    t_lo, t_hi = window
+    price = data.open[t_lo + 1]
+    if data.tradable is not None:
+        return _ragged_buy_and_hold(data, cfg, window)
+    shares = torch.floor(cfg.initial_cash / data.n_stocks / (price * (1.0 + cfg.cost_pct)))
+    cash = cfg.initial_cash - float((shares * price).sum()) * (1.0 + cfg.cost_pct)
+    marks = (data.close[t_lo + 1 : t_hi + 1] * shares).sum(dim=1) + cash
+    return np.concatenate(([cfg.initial_cash], marks.cpu().numpy().astype(np.float64)))
+
+
+def _ragged_buy_and_hold(data: MarketData, cfg: EnvConfig, window: tuple[int, int]) -> np.ndarray:
+    assert data.tradable is not None
+    t_lo, t_hi = window
+    live = (data.tradable[t_lo] & data.tradable[t_lo + 1]).cpu()
+    price = data.open[t_lo + 1].cpu()
+    each = cfg.initial_cash / max(int(live.sum()), 1)
+    bought = torch.where(live, torch.floor(each / (price * (1.0 + cfg.cost_pct))), 0.0).unsqueeze(0)
+    cash = torch.tensor([cfg.initial_cash], dtype=torch.float64)
+    shares = torch.zeros_like(bought)
+    values = [cfg.initial_cash]
+    for t in range(t_lo, t_hi):
+        fill = market_fill(data, t, torch.zeros_like(shares), bought if t == t_lo else torch.zeros_like(shares),
+                           cash, shares, cfg.cost_pct)
+        cash, shares = fill.cash, fill.shares
+        values.append(float(cash[0] + (shares[0] * data.close[t + 1].cpu()).sum()))
+    return np.asarray(values, dtype=np.float64)

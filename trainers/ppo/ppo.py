@@ -1,0 +1,378 @@
+"""Proximal Policy Optimization (Schulman et al. 2017), written once: N learners trained as
+one batched model, a single agent being a population of one.
+
+It reads like CleanRL's ``ppo_continuous_action.py``: :meth:`PPO.collect` steps the envs for
+``horizon`` steps into a rollout buffer that stays on the env's device (finrl-podracer.txt
+§4.4) and computes GAE(λ), bootstrapping truncated episodes from their final state (the
+end of data is a truncation, never a terminal state; docs/training.md); :meth:`PPO.update`
+normalises the advantages and runs ``repeat_times`` epochs of minibatch steps on the
+clipped surrogate, the value loss and the entropy bonus, each one Adam step after
+gradient-norm clipping. Defaults follow finrl-podracer.txt Table 3.
+
+Every learner keeps its own hyperparameters, envs and random streams, and draws them in
+the order it would alone, so batching changes nothing but the kernels: a generation's
+agents share one set of them (gmi-drl-gpu-multiplexing.txt §3), their weights padded into
+:class:`~trainers.ppo.batched.BatchedNets` and their Adam states in
+:class:`~trainers.ppo.batched.BatchedAdam`.
+
+The hot loop never reads the device from the host (docs/training.md, GPU workers): a
+rollout's noise and episodes are drawn before it (trainers/common/draws.py), its bookkeeping is
+built once per group (trainers/ppo/schedule.py), and two update schedules share one loss and
+one Adam step:
+
+* **grouped** (the CPU's default): each gradient step trains the learners that still have
+  minibatches, grouped by width and cut to it (no padded FLOPs);
+* **static** (CUDA, or ``train.compile``): each gradient step trains the whole padded
+  population with fixed shapes, and masks rest the learners that are done, so the steps can
+  be recorded once and replayed, or compiled (trainers/common/capture.py).
+
+Both give each learner the same minibatches in the same order, so they agree within float
+rounding (tests/trainers/ppo/test_ppo.py::test_the_static_and_grouped_updates_agree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import torch
+
+from trainers import profiler
+from trainers.common.capture import capturing, compiled
+from trainers.common.draws import permutations
+from trainers.common.env import FinalStates, MarketEnv
+from trainers.config import PPOConfig, RuntimeConfig
+from trainers.ppo.agent import Learner
+from trainers.ppo.batched import BatchedAdam, BatchedNets, Layout
+from trainers.ppo.schedule import Group, Slot
+
+WIDTH_SPREAD = 1.5
+"""Learners whose first hidden layers differ by more than this factor update in separate batched matmuls."""
+
+
+@dataclass
+class Rollout:
+    """Contiguous ``[H, E, ...]`` tensors of one rollout, on the env's device. With
+    ``credit: per_stock``, ``logprobs`` and ``advantages`` (the env's credits) are per
+    action, ``[H, E, n]``; ``returns`` are the GAE(λ) value targets either way. A group
+    reuses its buffers: a rollout is valid until the next iteration of its group."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    """The pre-``tanh`` Gaussian samples; the env received their ``tanh``."""
+    logprobs: torch.Tensor
+    rewards: torch.Tensor
+    truncated: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+    def split(self, sizes: list[int]) -> list[Rollout]:
+        """The rollouts of consecutive blocks of ``sizes`` envs (one block per learner)."""
+        parts = [getattr(self, f.name).split(sizes, dim=1) for f in fields(self)]
+        return [Rollout(*tensors) for tensors in zip(*parts)]
+
+
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_value: torch.Tensor,
+    truncated: torch.Tensor,
+    final_values: torch.Tensor,
+    gamma: float | torch.Tensor,
+    lam: float | torch.Tensor,
+) -> torch.Tensor:
+    """GAE(λ) advantages ``[H, E]`` (Schulman et al. 2016) with truncation bootstrapping.
+
+    After a truncated step the env has already reset, so the TD target uses the value of
+    the episode's final state (``final_values``) and the λ-recursion stops there.
+    """
+    advantages = torch.empty_like(rewards)
+    gae = torch.zeros_like(next_value)
+    for i in reversed(range(rewards.shape[0])):
+        following = next_value if i == rewards.shape[0] - 1 else values[i + 1]
+        bootstrap = torch.where(truncated[i], final_values[i], following)
+        delta = rewards[i] + gamma * bootstrap - values[i]
+        gae = delta + gamma * lam * gae * (~truncated[i])
+        advantages[i] = gae
+    return advantages
+
+
+def clipped(ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.Tensor,
+            per_action: bool) -> torch.Tensor:
+    """PPO's clipped surrogate ``min(ρA, clip(ρ, 1 − ε, 1 + ε)·A)`` per sample; with
+    ``per_action`` the last dimension holds each action's term, and they are summed."""
+    surr = torch.minimum(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
+    return surr.sum(-1) if per_action else surr
+
+
+def act(nets: BatchedNets, layout: Layout, slot: Slot, per_stock: bool) -> torch.Tensor | None:
+    """The policy's part of a rollout step: sample every env's action from its learner's
+    Gaussian with the step's drawn noise, record it and its log-probability in ``slot``;
+    returns the baseline action (the mean's ``tanh``) with ``credit: per_stock``."""
+    mean = nets.mean(layout.to_agents(slot.obs.unsqueeze(0)))
+    action = mean + nets.log_std.exp().unsqueeze(1) * slot.noise
+    slot.actions.copy_(layout.from_agents(action, 1)[0])
+    slot.logprobs.copy_(layout.from_agents(nets.log_prob(mean, action, per_stock), 1)[0])
+    return torch.tanh(layout.from_agents(mean, 1)[0]) if per_stock else None
+
+
+def advance(env: MarketEnv, nets: BatchedNets, layout: Layout, slot: Slot, baseline: torch.Tensor | None) -> None:
+    """The env's part of a rollout step: trade the recorded actions, write the next states
+    into the buffer's next row and the critic's values of the episodes that ended there."""
+    step = env.step(torch.tanh(slot.actions), out=slot.next_obs, baseline=baseline, episodes=(slot.starts, slot.ends))
+    slot.rewards.copy_(step.reward)
+    slot.truncated.copy_(step.truncated)
+    if slot.credits is not None:
+        assert step.credit is not None
+        slot.credits.copy_(step.credit)
+    if env.static:  # every env's final state comes back: value them all, keep the truncated
+        values = layout.from_agents(nets.value(layout.to_agents(step.final.states.unsqueeze(0))), 1)[0]
+        slot.final_values.copy_(torch.where(step.truncated, values, 0.0))
+    elif len(step.final.index):  # a shape, known on the host
+        slot.final_values.index_copy_(0, step.final.index, _values_at(nets, layout, step.final))
+
+
+def rollout_step(env: MarketEnv, nets: BatchedNets, layout: Layout, slot: Slot, per_stock: bool) -> None:
+    """One rollout step, policy then env: the unit ``train.compile: inductor`` compiles."""
+    advance(env, nets, layout, slot, act(nets, layout, slot, per_stock))
+
+
+def ppo_loss(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, weight: torch.Tensor,
+             clip: torch.Tensor, entropy_coef: torch.Tensor, value_coef: float) -> torch.Tensor:
+    """Each learner's loss on its minibatch ``idx`` ``[n, B]`` of the flat ``batch``, rows
+    weighted by ``weight`` ``[n, B]``: the clipped surrogate plus ``value_coef`` × the value
+    loss minus ``entropy_coef`` × the entropy, summed over the learners."""
+    mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = (
+        x.index_select(0, idx.flatten()).unflatten(0, idx.shape) for x in batch)
+    mean = nets.mean(mb_obs)
+    per_action = mb_logprobs.dim() == mb_actions.dim()
+    ratio = (nets.log_prob(mean, mb_actions, per_action) - mb_logprobs).exp()
+    c = clip.reshape((-1,) + (1,) * (ratio.dim() - 1))
+    pg_loss = -(clipped(ratio, mb_advantages, c, per_action) * weight).sum(1)
+    v_loss = ((nets.value(mb_obs) - mb_returns).pow(2) * weight).sum(1)
+    return (pg_loss + value_coef * v_loss - entropy_coef * nets.entropy()).sum()
+
+
+class PPO:
+    """``learners`` and their ``envs`` as one batched model; :meth:`write_back` hands the
+    trained weights and Adam moments back to the learners. ``cfg`` holds what they share
+    (horizon, batch size, loss coefficients, credit); each learner's own ``cfg`` its
+    evolved hyperparameters. ``static`` picks the update schedule (default: static on CUDA
+    or under ``runtime.compile``, grouped otherwise)."""
+
+    def __init__(self, learners: Sequence[Learner], envs: Sequence[MarketEnv], cfg: PPOConfig,
+                 runtime: RuntimeConfig = RuntimeConfig(), static: bool | None = None) -> None:
+        self.learners, self.envs, self.cfg = list(learners), list(envs), cfg
+        self.device = self.envs[0].device
+        self.nets = BatchedNets.stack([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
+        self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64))
+        for i, learner in enumerate(self.learners):
+            self.adam.load_state_of(i, learner.optimizer)
+        self.static = (self.device.type != "cpu" or runtime.compile != "eager") if static is None else static
+        self.recording = capturing(self.device, runtime.compile)
+        self._rollout_step = compiled(rollout_step, runtime.compile)
+        self._loss = compiled(ppo_loss, runtime.compile)
+        self._everyone = list(range(len(self.learners)))
+        self._hparams = {name: self.hparam(name) for name in ("clip", "entropy_coef")}
+        self._indices: dict[tuple[int, ...], torch.Tensor] = {}
+        self._groups: dict[tuple, Group] = {}
+
+    def hparam(self, name: str, dtype: torch.dtype = torch.float32,
+               group: Sequence[int] | None = None) -> torch.Tensor:
+        """Hyperparameter ``name`` of the learners in ``group`` (all by default) as a tensor."""
+        group = range(len(self.learners)) if group is None else group
+        values = [float(getattr(self.learners[i].cfg, name)) for i in group]
+        return torch.tensor(values, dtype=dtype, device=self.device)
+
+    def index(self, rows: Sequence[int]) -> torch.Tensor:
+        """``rows`` as a tensor on the device, made once."""
+        key = tuple(rows)
+        if key not in self._indices:
+            self._indices[key] = torch.tensor(key, dtype=torch.long, device=self.device)
+        return self._indices[key]
+
+    def group(self, group: Sequence[int]) -> Group:
+        """The kept bookkeeping of ``group`` (made on its first iteration, and again when
+        Nitro rescales an env count)."""
+        key = (tuple(group), tuple(self.envs[i].num_envs for i in group))
+        if key not in self._groups:
+            self._groups[key] = Group(self, list(group))
+        return self._groups[key]
+
+    def layout(self, group: Sequence[int]) -> Layout:
+        """Where the envs of the learners in ``group`` sit in their stacked env and batches."""
+        return self.group(group).schedule.layout
+
+    def train_iteration(self, group: Sequence[int]) -> list[Rollout]:
+        """One PPO iteration (rollout + update) of the learners in ``group``; the others rest,
+        their envs and random streams untouched. Returns each one's part of the rollout."""
+        rollout = self.collect(group)
+        self.update(group, rollout)
+        return rollout.split(self.layout(group).counts)
+
+    @torch.no_grad()
+    def collect(self, group: Sequence[int]) -> Rollout:
+        """Step the envs of ``group`` for ``horizon`` steps and compute GAE(λ) per learner.
+        The env writes each next state straight into the buffer."""
+        g = self.group(group)
+        learners = [self.learners[i] for i in group]
+        for learner, i in zip(learners, group):
+            if learner.obs is None:
+                learner.obs = self.envs[i].reset()
+        buf = g.load(learners, [self.envs[i] for i in group])
+        g.rollout()
+        g.env.unstack([self.envs[i] for i in group])
+        for learner, part in zip(learners, buf.obs[self.cfg.horizon].split(g.schedule.layout.counts)):
+            learner.obs = part.clone()
+        h = self.cfg.horizon
+        assert buf.values is not None and buf.advantages is not None and buf.returns is not None
+        return Rollout(buf.obs[:h], buf.actions, buf.logprobs, buf.rewards, buf.truncated, buf.values,
+                       buf.advantages, buf.returns)
+
+    def rollout(self, g: Group) -> None:
+        """The rollout proper, from drawn noise to advantages, on the group's buffers: what a
+        recorded rollout replays."""
+        buf, layout, h = g.buf, g.schedule.layout, self.cfg.horizon
+        per_stock = self.cfg.credit == "per_stock"
+        for t in range(h):
+            slot = buf.at(t)
+            if self._rollout_step is rollout_step:
+                with profiler.operation("inference"):
+                    baseline = act(g.nets, layout, slot, per_stock)
+                with profiler.operation("simulation"):
+                    advance(g.env, g.nets, layout, slot, baseline)
+            else:
+                self._rollout_step(g.env, g.nets, layout, slot, per_stock)
+        with profiler.operation("advantage"):
+            final_values = torch.where(buf.truncated, buf.final_values, 0.0)
+            values = layout.from_agents(g.nets.value(layout.to_agents(buf.obs[:h])), h)
+            next_value = layout.from_agents(g.nets.value(layout.to_agents(buf.obs[h : h + 1])), 1)[0]
+            advantages = gae_advantages(buf.rewards, values, next_value, buf.truncated, final_values,
+                                        g.schedule.gamma, g.schedule.lam)
+            g.keep(values=values, advantages=advantages if buf.credits is None else buf.credits,
+                   returns=advantages + values)
+            assert buf.advantages is not None
+            g.keep(normalised=normalised(buf.advantages, layout))
+        if self.recording:
+            g.env.pin()
+
+    def update(self, group: Sequence[int], rollout: Rollout) -> None:
+        """``repeat_times`` epochs of minibatch steps per learner on its normalised advantages:
+        the static schedule (every learner every step, masked) or the grouped one (the
+        learners with minibatches to go, by width)."""
+        g = self.group(group)
+        buf, schedule = g.buf, g.schedule
+        assert rollout.advantages is buf.advantages and buf.normalised is not None, "not the group's latest rollout"
+        batch = tuple(x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, buf.normalised,
+                                                 rollout.returns))
+        perms = [permutations(self.learners[i].generator, schedule.repeat_times[j], schedule.sizes[j], self.device)
+                 for j, i in enumerate(group)]
+        table = schedule.table(perms)
+        if self.static:
+            g.batch = batch
+            weight, active = schedule.static_masks()
+            for s in range(table.shape[0]):
+                g.minibatch(table[s], weight[s], active[s])
+                with profiler.operation("backprop"):
+                    g.gradient()
+            return
+        clip, entropy_coef = self.hparam("clip", group=group), self.hparam("entropy_coef", group=group)
+        n = len(group)
+        for s in range(max(schedule.steps)):
+            active = [j for j in range(n) if s < schedule.steps[j]]
+            mb_inds = {j: table[s, group[j], : schedule.widths[j]] for j in active}
+            for part in self.by_width(group, active):
+                with profiler.operation("backprop"):
+                    self.gradient_step([group[j] for j in part], part, [mb_inds[j] for j in part], batch, clip,
+                                       entropy_coef)
+
+    def gradient_step(self, learners: list[int], active: list[int], mb_inds: list[torch.Tensor],
+                      batch: tuple[torch.Tensor, ...], clip: torch.Tensor, entropy_coef: torch.Tensor) -> None:
+        """One Adam step for ``learners`` (positions ``active`` in the update's group) on their
+        minibatches ``mb_inds``, on the model cut to them and their widths (the grouped schedule)."""
+        picked = self.index(active)
+        nets = self.nets.sub(learners, grad=True)
+        longest = max(len(r) for r in mb_inds)
+        if all(len(r) == longest for r in mb_inds):
+            idx, weight = torch.stack(mb_inds), torch.full((len(mb_inds), longest), 1.0 / longest, device=self.device)
+        else:  # a learner with fewer samples than batch_size: pad its rows, weigh them out
+            idx = torch.stack([r[torch.arange(longest, device=self.device) % len(r)] for r in mb_inds])
+            weight = torch.stack([(torch.arange(longest, device=self.device) < len(r)) / len(r) for r in mb_inds])
+        loss = self._loss(nets, batch, idx, weight, clip[picked], entropy_coef[picked], self.cfg.value_coef)
+        grads = torch.autograd.grad(loss, nets.params)
+        self.adam.step(nets, grads, learners, self.cfg.max_grad_norm, rows=self.index(learners))
+
+    def static_step(self, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, weight: torch.Tensor,
+                    active: torch.Tensor) -> None:
+        """One Adam step of the whole padded population on minibatches ``idx`` ``[N, B]``
+        weighted by ``weight``; learners not ``active`` are left exactly as they were."""
+        nets = self.nets.sub(self._everyone, grad=True)  # the parameters themselves, as leaves
+        loss = self._loss(nets, batch, idx, weight, self._hparams["clip"], self._hparams["entropy_coef"],
+                          self.cfg.value_coef)
+        grads = torch.autograd.grad(loss, nets.params)
+        self.adam.step(nets, grads, self._everyone, self.cfg.max_grad_norm, rows=self.index(self._everyone),
+                       active=active)
+
+    def by_width(self, group: Sequence[int], active: list[int]) -> list[list[int]]:
+        """``active`` in groups of similar width (grouped batched matmuls): a group's widest
+        learner is at most ``WIDTH_SPREAD`` times its narrowest, so padding wastes little."""
+        order = sorted(active, key=lambda j: self.nets.widths[group[j]][0])
+        parts: list[list[int]] = []
+        for j in order:
+            if parts and self.nets.widths[group[j]][0] <= WIDTH_SPREAD * self.nets.widths[group[parts[-1][0]]][0]:
+                parts[-1].append(j)
+            else:
+                parts.append([j])
+        return [sorted(part) for part in parts]
+
+    @torch.no_grad()
+    def fuse(self, rows: Sequence[int]) -> None:
+        """Average the actor and critic parameters over ``rows``, one agent's parallel learners
+        (finrl-podracer.txt §4.4: learners exchange parameters, not gradients, once per epoch)."""
+        index = self.index(rows)
+        for p in self.nets.params:
+            p[index] = p.index_select(0, index).mean(dim=0, keepdim=True).expand(len(rows), *p.shape[1:])
+
+    def release(self) -> None:
+        """Drop the groups' buffers and recorded steps now: a CUDA graph keeps its memory pool
+        while it lives, and a group and its recorded steps refer to each other, which only a
+        garbage collection would undo."""
+        for group in self._groups.values():
+            group.drop()
+        self._groups.clear()
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """Give every learner its trained weights and Adam moments."""
+        for i, learner in enumerate(self.learners):
+            self.nets.write_back(i, learner.actor, learner.critic)
+            learner.optimizer = self.adam.state_of(i)
+
+
+def normalised(advantages: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """Advantages ``[H, E(, n)]`` centred and scaled by each learner's own mean and unbiased
+    standard deviation (as ``Tensor.std``) over its samples."""
+    with torch.no_grad():
+        h, n = advantages.shape[0], len(layout.counts)
+        per_env = layout.agent_of_env
+        count = (layout.sizes * h * advantages[0, 0].numel()).to(advantages.dtype)
+
+        def per_learner(x: torch.Tensor) -> torch.Tensor:  # [H, E(, n)] -> each learner's sum
+            per_env_sums = x.sum(0).reshape(len(per_env), -1).sum(1)
+            return torch.zeros(n, device=x.device).index_add_(0, per_env, per_env_sums)
+
+        mean = per_learner(advantages) / count
+        shape = (-1,) + (1,) * (advantages.dim() - 2)
+        centred = advantages - mean[per_env].reshape(shape)
+        var = per_learner(centred.pow(2)) / (count - 1)
+        return centred / (var.sqrt()[per_env].reshape(shape) + 1e-8)
+
+
+def _values_at(nets: BatchedNets, layout: Layout, final: FinalStates) -> torch.Tensor:
+    """Critic values of the final states of truncated episodes, each by its own learner."""
+    index, states = final
+    padded = torch.zeros((len(layout.sizes), layout.width, states.shape[1]), device=states.device)
+    learner, local = layout.agent_of_env[index], layout.local_of_env[index]
+    padded[learner, local] = states
+    return nets.value(padded)[learner, local]

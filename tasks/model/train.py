@@ -32,13 +32,12 @@ from tasks.model.plan import Plan, checkpoint_dir, state_scales
 from tasks.model.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
-from trainers.algorithms import GENERATIONAL
+from trainers.algorithms import ALGORITHMS, GENERATIONAL
 from trainers.common.env import MarketData
 from trainers.common.metrics import periods_per_year
 from trainers.common.state import StateScales
 from trainers.config import EvolutionConfig
 from trainers.evolution import Evolution, EvolutionResult, ProgressFn, Run, evaluations_per_generation
-from trainers.ppo.multiplex import Multiplexed
 from trainers.tournament import Tournament
 
 log = logging.getLogger("podracer.train")
@@ -247,9 +246,8 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
 
         report = None
         if params.train.profile:
-            agent = Multiplexed(run.setting, [run.setting.agent({}, evo.seed)])  # trains beside the run: calibration
-            result, measured = profiler.profiled(lambda: execute(run, params, on_evaluated, folder),
-                                                 lambda: agent.train_iteration([0]))
+            iteration = ALGORITHMS[GENERATIONAL].iteration(run.setting, evo.seed)  # beside the run: calibration
+            result, measured = profiler.profiled(lambda: execute(run, params, on_evaluated, folder), iteration)
             report = measured.report
             log.info("profile (overhead %.2f µs per annotation, correction bias %+.1f%% on training iterations, "
                      "median of 3):\n%s", measured.per_event * 1e6, measured.bias_percent, report.table())

@@ -120,7 +120,7 @@ class Market:
 
 def build_market(root: Path, market: str, seed: int, overrides: list[str]) -> Market:
     """Run stages 1–3 for ``market`` at ``seed`` into ``root``."""
-    from tasks.model.train import state_scales
+    from tasks.model.plan import state_scales
     from trainers.common.metrics import periods_per_year
 
     params = market_params(root, market, seed, overrides)

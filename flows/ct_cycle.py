@@ -1,13 +1,15 @@
 """The Prefect flow ``ct_cycle``: one continuous-training cycle (docs/operations.md, the CT cycle).
 
-Wiring only: the same stage tasks as :mod:`flows.pipeline`, on walk-forward windows and
-against the champion. New bars → validation → features → a population warm-started from
-the champion → challenger, champion and buy-and-hold on the same evaluation window, and
-the standing shadow's record → the gate, whose look at the shadow is written on its
-version at once (a cycle that fails later does not look again) → registration with the
-gate report (a Prefect artifact, and MLflow artifacts beside the version). The challenger
-can only enter shadow; a shadow whose record passes the test is promoted, which moves the
-``champion`` alias, and the runner delivers it (:func:`flows.deployments.listen_promotions`).
+Wiring only: the same stage tasks as :mod:`flows.pipeline`, on the cycle's walk forward
+(:func:`tasks.model.walkforward.walk`: its windows, the challenger's training plan and the
+window bars the champion has seen, worked out once) and against the champion. New bars →
+validation → features → a population warm-started from the champion → challenger, champion
+and buy-and-hold on the same evaluation window, and the standing shadow's record → the
+gate, whose look at the shadow is written on its version at once (a cycle that fails later
+does not look again) → registration with the gate report (a Prefect artifact, and MLflow
+artifacts beside the version). The challenger can only enter shadow; a shadow whose record
+passes the test is promoted, which moves the ``champion`` alias, and the runner delivers it
+(:func:`flows.deployments.listen_promotions`).
 
 At most one cycle runs at a time: both ct-cycle deployments share the global concurrency
 limit ``ct-cycle`` (one slot), so a second data event queues its run instead of losing it.
@@ -25,13 +27,12 @@ from prefect.concurrency.sync import concurrency
 
 from flows.terminal import training_bar
 from tasks.config import Params, load_params
-from tasks.data import features
 from tasks.data.features import features_task
 from tasks.data.ingest import ingest_task, nothing_new, record_processed
 from tasks.data.validate import validate_task
 from tasks.model.backtest import backtest_task
 from tasks.model.train import train_task
-from tasks.model.walkforward import challenger_plan, windows
+from tasks.model.walkforward import walk
 from tasks.registry.register import RegisterResult, cycle_candidate, register_task
 from tasks.registry.report import gate_task
 from tasks.registry.shadow import look_task, record_task, shadow_task
@@ -84,16 +85,16 @@ def ct_cycle(params: Params | None = None, data_version: str | None = None) -> C
             return CycleSummary(ingested.data_version, why)
         validate_task(params)
         featured = features_task(params)
-        w = windows(features.load(featured.folder), params.ct.eval_bars)
+        walked = walk(params, champion)
         version = ingested.data_version
-        trained = train_task.with_options(**RETRIED)(params, version, challenger_plan(params, w, champion),
-                                                     display=training_bar)
-        tested = backtest_task(params, w, champion)
+        trained = train_task.with_options(**RETRIED)(params, version, walked.plan, display=training_bar)
+        tested = backtest_task(params, walked)
         shadow = shadow_task(params)
         record = record_task(params, shadow, champion) if shadow else None
         verdict = gate_task(params, tested, shadow, record)
         if verdict.decision.shadow is not None:  # the look is written before anything acts on it
             look_task(params.registry, verdict.decision.shadow)
+        w = walked.windows
         create_markdown_artifact(markdown=verdict.report_markdown, key="gate-report",
                                  description=f"Challenger vs champion vs buy-and-hold, {w.first} to {w.last}")
         check_tracking(params.registry)

@@ -53,6 +53,10 @@ class Algorithm:
     """A copy of the policy's weights in an agent's ``state_dict()``."""
     run: Callable[[AgentJob, JobSetting], AgentJob]
     """Trains one job (the input unchanged), on the setting's device."""
+    iteration: Callable[[JobSetting, int], Callable[[], object]]
+    """``iteration(setting, seed)``: one training iteration of a fresh agent of the base config,
+    as its runner trains it, to call again and again: the profiler's calibration workload
+    (trainers/profiler.py, :func:`~trainers.profiler.profiled`; docs/training.md)."""
 
 
 def _ppo_agent(setting: JobSetting, hparams: Mapping[str, float], seed: int,
@@ -69,6 +73,14 @@ def _ppo_run(job: AgentJob, setting: JobSetting) -> AgentJob:
     return run_multiplexed([job], setting)[0]
 
 
+def _ppo_iteration(setting: JobSetting, seed: int) -> Callable[[], object]:
+    """A PPO agent's iteration on the multiplexed engine, a population of one."""
+    from trainers.ppo.multiplex import Multiplexed
+
+    engine = Multiplexed(setting, [_ppo_agent(setting, {}, seed, None)])
+    return lambda: engine.train_iteration([0])
+
+
 def _sac_agent(setting: JobSetting, hparams: Mapping[str, float], seed: int,
                state: dict[str, Any] | None) -> SACAgent:
     from trainers.sac.sac import SACAgent
@@ -82,13 +94,19 @@ def _sac_run(job: AgentJob, setting: JobSetting) -> AgentJob:
     return run_off_policy(job, setting)
 
 
+def _sac_iteration(setting: JobSetting, seed: int) -> Callable[[], object]:
+    return _sac_agent(setting, {}, seed, None).train_iteration
+
+
 ALGORITHMS: Mapping[str, Algorithm] = {learner.name: learner for learner in (
     Algorithm(name="ppo", config=PPOConfig, base=attrgetter("ppo_cfg"),
               search_space=lambda evolution, cfg: evolution.search_space, agent=_ppo_agent,
-              actor_weights=lambda state: copy.deepcopy(state["learners"][0]["actor"]), run=_ppo_run),
+              actor_weights=lambda state: copy.deepcopy(state["learners"][0]["actor"]), run=_ppo_run,
+              iteration=_ppo_iteration),
     Algorithm(name="sac", config=SACConfig, base=attrgetter("sac_cfg"),
               search_space=lambda evolution, cfg: cfg.search_space, agent=_sac_agent,
-              actor_weights=lambda state: copy.deepcopy(state["actor"]), run=_sac_run),
+              actor_weights=lambda state: copy.deepcopy(state["actor"]), run=_sac_run,
+              iteration=_sac_iteration),
 )}
 """Every learner, by name: PPO (``trainers/ppo``; its search space is ``evolution.search_space``)
 and SAC (``trainers/sac``; ``sac.search_space``)."""

@@ -30,7 +30,7 @@ import torch
 from matplotlib.figure import Figure
 
 from benchmarks.common import ROOT, Reading, blank_actor, commit, default_features, now, record
-from tasks.model.train import state_scales
+from tasks.model.plan import state_scales
 from trainers.common.evaluate import run_policy
 from trainers.common.metrics import performance, periods_per_year
 from trainers.config import EvolutionConfig

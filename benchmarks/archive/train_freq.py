@@ -29,6 +29,7 @@ import torch
 from benchmarks.common import ROOT, Reading, build_features, commit, now, record
 from tasks.config import Params, load_params
 from tasks.model import train
+from tasks.model.plan import state_scales
 from trainers.evolution import EvolutionResult
 from trainers.ppo.multiplex import Multiplexed
 
@@ -73,7 +74,7 @@ def profiled_run(params: Params, checkpoints: Path) -> Run:
     fs = features.load(params.dirs.features)
     torch.manual_seed(params.evolution.seed)
     data = fs.market("cpu")
-    run = train.new_run(params, fs, data, train.state_scales(params, fs))
+    run = train.new_run(params, fs, data, state_scales(params, fs))
     agent = Multiplexed(run.setting, [run.setting.agent({}, params.evolution.seed)])  # the profiler's calibration
     cpu: list[float] = []
 

@@ -13,10 +13,10 @@ simulates null CT years from the measurement (:mod:`benchmarks.gate_twins_sim`).
 train split, selection on validation). Each night is a cutoff on that market: the feature set
 truncated to the bars up to the night, which is what the cycle holds after appending the bars
 (its appended rows equal a full recompute, and the train split keeps its statistics). On it
-the cycle's own functions run: :func:`~tasks.model.walkforward.windows`,
-:func:`~tasks.model.walkforward.challenger_plan` (warm start from the champion),
-:func:`~tasks.model.train.train` and :func:`~tasks.model.backtest.backtest` of challenger,
-champion and buy-and-hold on the ``ct.eval_bars`` window. Nights lie after the champion's
+the cycle's own functions run: :func:`~tasks.model.walkforward.walk` (the windows, and
+the challenger's plan, warm-started from the champion), :func:`~tasks.model.train.train`
+and :func:`~tasks.model.backtest.backtest` of challenger, champion and buy-and-hold on the
+``ct.eval_bars`` window. Nights lie after the champion's
 cutoff by at least a window, so the champion has seen none of it. Per pair of arms it keeps
 the tracking error (annualised sd of the per-bar return difference), the difference's lag-1
 autocorrelation and mean (annualised: the edge), all over the window's bars after the first,
@@ -139,7 +139,7 @@ def measure_seed(job: tuple[str, int, int, int, list[str], int | None]) -> dict[
     from tasks.data import features
     from tasks.model.backtest import backtest
     from tasks.model.train import train
-    from tasks.model.walkforward import Champion, challenger_plan, day, windows
+    from tasks.model.walkforward import Champion, day, walk
     from trainers.common.evaluate import buy_and_hold
     from trainers.common.metrics import sharpe
 
@@ -167,10 +167,10 @@ def measure_seed(job: tuple[str, int, int, int, list[str], int | None]) -> dict[
             night.dirs.features.mkdir(parents=True)
             fs = truncated(full, t)
             features.save(fs, night.dirs.features)
-            w = windows(features.load(night.dirs.features), eval_bars)
-            plan = challenger_plan(night, w, champion)
+            walked = walk(night, champion)
+            w, plan = walked.windows, walked.plan
             result = train(night, f"{market}-{seed}-night-{t}", plan)
-            tested = backtest(night, w, champion)
+            tested = backtest(night, walked)
             curve = tested.curve
             folders = {"challenger": plan.out, "champion": champion.folder}
             assert plan.out is not None

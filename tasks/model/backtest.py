@@ -4,8 +4,8 @@ The test split is touched here and nowhere else (docs/design.md, the features co
 Every curve runs through the training MDP (next-open fills, integer shares, 0.2% costs).
 Writes ``metrics.json`` (the DVC metrics file), ``equity.csv`` and ``equity.png`` under
 ``data/backtest/``. A continuous-training cycle backtests its challenger, the champion and
-buy-and-hold side by side on its evaluation window instead, into ``data/ct/backtest/``
-(docs/operations.md, the CT cycle).
+buy-and-hold side by side on its walk's evaluation window instead, into ``data/ct/backtest/``
+(:mod:`tasks.model.walkforward`; docs/operations.md, the CT cycle).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tasks.config import Params
 from tasks.data import features
 from tasks.errors import MissingInput
 from tasks.model import bundle
-from tasks.model.walkforward import CHALLENGER, Champion, Windows, seen_bars
+from tasks.model.walkforward import CHALLENGER, Walk
 from tasks.storage import atomic_dir
 from trainers.common.evaluate import Policy, buy_and_hold, run_policy
 from trainers.common.metrics import performance, periods_per_year
@@ -188,23 +188,22 @@ def window_line(result: BacktestResult) -> str:
     return line
 
 
-def backtest(params: Params, w: Windows | None = None, champion: Champion | None = None) -> BacktestResult:
+def backtest(params: Params, walk: Walk | None = None) -> BacktestResult:
     """Backtest policies beside equal-weight buy-and-hold on one window.
 
     By default (the pipeline, ``podracer backtest``): the trained policy of ``data/models/``,
     as ``agent``, on the test split, into ``data/backtest/``. A continuous-training cycle
-    passes its windows ``w``: its challenger (``data/ct/challenger/``) and the ``champion``,
-    if there is one, on the evaluation window, into ``data/ct/backtest/``, with the count of
-    window bars the champion had seen.
+    passes its ``walk``: its challenger (``data/ct/challenger/``) and the champion, if there
+    is one, on the evaluation window, into ``data/ct/backtest/``, with the count of window
+    bars the champion had seen.
     """
-    if w is None:
+    if walk is None:
         fs = features.load(params.dirs.features)
         return compare(params, {"agent": params.dirs.models}, fs.window("test"), params.dirs.backtest, "Test window")
+    champion = walk.champion
     folders = {CHALLENGER: params.dirs.ct / CHALLENGER, **({"champion": champion.folder} if champion else {})}
-    tested = compare(params, folders, w.eval, params.dirs.ct / CT_FOLDER, "Evaluation window")
-    if champion is None:
-        return tested
-    return replace(tested, seen=seen_bars(features.load(params.dirs.features), w, champion.cutoff))
+    tested = compare(params, folders, walk.windows.eval, params.dirs.ct / CT_FOLDER, "Evaluation window")
+    return replace(tested, seen=walk.seen)
 
 
 def since_window(fs: features.FeatureSet, since: str) -> tuple[int, int] | None:

@@ -3,13 +3,12 @@
 Loads the feature set, trains with :class:`trainers.evolution.Evolution` (or a tournament)
 on the train split, selects on the validation split only, and writes the best validation
 snapshot as a policy bundle under ``data/models/`` with the leaderboard of every agent and
-generation. A :class:`Plan` changes the windows, the start, the length and the output: the
-continuous-training cycle's challenger (:mod:`tasks.model.walkforward`).
+generation. A :class:`~tasks.model.plan.Plan` changes the windows, the start, the length
+and the output: the continuous-training cycle's challenger (:mod:`tasks.model.walkforward`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,24 +28,16 @@ from tasks.config import Params
 from tasks.data import features
 from tasks.errors import ConfigError, MissingInput
 from tasks.model import bundle, leaderboard
+from tasks.model.plan import Plan, checkpoint_dir, state_scales
 from tasks.model.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
-from trainers.algorithms import GENERATIONAL, Config, config_of
+from trainers.algorithms import ALGORITHMS, GENERATIONAL
 from trainers.common.env import MarketData
 from trainers.common.metrics import periods_per_year
 from trainers.common.state import StateScales
 from trainers.config import EvolutionConfig
-from trainers.evolution import (
-    CHECKPOINT,
-    Evolution,
-    EvolutionResult,
-    ProgressFn,
-    Run,
-    WarmStart,
-    evaluations_per_generation,
-)
-from trainers.ppo.multiplex import Multiplexed
+from trainers.evolution import Evolution, EvolutionResult, ProgressFn, Run, evaluations_per_generation
 from trainers.tournament import Tournament
 
 log = logging.getLogger("podracer.train")
@@ -126,52 +117,6 @@ def save_profile(report: profiler.Report, folder: Path) -> None:
     report.plot(png)
 
 
-def state_scales(params: Params, fs: features.FeatureSet) -> StateScales:
-    """The state's scaling constants: cash over initial cash, shares over hmax, prices over
-    the first training bar's closes (saved with the model, so serving scales alike)."""
-    return StateScales(
-        cash_scale=1.0 / params.env.initial_cash,
-        shares_scale=1.0 / params.env.hmax,
-        price_ref=tuple(float(p) for p in fs.prices[fs.window("train")[0]]),
-    )
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Where a training run trains and selects, what it starts from, how long it runs and
-    where it writes. The default is the pipeline's: the train split, selection on the
-    validation split, a cold start, ``evolution.generations``, ``data/models/``. The
-    continuous-training cycle's plans are made by :mod:`tasks.model.walkforward`."""
-
-    train_window: tuple[int, int] | None = None
-    val_window: tuple[int, int] | None = None
-    warm: WarmStart | None = None
-    out: Path | None = None
-    warm_id: str = ""
-    """Names the warm start (e.g. the champion's version) in the checkpoint folder's name."""
-    generations: int | None = None
-    """This run's generations (a cycle's ``ct.generations``); None: ``evolution.generations``."""
-    resume: bool | None = None
-    """None: ``train.resume`` (``--resume``) decides. True: continue from this run's checkpoint
-    when it has one, so a killed cycle's retry ends as an unkilled one would. False: afresh."""
-    start: str = ""
-    """How the population starts, said in the summary line (e.g. "warm start from the champion")."""
-
-    def windows(self, fs: features.FeatureSet) -> tuple[tuple[int, int], tuple[int, int]]:
-        return self.train_window or fs.window("train"), self.val_window or fs.window("validation")
-
-    def configure(self, params: Params, data_version: str) -> Params:
-        """``params`` with this plan's generations and its resume decision."""
-        if self.generations is not None:
-            params = params.model_copy(update={"evolution": replace(params.evolution, generations=self.generations)})
-        if self.resume is not None:
-            resume = self.resume and (checkpoint_dir(params, data_version, self) / CHECKPOINT).exists()
-            if resume:
-                log.info("resuming from the checkpoint of this run (same data, config, windows and start)")
-            params = params.model_copy(update={"train": params.train.model_copy(update={"resume": resume})})
-        return params
-
-
 class GenerationLog:
     """The evaluator's scores as one log line per generation, once all its evaluations are in:
     ``generation 3/32: best validation sharpe 0.910 (agent 2), mean 0.550``; in a tournament,
@@ -204,28 +149,6 @@ class GenerationLog:
         """Log what is left (a generation cut short)."""
         for key in sorted(self.scores):
             self.line(key)
-
-
-def learners_beyond(params: Params) -> tuple[Config, ...] | None:
-    """The configs of the pool's learners beyond PPO, whose section the checkpoint key names
-    already; None for none, so a PPO run's folder keeps its name."""
-    return tuple(c for c in (config_of(params, name) for name in params.tournament.algorithms)
-                 if c is not params.ppo) or None
-
-
-def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan = Plan()) -> Path:
-    """The folder of this run's checkpoints. It is named by the data version and every
-    setting that shapes training, so ``--resume`` only ever continues the same run; not by
-    the device, so a run checkpointed on a GPU resumes on a CPU and back (trainers/common/draws.py)."""
-    version = data_version or current_version(params)
-    spec = [version, params.env, params.ppo, params.evolution,
-            params.features.model_dump(mode="json"), params.nitro,
-            params.tournament if params.evolution.mode == "tournament" else None,
-            learners_beyond(params),
-            params.train.engine == "multiplexed"]  # the engines agree up to float summation order
-    if (plan.train_window, plan.val_window, plan.warm_id) != (None, None, ""):  # the pipeline's names stay
-        spec += [plan.train_window, plan.val_window, plan.warm_id]
-    return params.dirs.checkpoints / hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
 
 
 def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: StateScales,
@@ -323,9 +246,8 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
 
         report = None
         if params.train.profile:
-            agent = Multiplexed(run.setting, [run.setting.agent({}, evo.seed)])  # trains beside the run: calibration
-            result, measured = profiler.profiled(lambda: execute(run, params, on_evaluated, folder),
-                                                 lambda: agent.train_iteration([0]))
+            iteration = ALGORITHMS[GENERATIONAL].iteration(run.setting, evo.seed)  # beside the run: calibration
+            result, measured = profiler.profiled(lambda: execute(run, params, on_evaluated, folder), iteration)
             report = measured.report
             log.info("profile (overhead %.2f µs per annotation, correction bias %+.1f%% on training iterations, "
                      "median of 3):\n%s", measured.per_event * 1e6, measured.bias_percent, report.table())

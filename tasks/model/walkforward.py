@@ -1,4 +1,6 @@
-"""The continuous-training cycle's walk-forward windows, its warm start and its training plans.
+"""The continuous-training cycle's walk forward: its windows, its warm start, its training
+plan and the window bars the champion has seen, built once by :func:`walk` from one read of
+the feature set and handed to the train and backtest stages ready.
 
 The newest ``ct.eval_bars`` bars are the **evaluation window**: challenger, champion and
 buy-and-hold are compared there, and the challenger never sees them. The challenger trains
@@ -22,7 +24,7 @@ from tasks.config import Params
 from tasks.data import features
 from tasks.errors import DataError
 from tasks.model import bundle
-from tasks.model.train import Plan, state_scales
+from tasks.model.plan import Plan, state_scales
 from trainers.algorithms import GENERATIONAL
 from trainers.evolution import WarmStart
 
@@ -119,17 +121,15 @@ def warm_start(params: Params, fs: features.FeatureSet, folder: Path) -> tuple[W
     return WarmStart(hparams=hparams, actor=weights), "warm start from the champion"
 
 
-
-def challenger_plan(params: Params, w: Windows, champion: Champion | None) -> Plan:
-    """The challenger's training: on ``w``'s train and selection windows, warm from the
-    champion when it fits (else cold, saying why), for ``ct.generations``, into
+def challenger_plan(params: Params, fs: features.FeatureSet, w: Windows, champion: Champion | None) -> Plan:
+    """The challenger's training: on ``w``'s train and selection windows of ``fs``, warm from
+    the champion when it fits (else cold, saying why), for ``ct.generations``, into
     ``data/ct/challenger/``.
 
     A killed cycle resumes: the checkpoint folder is named by the data, the config, the
     windows and the champion, so the retried (or next) run of the same cycle continues from
     its last finished generation and ends exactly as an uninterrupted one would.
     """
-    fs = features.load(params.dirs.features)
     warm, how = (None, "no champion: cold start") if champion is None else warm_start(params, fs, champion.folder)
     if champion is not None and warm is None:
         how = f"cold start: {how}"
@@ -138,3 +138,28 @@ def challenger_plan(params: Params, w: Windows, champion: Champion | None) -> Pl
     return Plan(train_window=w.train, val_window=w.select, warm=warm, out=params.dirs.ct / CHALLENGER,
                 warm_id=champion.version if champion and warm else "", generations=params.ct.generations,
                 resume=True, start=how)
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One cycle's walk forward, everything its train and backtest stages need, worked out
+    from one read of the feature set: train (:attr:`plan`) runs it, backtest compares the
+    challenger and :attr:`champion` on :attr:`windows`' evaluation window and reports
+    :attr:`seen` (docs/operations.md, the CT cycle)."""
+
+    windows: Windows
+    plan: Plan
+    """The challenger's training (:func:`challenger_plan`)."""
+    champion: Champion | None
+    seen: int | None
+    """Evaluation-window bars the champion trained or selected on (:func:`seen_bars`); None: no champion."""
+
+
+def walk(params: Params, champion: Champion | None) -> Walk:
+    """The cycle's walk forward on the feature set in ``data/features/``, against ``champion``
+    (None: the registry has none). A one-line :class:`DataError` when the history is too
+    short for ``ct.eval_bars`` (:func:`windows`)."""
+    fs = features.load(params.dirs.features)
+    w = windows(fs, params.ct.eval_bars)
+    seen = None if champion is None else seen_bars(fs, w, champion.cutoff)
+    return Walk(w, challenger_plan(params, fs, w, champion), champion, seen)

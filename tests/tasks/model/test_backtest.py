@@ -1,4 +1,5 @@
 import json
+import shutil
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,6 +11,8 @@ from tasks.data import features
 from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE, backtest, since_window
+from tasks.model.plan import Plan
+from tasks.model.walkforward import CHALLENGER, Champion, Walk, windows
 from tests.tasks.handmade import feature_set, policy
 from trainers.common.metrics import METRICS, performance
 from trainers.config import EnvConfig
@@ -87,3 +90,16 @@ def test_a_shadow_record_starts_on_the_bar_after_its_since_date():
     assert since_window(fs, "2024-01-06") == (3, 4)  # a weekend date: the record starts on Monday
     assert since_window(fs, "2024-01-08") is None  # nothing traded since
     assert since_window(fs, "2023-12-29") == (0, 4)
+
+
+def test_a_cycle_backtests_on_its_walk_and_reports_the_seen_bars_it_was_handed(built_copy):
+    params = built_copy
+    shutil.copytree(params.dirs.models, params.dirs.ct / CHALLENGER)
+    fs = features.load(params.dirs.features)
+    w = windows(fs, 5)
+    champion = Champion("1", params.dirs.models, None, None)
+    tested = backtest(params, Walk(w, Plan(), champion, 2))  # the walk's count, not one worked out again
+    assert (tested.seen, tested.bars, list(tested.metrics)) == (2, 5, [CHALLENGER, "champion", "buy_and_hold"])
+    assert tested.folder == params.dirs.ct / "backtest" and tested.end == str(fs.timestamps[-1])[:10]
+    alone = backtest(params, Walk(w, Plan(), None, None))
+    assert (alone.seen, list(alone.metrics)) == (None, [CHALLENGER, "buy_and_hold"])

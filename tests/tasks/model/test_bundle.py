@@ -11,7 +11,7 @@ import torch
 
 from standins.tiny import tiny_params
 from tasks.model import bundle
-from tasks.model.train import state_scales
+from tasks.model.plan import state_scales
 from tasks.model.walkforward import warm_start
 from tests.tasks.handmade import ensemble, policy
 from tests.tasks.model.test_walkforward import ten_bars

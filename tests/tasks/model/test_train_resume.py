@@ -13,7 +13,8 @@ import torch
 
 from standins.tiny import TINY, tiny_params
 from tasks.model import bundle
-from tasks.model.train import checkpoint_dir, set_deterministic, train
+from tasks.model.plan import checkpoint_dir
+from tasks.model.train import set_deterministic, train
 from tests.conftest import REPO
 from trainers.evolution import CHECKPOINT
 
@@ -59,14 +60,6 @@ def test_resume_without_a_checkpoint_is_one_line(built_copy, tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 1
     assert "no checkpoint of this run" in done.stdout and "Traceback" not in done.stdout + done.stderr
-
-
-def test_the_checkpoint_folder_names_no_device(tmp_path):
-    """A run checkpointed on a GPU resumes on a CPU and back (trainers/common/draws.py): the folder
-    is named by the data and the training settings, not by where they ran."""
-    cpu = tiny_params(tmp_path, "train.device=cpu")
-    assert checkpoint_dir(cpu, "v1") == checkpoint_dir(tiny_params(tmp_path, "train.device=cuda"), "v1")
-    assert checkpoint_dir(cpu, "v1") != checkpoint_dir(tiny_params(tmp_path, "ppo.lr=0.001"), "v1")
 
 
 def test_train_deterministic_turns_on_deterministic_kernels(monkeypatch):

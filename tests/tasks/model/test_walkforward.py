@@ -1,17 +1,21 @@
 """The CT cycle's walk-forward windows, worked out by hand on a ten-bar feature set, its warm
-start and its training plan (the challenger resumes from its checkpoint)."""
+start and its training plan (the challenger resumes from its checkpoint), and the walk that
+holds them, built from one read of the features."""
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from standins.tiny import tiny_params
+from tasks.data import features as features_module
 from tasks.data.arrivals import simulate
 from tasks.data.features import features, load
 from tasks.data.validate import validate
 from tasks.errors import DataError
 from tasks.model import bundle
-from tasks.model.train import checkpoint_dir, state_scales
-from tasks.model.walkforward import Champion, challenger_plan, seen_bars, warm_start, windows
+from tasks.model.plan import checkpoint_dir, state_scales
+from tasks.model.walkforward import Champion, challenger_plan, seen_bars, walk, warm_start, windows
 from tests.tasks.handmade import feature_set, policy
 from trainers.config import EnvConfig
 from trainers.evolution import CHECKPOINT
@@ -84,11 +88,12 @@ def test_the_challenger_warm_starts_from_a_fitting_champion_and_resumes_its_own_
     simulate(params, 3)
     validate(params)
     features(params)
-    w = windows(load(params.dirs.features), 20)
-    cold = challenger_plan(params, w, None)
+    fs = load(params.dirs.features)
+    w = windows(fs, 20)
+    cold = challenger_plan(params, fs, w, None)
     assert (cold.warm, cold.start, cold.warm_id) == (None, "no champion: cold start", "")
     champion = Champion("7", params.dirs.models, None, None)
-    plan = challenger_plan(params, w, champion)
+    plan = challenger_plan(params, fs, w, champion)
     assert plan.start == "warm start from the champion" and plan.warm_id == "7" and plan.warm is not None
     assert (plan.train_window, plan.val_window, plan.out) == (w.train, w.select, params.dirs.ct / "challenger")
     configured = plan.configure(params, "v")
@@ -97,3 +102,29 @@ def test_the_challenger_warm_starts_from_a_fitting_champion_and_resumes_its_own_
     folder.mkdir(parents=True)
     (folder / CHECKPOINT).touch()
     assert plan.configure(params, "v").train.resume is True  # a retried cycle continues where it stopped
+
+
+def test_the_walk_is_built_from_one_read_of_the_features(built_copy, monkeypatch):
+    params = tiny_params(built_copy.data_dir.parent, "ct.eval_bars=5")
+    fs = load(params.dirs.features)
+    w = windows(fs, 5)
+    champion = Champion("7", params.dirs.models, None, None)
+    reads = []
+
+    def counted(folder):
+        reads.append(folder)
+        return load(folder)
+
+    monkeypatch.setattr(features_module, "load", counted)
+    walked = walk(params, champion)
+    assert reads == [params.dirs.features]  # windows, warm start, plan and seen bars share one read
+    assert (walked.windows, walked.champion, walked.seen) == (w, champion, seen_bars(fs, w, None)) and walked.seen == 5
+    plan = challenger_plan(params, fs, w, champion)
+    assert replace(walked.plan, warm=None) == replace(plan, warm=None) and walked.plan.warm is not None
+    assert walked.plan.warm.hparams == plan.warm.hparams
+    assert all(torch.equal(walked.plan.warm.actor[k], v) for k, v in plan.warm.actor.items())
+
+    reads.clear()
+    cold = walk(params, None)
+    assert reads == [params.dirs.features]
+    assert (cold.windows, cold.champion, cold.seen, cold.plan.start) == (w, None, None, "no champion: cold start")

@@ -30,8 +30,9 @@ from benchmarks.common import ROOT, Reading, build_features, commit, now, record
 from tasks.config import Params, load_params
 from tasks.model import train
 from tasks.model.plan import state_scales
+from trainers import profiler
+from trainers.algorithms import ALGORITHMS, GENERATIONAL
 from trainers.evolution import EvolutionResult
-from trainers.ppo.multiplex import Multiplexed
 
 FREQS = {
     "daily": ["data.freq=1d"],
@@ -75,7 +76,7 @@ def profiled_run(params: Params, checkpoints: Path) -> Run:
     torch.manual_seed(params.evolution.seed)
     data = fs.market("cpu")
     run = train.new_run(params, fs, data, state_scales(params, fs))
-    agent = Multiplexed(run.setting, [run.setting.agent({}, params.evolution.seed)])  # the profiler's calibration
+    iteration = ALGORITHMS[GENERATIONAL].iteration(run.setting, params.evolution.seed)  # the profiler's calibration
     cpu: list[float] = []
 
     def timed() -> EvolutionResult:
@@ -84,7 +85,7 @@ def profiled_run(params: Params, checkpoints: Path) -> Run:
         cpu.append(time.process_time() - start)
         return result
 
-    result, report = train.profiled(timed, lambda: agent.train_iteration([0]))
+    result, report = profiler.profiled(timed, iteration)
     steps = result.cost.env_steps
     per_step = {f"{r.phase} / {r.operation}": r.seconds / steps * 1e6 for r in report.rows}
     return Run(len(fs.timestamps), steps, report.total_seconds, cpu[0], per_step)

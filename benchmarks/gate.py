@@ -85,8 +85,8 @@ from benchmarks.results import Market, build_market, market_params, seeds_of  # 
 from benchmarks.results_report import paired  # noqa: E402
 from benchmarks.rules import momentum_scores, ranked_portfolio  # noqa: E402
 from tasks.config import Params, load_params  # noqa: E402
+from tasks.registry.decision import decide  # noqa: E402
 from tasks.registry.evidence import against, binding  # noqa: E402
-from tasks.registry.gate import decide  # noqa: E402
 from trainers.evaluate import buy_and_hold  # noqa: E402
 from trainers.metrics import periods_per_year, sharpe  # noqa: E402
 

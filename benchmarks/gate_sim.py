@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from tasks.config import RegistryParams
+from tasks.registry.decision import decide_cycle
 from tasks.registry.evidence import MIN_BARS, Evidence, against
-from tasks.registry.gate import decide_cycle
 from trainers.metrics import sharpe
 
 Record = Literal["shipped", "included"]

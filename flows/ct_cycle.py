@@ -31,8 +31,8 @@ from tasks.data.validate import validate_task
 from tasks.model.backtest import backtest_task
 from tasks.model.train import train_task
 from tasks.model.walkforward import challenger_plan, windows
+from tasks.registry.gate import gate_task
 from tasks.registry.register import RegisterResult, cycle_candidate, register_task
-from tasks.registry.report import gate_task
 from tasks.registry.shadow import look_task, record_task, shadow_task
 from tasks.registry.store import check_tracking
 from tasks.registry.versions import champion_task

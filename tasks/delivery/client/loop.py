@@ -39,7 +39,7 @@ from tasks.delivery.client.bars import bar_close, bar_key, bar_step, bar_time, c
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.risk import PlannedOrder, check_orders, daily_loss, halt, halted
 from tasks.errors import ConfigError, DataError, PodracerError
-from tasks.registry.gate import CHAMPION, alias_version
+from tasks.registry.aliases import CHAMPION, alias_version
 from tasks.registry.serving import policy_input
 
 log = logging.getLogger("podracer.trade")

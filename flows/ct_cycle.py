@@ -25,8 +25,9 @@ from prefect.concurrency.sync import concurrency
 
 from tasks.config import Params, load_params
 from tasks.data import features
+from tasks.data.ct_record import nothing_new, record_processed
 from tasks.data.features import features_task
-from tasks.data.ingest import ingest_task, nothing_new, record_processed
+from tasks.data.ingest import ingest_task
 from tasks.data.validate import validate_task
 from tasks.model.backtest import backtest_task
 from tasks.model.train import train_task

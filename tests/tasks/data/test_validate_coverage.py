@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 
 from flows.cli import _describe_validate
+from tasks.calendar import nyse_sessions
 from tasks.data.bars import panel
 from tasks.data.coverage import bar_coverage, coverage_lines, real_bars
 from tasks.data.ingest import ingest
-from tasks.data.synthetic_daily import nyse_sessions
 from tasks.data.validate import validate
 from tests.conftest import tiny_params
 

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.calendar import nyse_sessions
 from tasks.data import validate as stage
 from tasks.data.bars import read_parquet
 from tasks.data.coverage import BarTimes, real_bars
 from tasks.data.ingest import ingest
-from tasks.data.synthetic_daily import nyse_sessions
 from tasks.data.validate import REPORT, VALIDATED, RawFile, batches, validate
 from tasks.errors import DataError, ValidationFailed
 from tests.conftest import tiny_params

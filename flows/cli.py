@@ -224,7 +224,7 @@ def promote(
     params: ParamsPath = Path("params.yaml"),
 ) -> None:
     """Make a model version the champion by hand (the old one becomes previous_champion)."""
-    from tasks.registry.gate import promote as stage
+    from tasks.registry.aliases import promote as stage
 
     cfg = _stage("config", lambda: _params(params, []))
     previous = _stage("promote", lambda: stage(cfg.registry, version))
@@ -235,7 +235,7 @@ def promote(
 @app.command()
 def rollback(params: ParamsPath = Path("params.yaml")) -> None:
     """Move the champion alias back to previous_champion (delivery follows when the services run)."""
-    from tasks.registry.gate import rollback as stage
+    from tasks.registry.aliases import rollback as stage
 
     cfg = _stage("config", lambda: _params(params, []))
     restored, replaced = _stage("rollback", lambda: stage(cfg.registry))

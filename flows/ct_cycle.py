@@ -27,14 +27,15 @@ from prefect.concurrency.sync import concurrency
 
 from flows.terminal import training_bar
 from tasks.config import Params, load_params
+from tasks.data.ct_record import nothing_new, record_processed
 from tasks.data.features import features_task
-from tasks.data.ingest import ingest_task, nothing_new, record_processed
+from tasks.data.ingest import ingest_task
 from tasks.data.validate import validate_task
 from tasks.model.backtest import backtest_task
 from tasks.model.train import train_task
 from tasks.model.walkforward import walk
+from tasks.registry.gate import gate_task
 from tasks.registry.register import RegisterResult, cycle_candidate, register_task
-from tasks.registry.report import gate_task
 from tasks.registry.shadow import look_task, record_task, shadow_task
 from tasks.registry.store import check_tracking
 from tasks.registry.versions import champion_task

@@ -17,8 +17,7 @@ from prefect import flow
 from tasks.config import Params, load_params
 from tasks.delivery.client.deliver import deliver_task, delivered_version
 from tasks.delivery.client.loop import CycleResult
-from tasks.registry.aliases import note_hand_move
-from tasks.registry.gate import champion_version
+from tasks.registry.aliases import champion_version, note_hand_move
 
 log = logging.getLogger("podracer.deliver")
 

@@ -24,9 +24,9 @@ from tasks.delivery.client.deliver import deliver_task
 from tasks.delivery.client.loop import CycleResult
 from tasks.model.backtest import BacktestResult, backtest_task
 from tasks.model.train import TrainResult, train_task
-from tasks.registry.gate import SHADOW, alias_version, champion_version
+from tasks.registry.aliases import SHADOW, alias_version, champion_version
+from tasks.registry.gate import GateVerdict, gate_task
 from tasks.registry.register import RegisterResult, pipeline_candidate, register_task
-from tasks.registry.report import GateVerdict, gate_task
 from tasks.registry.versions import champion_task
 from trainers.common.metrics import METRICS
 

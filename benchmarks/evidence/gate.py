@@ -82,8 +82,8 @@ from benchmarks.evidence.gate_sim import (
 from benchmarks.evidence.results_report import paired
 from benchmarks.rules import momentum_scores, ranked_portfolio
 from tasks.config import Params, load_params
+from tasks.registry.decision import decide
 from tasks.registry.evidence import against, binding
-from tasks.registry.gate import decide
 from trainers.common.evaluate import buy_and_hold
 from trainers.common.metrics import periods_per_year, sharpe
 

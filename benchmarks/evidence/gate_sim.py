@@ -3,7 +3,7 @@
 The real cycle trains a challenger every night (minutes each), so a year of nights cannot
 be run over many seeds. This is the fast equivalent: each night's challenger is a rule drawn
 from a pool (seeded by the seed and the night), and the gate is the real one,
-:func:`tasks.registry.evidence.against` and :func:`tasks.registry.gate.decide_cycle` with
+:func:`tasks.registry.evidence.against` and :func:`tasks.registry.decision.decide_cycle` with
 params.yaml's ``registry`` and ``ct``, on the same windows as the cycle's: the challenger on
 the ``ct.eval_bars`` bars ending at the night, the standing shadow on its record from its
 ``since`` bar to the night, each against the champion (if any) and buy-and-hold. The decision
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from tasks.config import RegistryParams
+from tasks.registry.decision import decide_cycle
 from tasks.registry.evidence import MIN_BARS, Evidence, against
-from tasks.registry.gate import decide_cycle
 from trainers.common.metrics import sharpe
 
 Record = Literal["shipped", "included"]

@@ -37,11 +37,11 @@ import numpy as np
 import pandas as pd
 
 from tasks.caching import data_version
+from tasks.calendar import calendar_index, nyse_sessions
 from tasks.config import Params
 from tasks.data.bars import COLUMNS, PRICE_COLUMNS, read_parquet, to_contract, write_parquet
-from tasks.data.checks import calendar_index
 from tasks.data.ingest import _load_manifest, _write_manifest
-from tasks.data.synthetic_daily import daily_market, nyse_sessions, symbol_names
+from tasks.data.synthetic_daily import daily_market, symbol_names
 from tasks.data.synthetic_intraday import minute_chunks
 from tasks.errors import ConfigError, DataError, MissingInput
 from tasks.storage import file_digest

@@ -17,29 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tasks.calendar import calendar_index
 from tasks.errors import DataError, ValidationFailed
 
 NS_PER = {"1d": 86_400 * 10**9, "1min": 60 * 10**9}
 """Nanoseconds in one bar of each frequency: a bar starts on a whole multiple (UTC)."""
-
-
-def calendar_index(freq: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.DatetimeIndex:
-    """Expected bar starts (UTC) between ``start`` and ``end``: NYSE sessions at 00:00 UTC
-    for daily bars, NYSE trading minutes (half days included) for 1-minute bars."""
-    import exchange_calendars as xcals
-
-    first, last = start.tz_convert(None).normalize(), end.tz_convert(None).normalize()
-    # exchange_calendars caches a calendar per (start, end): ending it on the last day of the year lets
-    # every batch of one validation run (and each ragged symbol's range) share one calendar
-    year_end = pd.Timestamp(year=max(last, first).year, month=12, day=31)
-    cal = xcals.get_calendar("XNYS", start=min(first, pd.Timestamp("2006-01-03")), end=year_end)
-    sessions = cal.sessions[(cal.sessions >= first) & (cal.sessions <= last)]
-    if freq == "1d":
-        return pd.DatetimeIndex(sessions).tz_localize("UTC")
-    if sessions.empty:
-        return pd.DatetimeIndex([], tz="UTC")
-    first_minute, last_minute = cal.session_first_minute(sessions[0]), cal.session_last_minute(sessions[-1])
-    return pd.DatetimeIndex(cal.minutes_in_range(first_minute, last_minute))
 
 
 def nanos(ts: pd.Series) -> np.ndarray:

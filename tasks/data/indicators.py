@@ -11,7 +11,7 @@ in-memory panel gives, bit for bit:
   standard deviation sums its windows in another order than one symbol's column does, so
   they are computed over blocks of the panel's rows plus the bars they look back on);
 - **market-wide** (:func:`market_series`): turbulence and the volatility proxy
-  (``tasks/data/risk.py``), ``[T]`` series read from the panel in chunks.
+  (``tasks/data/turbulence.py``), ``[T]`` series read from the panel in chunks.
 
 Every indicator but stockstats' reads a bounded window of bars before t (:attr:`Plan.bounded`),
 so appended bars need only a tail of history.
@@ -27,7 +27,7 @@ import pandas as pd
 from tasks.config import FeatureParams
 from tasks.data import momentum
 from tasks.data.panel_store import FIELDS, ColumnStore, FieldRows, SymbolRows
-from tasks.data.risk import turbulence, volatility_proxy
+from tasks.data.turbulence import turbulence, volatility_proxy
 from trainers.common.metrics import periods_per_year
 
 MARKET_WIDE = ("turbulence", "vix_proxy")

@@ -9,7 +9,7 @@ each symbol covers, and only the missing (symbols, range) pieces are fetched and
 The **data version** is a hash of the files as they are on disk, so a hand edit changes
 it (and validation judges it). The continuous-training cycle fetches up to today
 (``latest``) and ends early when the data version is the one it last finished on
-(``data/ct/state.json``, docs/operations.md).
+(:mod:`tasks.data.ct_record`, docs/operations.md).
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ from tasks.storage import atomic_dir, file_digest, write_atomic
 
 log = logging.getLogger("podracer.ingest")
 MANIFEST = "manifest.json"
-STATE = "state.json"
-"""The continuous-training cycle's record, under ``data/ct/``: the data version it last finished on."""
 SYMBOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
 """A ticker; it names the symbol's file under data/raw/."""
 
@@ -239,28 +237,6 @@ def ingest(params: Params, latest: bool = False) -> IngestResult:
     if latest:
         params = params.model_copy(update={"data": params.data.model_copy(update={"end": date.today()})})
     return _ingest_pieces(params, make_source(params.data))
-
-
-def last_processed(params: Params) -> str | None:
-    """The data version the last continuous-training cycle finished on (``data/ct/state.json``)."""
-    path = params.dirs.ct / STATE
-    return json.loads(path.read_text()).get("data_version") if path.exists() else None
-
-
-def record_processed(params: Params, data_version: str, outcome: dict[str, object]) -> None:
-    """Remember the data version a cycle finished on, with its outcome (written last, atomically)."""
-    write_atomic(params.dirs.ct / STATE, json.dumps({"data_version": data_version, **outcome}, indent=1))
-
-
-def nothing_new(params: Params, ingested: IngestResult, champion_data_version: str | None) -> str | None:
-    """The one line that ends a cycle early, or None when there are new bars: nothing is new
-    when the data version is the one the last cycle (or, before any cycle, the champion) was
-    trained on (docs/operations.md, the CT cycle)."""
-    version = ingested.data_version
-    if version != (last_processed(params) or champion_data_version):
-        return None
-    last = str(read_parquet(min(ingested.files))[0]["ts"].max())[:10] if ingested.files else "-"
-    return f"nothing new since data version {version[:8]} (last bar {last}): the cycle ends here"
 
 
 ingest_task = task(ingest, name="ingest", cache_policy=NO_CACHE)

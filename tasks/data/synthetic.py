@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from tasks.calendar import nyse_schedule
 from tasks.data.synthetic_daily import (
     DRIFT_SCALE,
     JUMP_MEAN,
@@ -31,7 +32,6 @@ from tasks.data.synthetic_daily import (
     daily_market,
     kalman_filter,
     minute_count,
-    nyse_schedule,
 )
 from tasks.data.synthetic_intraday import minute_chunks
 from tasks.errors import ConfigError

@@ -30,6 +30,7 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
+from tasks.calendar import nyse_schedule
 from tasks.errors import ConfigError
 
 SECTORS = 3
@@ -84,31 +85,6 @@ class DailyMarket:
 def symbol_names(n: int) -> list[str]:
     """Tickers of the synthetic stocks: ``SYN000``, ``SYN001``, … (they sort in index order)."""
     return [f"SYN{i:03d}" for i in range(n)]
-
-
-def nyse_schedule(start: date, end: date) -> pd.DataFrame:
-    """NYSE sessions between ``start`` and ``end`` inclusive with their real open and close.
-
-    Index: session dates as UTC midnights; columns ``open`` and ``close`` (UTC), so half
-    days close at 13:00 New York time and DST moves the UTC open (docs/data.md, sources).
-    """
-    import exchange_calendars as xcals
-
-    lo, hi = pd.Timestamp(start), pd.Timestamp(end)
-    try:
-        # The calendar needs start < end; a wider one is filtered down below.
-        schedule = xcals.get_calendar("XNYS", start=lo, end=max(hi, lo + pd.Timedelta(days=1))).schedule
-    except xcals.errors.NoSessionsError:  # e.g. a holiday weekend: an empty schedule, not an error
-        schedule = pd.DataFrame({"open": [], "close": []}, index=pd.DatetimeIndex([]), dtype="datetime64[ns, UTC]")
-    schedule = schedule.loc[(schedule.index >= lo) & (schedule.index <= hi), ["open", "close"]]
-    index = pd.DatetimeIndex(schedule.index)
-    schedule.index = index.tz_localize("UTC") if index.tz is None else index.tz_convert("UTC")
-    return schedule
-
-
-def nyse_sessions(start: date, end: date) -> pd.DatetimeIndex:
-    """NYSE trading days between ``start`` and ``end`` inclusive, as UTC midnights."""
-    return pd.DatetimeIndex(nyse_schedule(start, end).index)
 
 
 def minute_count(schedule: pd.DataFrame) -> int:

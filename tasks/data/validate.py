@@ -38,11 +38,11 @@ import pyarrow.parquet as pq
 from prefect import task
 
 from tasks.caching import data_cache_key
+from tasks.calendar import calendar_index
 from tasks.config import Params
 from tasks.data.bars import VALIDATED, BarsWriter, read_parquet, to_contract, write_parquet
 from tasks.data.checks import (
     Gap,
-    calendar_index,
     check_frequency,
     gap_failure,
     in_order,

@@ -1,215 +1,153 @@
-"""The champion gate, shadow trading, and the registry aliases they move (docs/operations.md, the gate).
+"""The gate task: a tested policy's evidence, the gate's decision on it, and the report that
+says why (docs/operations.md, the gate).
 
-The gate decides on evidence, not on point estimates: a model is promoted only when its
-paired Sharpe difference beats every benchmark with a one-sided p-value below
-``registry.gate_alpha`` (:mod:`tasks.registry.evidence`). A model that is not worse than
-its benchmarks on its window (the weak screen) but has not shown a significant edge trades
-in **shadow**: it keeps the ``shadow`` alias, trades a paper account of its own, and its
-record over the bars it trades live is tested again as it grows. Evidence with a fault (no
-test was possible: a NaN return, a non-positive account, too few bars) fails the screen, so
-the gate fails closed: a faulted new model is refused and a faulted record retired.
-
-Repeated looks are what make a nightly gate promote on noise, so a cycle never promotes the
-challenger it has just trained: it can only enter shadow, when the seat is free. A shadow's
-record is tested once every ``ct.shadow_bars`` bars it has traded (promoted, kept, or
-retired when it is behind or has reached ``ct.shadow_max_bars``), and only one shadow
-trades at a time, so the tests are at least ``ct.shadow_bars`` bars apart whoever the
-shadow is: a year of daily bars holds at most ``252 / ct.shadow_bars`` tests, and one
-shadow at most ``ceil(shadow_max_bars / shadow_bars)``. At ``gate_alpha`` each, the expected
-number of false promotions a year is at most ``gate_alpha × 252 / shadow_bars`` (a union
-bound, whatever the tests' correlation); the maximum age changes who holds the seat, not
-how often it is tested. The record leaves out the window that chose the shadow: bars that
-selected a model would flatter it (the winner's curse).
-
-Aliases, not stages (MLflow has deprecated stages): ``challenger`` (the newest version),
-``champion`` (trades), ``previous_champion`` (``podracer rollback``) and ``shadow``. These
-are the registry's decisions, kept apart from the logging in :mod:`tasks.registry.register`
-so that they can be tested on their own.
+The pipeline's test split faces buy-and-hold and, when one sits, the champion: backtested
+beside the agent on the same bars, and when it had trained or selected on any of them, the
+window is not clean and the agent can enter shadow at most. A continuous-training cycle's
+arms (challenger, champion and buy-and-hold) are backtested on the same evaluation window
+and its standing shadow's record beside them. The evidence (:mod:`tasks.registry.evidence`)
+goes to the decision rule (:mod:`tasks.registry.decision`); the tables and the tearsheet
+(:mod:`tasks.registry.report`) show why. Moving the aliases is left to the register stage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
 
-from tasks.config import RegistryParams
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.config import Params
+from tasks.data import features
 from tasks.errors import MissingInput
-from tasks.registry.evidence import Evidence, evidence_line
-from tasks.registry.store import client
+from tasks.model.backtest import BacktestResult, compare
+from tasks.model.walkforward import CHALLENGER, Champion, Windows, day, seen_bars
+from tasks.registry.decision import Decision, decide, decide_cycle
+from tasks.registry.evidence import against, evidence_line, refused
+from tasks.registry.report import Arm, gate_table, tearsheet
+from tasks.registry.shadow import ARM, Shadow
+from trainers.common.metrics import periods_per_year
 
-CHAMPION, CHALLENGER, PREVIOUS, SHADOW = "champion", "challenger", "previous_champion", "shadow"
-Action = Literal["promote", "shadow", "refuse"]
-Outcome = Literal["promote", "retire", "keep"]
-
-
-def screened(evidence: Sequence[Evidence]) -> bool:
-    """The weak screen: on the point estimate, at least ``gate_margin`` above every benchmark
-    (at margin 0: not worse than any), and no test faulted: evidence that could
-    not be tested is no evidence, so a fault fails closed (DESIGN §10)."""
-    return all(e.fault is None and e.diff >= e.margin for e in evidence)
-
+CT_FOLDER, GATE_FILE, TEARSHEET_FILE = "report", "gate.md", "tearsheet.html"
+"""The cycle's report folder under ``data/ct/``, and its two files."""
+CHAMPION_FOLDER = "champion"
+"""Under ``data/backtest/``: the pipeline's test window with the champion beside the agent."""
 
 @dataclass(frozen=True)
-class ShadowFate:
-    """What a cycle did with the standing shadow."""
+class GateVerdict:
+    """What the gate decided, why, and the report that shows it."""
 
-    version: str
-    outcome: Outcome
-    record: tuple[Evidence, ...]
-    """Its record (the bars it traded since entering shadow) against each benchmark."""
-    tested: int
-    """Record bars at its latest test (0: not tested yet)."""
-    why: str = ""
-    """Why it was retired when its evidence alone does not say (its maximum age)."""
-
-    @property
-    def line(self) -> str:
-        said = {"promote": "promoted to champion", "retire": "retired", "keep": "stays in shadow"}[self.outcome]
-        if self.why:
-            said += f" ({self.why})"
-        if not self.record:
-            return f"shadow version {self.version} {said}: no bar of its record has come yet"
-        return f"shadow version {self.version} {said}: {evidence_line(self.record)}"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The gate's decision on a new model and, in a cycle, on the standing shadow."""
-
-    action: Action
-    """For the new model: the pipeline's agent, or a cycle's challenger (never ``promote``)."""
-    evidence: tuple[Evidence, ...]
-    """The new model on its window, against each benchmark."""
-    shadow: ShadowFate | None = None
-    held: str = ""
-    """Why a new model that passed can only enter shadow (the pipeline's champion had seen
-    test bars: no clean window to promote on)."""
+    decision: Decision
+    report_markdown: str
+    """The version's description in the MLflow UI, whose first line is the verdict line (and a cycle's
+    Prefect artifact)."""
+    report_file: Path | None = None
+    """``gate.md`` (a cycle's)."""
+    tearsheet: Path | None = None
+    """The quantstats HTML tearsheet (a cycle's)."""
+    compared: BacktestResult | None = None
+    """The pipeline's test window with the champion beside the agent and buy-and-hold, when
+    a champion sits (``data/backtest/champion/``)."""
 
     @property
-    def line(self) -> str:
-        """The verdict in one line: the version description's first line, the run summary's
-        gate line and the ``gate_reason`` tag."""
-        said = {"promote": "promoted", "shadow": "enters shadow", "refuse": "refused"}[self.action]
-        if self.held and self.action == "shadow":
-            said += f" ({self.held})"
-        elif self.action == "shadow" and all(e.passed for e in self.evidence):
-            said += " (promoted on the record it trades, not on the window that chose it)"
-        head = f"{said}: {evidence_line(self.evidence)}"
-        return head if self.shadow is None else f"{self.shadow.line} | new model {head}"
+    def passed(self) -> bool:
+        """The new model itself is promoted (only the pipeline's gate can say so)."""
+        return self.decision.action == "promote"
 
     @property
-    def promoted(self) -> str | None:
-        """``"new"`` when the new model is promoted, the shadow's version when it is, else None."""
-        if self.action == "promote":
-            return "new"
-        return self.shadow.version if self.shadow and self.shadow.outcome == "promote" else None
+    def reason(self) -> str:
+        """The verdict in one line (:attr:`tasks.registry.decision.Decision.line`)."""
+        return self.decision.line
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        found = tuple(path for path in (self.report_file, self.tearsheet) if path is not None)
+        return found + (self.compared.files if self.compared is not None else ())
 
 
-def decide(evidence: Sequence[Evidence], held: str = "") -> Decision:
-    """The pipeline's gate on its test window: promote when every benchmark is beaten
-    significantly; shadow when it is not worse than any on the point estimate; else refuse.
-
-    ``held`` says why the window is not clean enough to promote on (the champion had seen
-    some of its bars): a model that passes then only enters shadow, and the line says why.
-    """
-    evidence = tuple(evidence)
-    if all(e.passed for e in evidence) and not held:
-        return Decision("promote", evidence)
-    return Decision("shadow" if screened(evidence) else "refuse", evidence, held=held)
+def _arms(params: Params, tested: BacktestResult) -> list[Arm]:
+    per_year = periods_per_year(params.data.freq)
+    return [Arm.of(name, tested.curve[name], per_year, params.backtest.risk_free) for name in tested.curve.columns]
 
 
-def decide_cycle(window: Sequence[Evidence], standing: tuple[str, int] | None,
-                 record: Sequence[Evidence] | None, every: int, max_bars: int | None = None) -> Decision:
-    """A cycle's gate. ``window`` is the challenger's evidence on the evaluation window;
-    ``standing`` the shadow's version and the record length at its latest test (None
-    without a shadow), ``record`` its record's evidence (None or empty: no bar of its record
-    has come yet); ``every`` is ``ct.shadow_bars`` and ``max_bars`` ``ct.shadow_max_bars``.
-
-    The shadow is tested (a look) when its record has grown by ``every`` bars since its
-    latest test: promoted when it passes against every benchmark, retired when it fails the
-    screen (behind one, or a faulted test) or its record has reached ``max_bars``, else kept.
-    Tests stay at least ``every`` record bars apart, so the looks a year are bounded as the
-    module says; the maximum age only frees the seat of a shadow that never shows an edge. A
-    shadow without a record yet keeps its seat untested. The challenger enters shadow when
-    it passes the screen and the seat is free: no shadow stands, or this cycle promoted or
-    retired it. A standing shadow is not displaced by a newer challenger between its tests:
-    on the development seeds, replacing it whenever a challenger's window looked stronger
-    kept every shadow too young to be tested (docs/results.md, the gate).
-    """
-    window = tuple(window)
-    fate = None
-    if standing is not None:
-        version, tested = standing
-        record = tuple(record or ())
-        outcome: Outcome = "keep"
-        why = ""
-        if record and record[0].bars - tested >= every:
-            tested = record[0].bars
-            if all(e.passed for e in record):
-                outcome = "promote"
-            elif not screened(record):
-                outcome = "retire"
-            elif max_bars is not None and tested >= max_bars:
-                outcome, why = "retire", f"max age: {tested} record bars reach ct.shadow_max_bars {max_bars}"
-        fate = ShadowFate(version, outcome, record, tested, why)
-    if not screened(window) or (fate is not None and fate.outcome == "keep"):
-        return Decision("refuse", window, fate)
-    return Decision("shadow", window, fate)
+def split_windows(fs: features.FeatureSet) -> Windows:
+    """The pipeline's splits as :class:`tasks.model.walkforward.Windows`: it trains on the
+    train split, selects on validation and is judged on test."""
+    valid = fs.splits["validation"][1]
+    return Windows(train=fs.window("train"), select=fs.window("validation"), eval=fs.window("test"),
+                   cutoff=day(fs.timestamps[valid]), first=day(fs.timestamps[fs.splits["test"][0]]),
+                   last=day(fs.timestamps[fs.splits["test"][1]]))
 
 
-def alias_version(registry: RegistryParams, alias: str) -> str | None:
-    """The version that carries ``alias``, or None."""
-    import mlflow
-
+def pipeline_gate(params: Params, tested: BacktestResult, champion: Champion | None) -> GateVerdict:
+    """The pipeline's gate on its test window: the agent against buy-and-hold and, when one
+    sits, the ``champion``, backtested beside it on the same bars
+    (:func:`tasks.model.backtest.compare`, into ``data/backtest/champion/``). A champion whose
+    data cutoff reaches into the window has seen some of its bars: no clean window, so the
+    agent can only enter shadow, and the line says why. A champion that cannot trade the
+    window (other symbols or features) is a faulted test, so the agent is refused and can be
+    promoted only by hand (docs/operations.md, the gate)."""
+    registry, per_year, risk_free = params.registry, periods_per_year(params.data.freq), params.backtest.risk_free
+    fs = features.load(params.dirs.features)
+    w = split_windows(fs)
+    said = f"Test window {tested.start} to {tested.end}; trained and selected on data to {w.cutoff}."
+    if champion is None:
+        decision = decide(against(tested.curve, "agent", registry, per_year, risk_free))
+        return GateVerdict(decision, f"{decision.line}\n\n{said}")
     try:
-        return str(client(registry).get_model_version_by_alias(registry.model_name, alias).version)
-    except mlflow.exceptions.MlflowException:
-        return None
+        compared = compare(params, {"agent": params.dirs.models, "champion": champion.folder}, w.eval,
+                           params.dirs.backtest / CHAMPION_FOLDER, f"Test window beside champion v{champion.version}")
+    except MissingInput as err:  # it trades other symbols or features: no test against it, so no promotion
+        unfit = refused("champion", tested.bars, f"champion version {champion.version} cannot trade this test "
+                        f"window ({err})", registry.gate_margin, registry.gate_alpha)
+        decision = decide((unfit, *against(tested.curve, "agent", registry, per_year, risk_free)))
+        return GateVerdict(decision, f"{decision.line}\n\n{said}")
+    seen = seen_bars(fs, w, champion.cutoff)
+    held = "" if seen == 0 else (f"no clean window: champion version {champion.version} had trained or selected on "
+                                 f"{seen} of the {compared.bars} test bars, so it can be promoted only on the record "
+                                 "it trades")
+    evidence = against(compared.curve, "agent", registry, per_year, risk_free)
+    decision = decide(evidence, held)
+    table = gate_table(_arms(params, compared), f"**{decision.action}**: {evidence_line(evidence)}",
+                       (compared.start, compared.end), seen)
+    return GateVerdict(decision, f"{decision.line}\n\n{table}\n{said}", compared=compared)
 
 
-def rollback(registry: RegistryParams) -> tuple[str, str]:
-    """Move ``champion`` back to ``previous_champion`` (which becomes the rolled-back version),
-    through the registry, so that the promotion trigger delivers again. Returns
-    ``(restored, replaced)``; a one-line :class:`MissingInput` when there is nothing to go back to."""
-    previous = alias_version(registry, PREVIOUS)
-    if previous is None:
-        raise MissingInput(f"{registry.model_name}: no previous_champion to roll back to")
-    current = champion_version(registry)
-    promote(registry, previous)
-    return previous, current or "none"
+def gate_report(params: Params, tested: BacktestResult, shadow: Shadow | None = None,
+                record: BacktestResult | None = None, champion: Champion | None = None) -> GateVerdict:
+    """The gate's decision on ``tested`` and its report.
 
-
-def champion_version(registry: RegistryParams) -> str | None:
-    """The version that carries the ``champion`` alias, or None."""
-    return alias_version(registry, CHAMPION)
-
-
-def promote(registry: RegistryParams, version: str) -> str | None:
-    """Give ``version`` the champion alias; the old champion becomes ``previous_champion``.
-
-    Returns the previous champion's version, if there was one. A version that was the
-    challenger or the shadow stops being one. An unknown version is a one-line
-    :class:`MissingInput`.
+    The pipeline's test split (arms ``agent`` and ``buy_and_hold``) faces buy-and-hold and
+    the sitting ``champion``, if any (:func:`pipeline_gate`). A cycle's evaluation window
+    (``challenger``, ``champion`` unless this is the first model, ``buy_and_hold``) and the
+    standing ``shadow``'s ``record`` face the champion and buy-and-hold
+    (:func:`tasks.registry.decision.decide_cycle`; no record yet: the shadow keeps its seat
+    untested): the side-by-side tables, written to ``data/ct/report/gate.md``, and the
+    challenger's tearsheet beside it.
     """
-    import mlflow
+    if CHALLENGER not in tested.metrics:
+        return pipeline_gate(params, tested, champion)
+    registry, per_year, risk_free = params.registry, periods_per_year(params.data.freq), params.backtest.risk_free
+    window = against(tested.curve, CHALLENGER, registry, per_year, risk_free)
+    standing = (shadow.version, shadow.tested) if shadow is not None else None
+    kept = None
+    if shadow is not None and record is not None:
+        kept = against(record.curve, ARM, registry, per_year, risk_free)
+    decision = decide_cycle(window, standing, kept, params.ct.shadow_bars, params.ct.shadow_max_bars)
+    arms = _arms(params, tested)
+    dates = (tested.start, tested.end)
+    markdown = f"{decision.line}\n\n" + gate_table(arms, f"**{decision.action}**: {evidence_line(window)}", dates,
+                                                   tested.seen)
+    if decision.shadow is not None and record is not None:
+        markdown += "\n" + gate_table(_arms(params, record), decision.shadow.line, (record.start, record.end), None)
+    out = params.dirs.ct / CT_FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    (out / GATE_FILE).write_text(markdown)
+    benchmark = arms[1] if len(arms) == 3 else arms[-1]
+    sheet = tearsheet(arms[0], benchmark, out / TEARSHEET_FILE,
+                      f"Challenger vs {benchmark.name}, {dates[0]} to {dates[1]}")
+    return GateVerdict(decision, markdown, out / GATE_FILE, sheet)
 
-    store, name = client(registry), registry.model_name
-    try:
-        store.get_model_version(name, version)
-    except mlflow.exceptions.MlflowException:
-        raise MissingInput(f"{name}: no version {version} in {registry.tracking_uri}") from None
-    previous = champion_version(registry)
-    if previous is not None and previous != version:
-        store.set_registered_model_alias(name, PREVIOUS, previous)
-    store.set_registered_model_alias(name, CHAMPION, version)
-    drop_roles(registry, version)
-    return previous if previous != version else None
 
-
-def drop_roles(registry: RegistryParams, version: str) -> list[str]:
-    """Take ``challenger`` and ``shadow`` off ``version``, a champion now; returns those it carried."""
-    dropped = [alias for alias in (CHALLENGER, SHADOW) if alias_version(registry, alias) == version]
-    for alias in dropped:
-        client(registry).delete_registered_model_alias(registry.model_name, alias)
-    return dropped
+gate_task = task(gate_report, name="gate", cache_policy=NO_CACHE)

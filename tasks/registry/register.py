@@ -6,7 +6,7 @@ backtest metrics next to buy-and-hold, what the data layer dropped or masked
 docs/data.md, what is counted), and the artifacts (equity plot, validation report,
 leaderboard). The policy is logged as a :class:`tasks.registry.serving.PolicyModel` pyfunc
 and registered. The new version gets the alias ``challenger``; the gate's decision
-(:mod:`tasks.registry.gate`, :func:`tasks.registry.report.gate_report`: the pipeline's
+(:mod:`tasks.registry.decision`, :func:`tasks.registry.gate.gate_report`: the pipeline's
 agent faces buy-and-hold and the sitting champion) then makes it ``champion`` or ``shadow``,
 and settles the standing shadow (:func:`tasks.registry.shadow.settle`), whose look the
 cycle has already recorded.
@@ -34,9 +34,9 @@ from tasks.model import bundle
 from tasks.model.backtest import BacktestResult, load_result
 from tasks.model.leaderboard import LEADERBOARD, PLOT, log_nested_runs
 from tasks.model.train import PROFILE_FILES, SUMMARY, TrainResult
-from tasks.registry.aliases import DATA_VERSION
-from tasks.registry.gate import CHALLENGER, CHAMPION, SHADOW, Decision
-from tasks.registry.report import GateVerdict, gate_report
+from tasks.registry.aliases import CHALLENGER, CHAMPION, DATA_VERSION, SHADOW
+from tasks.registry.decision import Decision
+from tasks.registry.gate import GateVerdict, gate_report
 from tasks.registry.serving import policy_input
 from tasks.registry.shadow import settle
 from tasks.registry.store import client, connect

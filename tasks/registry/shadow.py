@@ -9,7 +9,7 @@ retired one gets ``shadow_retired`` (the date) and ``shadow_retired_reason``. Ea
 replays the frozen shadow over its record with the backtest's MDP, beside the champion and
 buy-and-hold on the same bars (:func:`shadow_record`); its paper account at the broker
 trades the same bars live (docs/delivery.md, shadow accounts). The gate
-(:func:`tasks.registry.gate.decide_cycle`) promotes, keeps or retires it.
+(:func:`tasks.registry.decision.decide_cycle`) promotes, keeps or retires it.
 
 Each look is written down (:func:`record_look`) as soon as the gate has taken it, before
 anything acts on it: a cycle that fails later does not look again on the same record, so
@@ -33,8 +33,9 @@ from tasks.data import features
 from tasks.errors import MissingInput
 from tasks.model.backtest import BacktestResult, compare, since_window
 from tasks.model.walkforward import Champion
+from tasks.registry.aliases import SHADOW, alias_version, promote
+from tasks.registry.decision import Decision, ShadowFate
 from tasks.registry.evidence import binding
-from tasks.registry.gate import SHADOW, Decision, ShadowFate, alias_version, promote
 from tasks.registry.store import client
 from tasks.registry.tags import BARS, DIFF, LINE, MAX_TAG, P_VALUE, RETIRED, RETIRED_WHY, SINCE, TESTED
 from tasks.registry.versions import fetch_bundle

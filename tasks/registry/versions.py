@@ -17,7 +17,7 @@ from tasks.config import Params, RegistryParams
 from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.model.walkforward import Champion
-from tasks.registry.gate import champion_version
+from tasks.registry.aliases import champion_version
 from tasks.registry.store import client, connect
 
 CUTOFF = "data_cutoff"

@@ -27,7 +27,7 @@ from tasks.data.validate import validate
 from tasks.delivery.client.deliver import deliver
 from tasks.model.backtest import backtest
 from tasks.model.train import train
-from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, promote
+from tasks.registry.aliases import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, promote
 from tasks.registry.register import COMPLETE, register
 from tasks.registry.store import client
 from tests.conftest import REPO

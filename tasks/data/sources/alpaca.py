@@ -40,9 +40,9 @@ from alpaca.data.historical import StockHistoricalDataClient
 from alpaca.data.requests import StockBarsRequest
 from alpaca.data.timeframe import TimeFrame
 
+from tasks.calendar import calendar_index
 from tasks.config_data import AlpacaParams
 from tasks.data.bars import to_contract
-from tasks.data.checks import calendar_index
 from tasks.data.sources import Request, SourceError
 from tasks.errors import DataError
 

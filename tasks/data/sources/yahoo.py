@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.calendar import nyse_sessions
 from tasks.config_data import YahooParams
 from tasks.data.bars import COLUMNS, to_contract
 from tasks.data.sources import Request, SourceError
@@ -135,15 +136,7 @@ def _empty_bars() -> pd.DataFrame:
 def _expects_bars(first: date, last: date, today: date) -> bool:
     """True when window first..last holds an NYSE session that has closed before ``today``."""
     last = min(last, today - timedelta(days=1))
-    if last < first:
-        return False
-    import exchange_calendars as xcals  # lazy: only consulted when an answer is empty
-
-    try:
-        calendar = xcals.get_calendar("XNYS", start=pd.Timestamp(first), end=pd.Timestamp(last + timedelta(days=7)))
-        return len(calendar.sessions_in_range(pd.Timestamp(first), pd.Timestamp(last))) > 0
-    except ValueError:  # outside the calendar's bounds: fall back to weekdays
-        return len(pd.bdate_range(first, last)) > 0
+    return last >= first and not nyse_sessions(first, last).empty
 
 
 def _call_with_deadline(call: Callable[[], pd.DataFrame], seconds: float) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tasks.delivery.broker.accounts import Exchange
-from tasks.delivery.broker.orders import BrokerError, asset_json
+from tasks.delivery.broker.alpaca_shapes import BrokerError, asset_json
 from tasks.delivery.broker.paper import PaperBroker
 from tasks.errors import PodracerError
 

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import pandas as pd
 
-from tasks.data.synthetic_daily import nyse_schedule
+from tasks.calendar import nyse_schedule
 
 NEW_YORK = ZoneInfo("America/New_York")
 Phase = Literal["open", "close"]

@@ -33,11 +33,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tasks.delivery.broker.alpaca_shapes import BrokerError, OrderRequest, money, order_json, parse_order, position_json
 from tasks.delivery.broker.clock import ClockView, Phase, iso, utc_now
 from tasks.delivery.broker.feed import Feed, FeedSource
 from tasks.delivery.broker.fills import fill_batch, marketable, remaining, touched
 from tasks.delivery.broker.ledger import OPEN_STATUSES, Ledger
-from tasks.delivery.broker.orders import BrokerError, OrderRequest, money, order_json, parse_order, position_json
 from tasks.errors import ConfigError
 
 ClockMode = Literal["simulated", "wall"]

@@ -26,7 +26,7 @@ from tasks.config import Params
 from tasks.delivery.client.loop import CycleResult, NoChampion, message
 from tasks.delivery.client.session import Session, trading_session
 from tasks.errors import PodracerError
-from tasks.registry.gate import SHADOW, alias_version
+from tasks.registry.aliases import SHADOW, alias_version
 from tasks.storage import write_atomic
 
 log = logging.getLogger("podracer.trade")

@@ -23,11 +23,11 @@ from typing import Any
 from tasks.config import Params
 from tasks.data import features
 from tasks.delivery.client import deliver
-from tasks.delivery.client.bars import bar_close, bar_key
+from tasks.delivery.client.bar_keys import bar_close, bar_key
 from tasks.delivery.client.loop import CycleResult
 from tasks.delivery.client.risk import halt, unhalt
 from tasks.delivery.client.session import trading_session
-from tasks.registry.gate import SHADOW, alias_version, champion_version
+from tasks.registry.aliases import SHADOW, alias_version, champion_version
 
 log = logging.getLogger("podracer.trade")
 LOOK_SECONDS = 300.0

@@ -8,7 +8,7 @@ One cycle (``podracer trade``; the pipeline's deliver stage is one cycle):
 4. run the pre-trade risk checks (:mod:`tasks.delivery.client.risk`);
 5. journal the planned orders, then submit them with deterministic client order ids
    (account role, model version, bar, symbol), so a loop killed and restarted resubmits nothing;
-   a bar is named by its date, or by its minute on minute bars (:mod:`tasks.delivery.client.bars`);
+   a bar is named by its date, or by its minute on minute bars (:mod:`tasks.delivery.client.bar_keys`);
 6. poll for the fills, and record the cycle (orders, fills, equity, model version) in
    the journal and as metrics of the trading session's MLflow run.
 
@@ -35,11 +35,11 @@ from alpaca.trading.requests import GetOrdersRequest, MarketOrderRequest
 
 from tasks.config import Params
 from tasks.data import features
-from tasks.delivery.client.bars import bar_close, bar_key, bar_step, bar_time, compact
+from tasks.delivery.client.bar_keys import bar_close, bar_key, bar_step, bar_time, compact
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.risk import PlannedOrder, check_orders, daily_loss, halt, halted
 from tasks.errors import ConfigError, DataError, PodracerError
-from tasks.registry.gate import CHAMPION, alias_version
+from tasks.registry.aliases import CHAMPION, alias_version
 from tasks.registry.serving import policy_input
 
 log = logging.getLogger("podracer.trade")

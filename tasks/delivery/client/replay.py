@@ -28,7 +28,7 @@ from alpaca.trading.client import TradingClient
 
 from tasks.config import Params
 from tasks.data import features
-from tasks.delivery.client.bars import bar_key
+from tasks.delivery.client.bar_keys import bar_key
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.local import local_broker
 from tasks.delivery.client.loop import Policy, TradingLoop

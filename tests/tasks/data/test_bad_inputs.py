@@ -15,9 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from standins.tiny import tiny_params
-from tasks.data.checks import calendar_index
+from tasks.calendar import calendar_index, nyse_sessions
 from tasks.data.ingest import ingest
-from tasks.data.synthetic_daily import nyse_sessions
 from tasks.data.validate import VALIDATED, validate
 from tasks.errors import PodracerError
 

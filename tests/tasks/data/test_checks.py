@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.calendar import calendar_index
 from tasks.data.checks import (
-    calendar_index,
     check_frequency,
     check_gaps,
     is_sorted,
@@ -21,13 +21,6 @@ def minute_bars(symbol: str, day: str) -> pd.DataFrame:
     close = 100 + np.arange(len(ts)) * 0.01
     return pd.DataFrame({"symbol": symbol, "ts": ts, "open": close, "high": close + 0.05, "low": close - 0.05,
                          "close": close, "volume": 10.0, "_file": f"{symbol}.parquet"})
-
-
-def test_calendar_has_half_days_and_dst():
-    friday = calendar_index("1min", pd.Timestamp("2023-11-24", tz="UTC"), pd.Timestamp("2023-11-24 23:00", tz="UTC"))
-    assert len(friday) == 210 and friday[0] == pd.Timestamp("2023-11-24 14:30", tz="UTC")
-    summer = calendar_index("1min", pd.Timestamp("2023-07-05", tz="UTC"), pd.Timestamp("2023-07-05 23:00", tz="UTC"))
-    assert len(summer) == 390 and summer[0] == pd.Timestamp("2023-07-05 13:30", tz="UTC")
 
 
 def test_out_of_session_minutes_and_disorder_are_row_failures():

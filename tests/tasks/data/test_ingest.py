@@ -2,9 +2,8 @@ import pandas as pd
 import pytest
 
 from standins.tiny import tiny_params
-from tasks.data.arrivals import simulate
 from tasks.data.bars import read_parquet
-from tasks.data.ingest import MANIFEST, ingest, nothing_new, record_processed
+from tasks.data.ingest import MANIFEST, ingest
 from tasks.errors import DataError
 
 
@@ -71,16 +70,3 @@ def test_bad_files_are_one_line_errors(tmp_path, content, expected):
         ingest(tiny_params(tmp_path, "data.source=file", f"data.path={csv}"))
     assert expected in str(err.value) and str(csv) in str(err.value)
     assert not (tmp_path / "data" / "raw").exists()  # nothing half-written
-
-
-def test_a_cycle_with_nothing_new_ends_early_in_one_line(built_copy):
-    params = built_copy
-    ingested = ingest(params, latest=True)
-    version = ingested.data_version
-    assert nothing_new(params, ingested, None) is None  # no cycle and no champion yet
-    why = nothing_new(params, ingested, champion_data_version=version)
-    assert why == f"nothing new since data version {version[:8]} (last bar 2021-12-31): the cycle ends here"
-    record_processed(params, version, {})
-    assert nothing_new(params, ingested, None) == why  # the last cycle's version counts too
-    simulate(params, 1)
-    assert nothing_new(params, ingest(params, latest=True), version) is None

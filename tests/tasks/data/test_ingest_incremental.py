@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 
 from standins.tiny import tiny_params
+from tasks.calendar import nyse_sessions
 from tasks.data import ingest as stage
 from tasks.data.bars import read_parquet
 from tasks.data.ingest import missing_pieces
 from tasks.data.sources import Request
-from tasks.data.synthetic_daily import nyse_sessions
 
 
 class FakeSource:

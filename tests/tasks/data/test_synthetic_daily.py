@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import integrate, stats
 
+from tasks.calendar import nyse_schedule
 from tasks.config_data import DataParams
 from tasks.data.synthetic import synthetic_bars
 from tasks.data.synthetic_daily import (
@@ -18,7 +19,6 @@ from tasks.data.synthetic_daily import (
     DailyMarket,
     clipped_t_log_mgf,
     daily_market,
-    nyse_schedule,
 )
 from tasks.errors import ConfigError
 

@@ -10,10 +10,10 @@ import pandas as pd
 
 from flows.cli import _describe_validate
 from standins.tiny import tiny_params
+from tasks.calendar import nyse_sessions
 from tasks.data.bars import panel
 from tasks.data.coverage import bar_coverage, coverage_lines, real_bars
 from tasks.data.ingest import ingest
-from tasks.data.synthetic_daily import nyse_sessions
 from tasks.data.validate import validate
 
 SESSIONS = nyse_sessions(pd.Timestamp("2021-01-04").date(), pd.Timestamp("2021-03-31").date())[:40]

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from standins.tiny import tiny_params
+from tasks.calendar import nyse_sessions
 from tasks.data import validate as stage
 from tasks.data.bars import read_parquet
 from tasks.data.coverage import BarTimes, real_bars
 from tasks.data.ingest import ingest
-from tasks.data.synthetic_daily import nyse_sessions
 from tasks.data.validate import REPORT, VALIDATED, RawFile, batches, validate
 from tasks.errors import DataError, ValidationFailed
 

@@ -1,6 +1,7 @@
-"""An alias moved by hand, fixed so that the aliases end as ``podracer promote`` leaves them
-(a rollback restores what traded before; the champion is no longer challenger or shadow), and
-the champion's data version as the runner's data poll reads it.
+"""The aliases the gate moves (promote, rollback), an alias moved by hand, fixed so that the
+aliases end as ``podracer promote`` leaves them (a rollback restores what traded before; the
+champion is no longer challenger or shadow), and the champion's data version as the runner's
+data poll reads it.
 
 Bare model versions in a throwaway sqlite store (no model files): seconds, no pipeline.
 """
@@ -8,8 +9,20 @@ Bare model versions in a throwaway sqlite store (no model files): seconds, no pi
 import pytest
 
 from tasks.config import RegistryParams
-from tasks.registry.aliases import DATA_VERSION, champion_data_version, note_hand_move
-from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, promote, rollback
+from tasks.errors import MissingInput
+from tasks.registry.aliases import (
+    CHALLENGER,
+    CHAMPION,
+    DATA_VERSION,
+    PREVIOUS,
+    SHADOW,
+    alias_version,
+    champion_data_version,
+    champion_version,
+    note_hand_move,
+    promote,
+    rollback,
+)
 from tasks.registry.store import client
 
 
@@ -100,3 +113,42 @@ def test_the_champions_data_version_is_its_tag(registry):
     assert champion_data_version(registry) is None  # registered without the tag
     promote(registry, "2")
     assert champion_data_version(registry) == "d2"
+
+
+def test_promotion_moves_champion_to_previous_and_clears_the_challenger(registry):
+    assert champion_version(registry) is None
+    assert promote(registry, "1") is None and aliases(registry) == {CHAMPION: "1"}
+    client(registry).set_registered_model_alias(registry.model_name, CHALLENGER, "2")
+    assert promote(registry, "2") == "1"
+    assert aliases(registry) == {CHAMPION: "2", PREVIOUS: "1"}
+    assert promote(registry, "2") is None and aliases(registry) == {CHAMPION: "2", PREVIOUS: "1"}  # idempotent
+    client(registry).set_registered_model_alias(registry.model_name, CHALLENGER, "3")
+    assert promote(registry, "1") == "2"  # a hand promotion leaves another version's challenger alias alone
+    assert aliases(registry) == {CHAMPION: "1", PREVIOUS: "2", CHALLENGER: "3"}
+    assert alias_version(registry, "no-such-alias") is None
+    client(registry).set_registered_model_alias(registry.model_name, SHADOW, "3")
+    assert promote(registry, "3") == "1" and aliases(registry) == {CHAMPION: "3", PREVIOUS: "1"}  # shadow cleared
+
+
+def test_promoting_an_unknown_version_is_one_line_and_moves_nothing(registry):
+    promote(registry, "1")
+    with pytest.raises(MissingInput, match=r"^podracer-ppo: no version 7 in sqlite:///.*mlflow\.db$"):
+        promote(registry, "7")
+    assert aliases(registry) == {CHAMPION: "1"}
+
+
+def test_the_client_uses_the_configured_store_whatever_mlflow_was_pointed_at(registry, tmp_path):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    mlflow.set_registry_uri(f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    assert promote(registry, "3") is None and aliases(registry) == {CHAMPION: "3"}
+
+
+def test_rollback_moves_the_champion_back_and_back_again(registry):
+    with pytest.raises(MissingInput, match="no previous_champion to roll back to"):
+        rollback(registry)
+    promote(registry, "1")
+    promote(registry, "3")
+    assert rollback(registry) == ("1", "3") and aliases(registry) == {CHAMPION: "1", PREVIOUS: "3"}
+    assert rollback(registry) == ("3", "1") and aliases(registry) == {CHAMPION: "3", PREVIOUS: "1"}

@@ -8,7 +8,7 @@ where nothing has imported ``tasks.registry.serving`` yet.
 import subprocess
 import sys
 
-from tasks.registry.gate import CHAMPION
+from tasks.registry.aliases import CHAMPION
 from tasks.registry.register import register
 from tests.conftest import REPO
 from tests.tasks.registry.test_register_deliver import with_margin

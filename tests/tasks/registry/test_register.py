@@ -16,10 +16,11 @@ from tasks.model import bundle
 from tasks.model.backtest import BacktestResult, backtest, load_result
 from tasks.model.train import TrainResult
 from tasks.model.walkforward import Champion
+from tasks.registry.aliases import CHALLENGER, CHAMPION, SHADOW
+from tasks.registry.decision import Decision
 from tasks.registry.evidence import Evidence
-from tasks.registry.gate import CHALLENGER, CHAMPION, SHADOW, Decision
+from tasks.registry.gate import GateVerdict, gate_report
 from tasks.registry.register import COMPLETE, cycle_candidate, drop_incomplete, pipeline_candidate, register
-from tasks.registry.report import GateVerdict, gate_report
 from tasks.registry.store import SERVER_ENV, client
 from tasks.registry.versions import CUTOFF
 from tests.tasks.registry.test_register_deliver import aliases, with_margin

@@ -9,7 +9,7 @@ from tasks.data import features
 from tasks.delivery.client.deliver import deliver
 from tasks.delivery.client.loop import NoChampion
 from tasks.model import bundle
-from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, promote
+from tasks.registry.aliases import CHALLENGER, CHAMPION, PREVIOUS, promote
 from tasks.registry.register import register
 from tasks.registry.serving import policy_input
 from tasks.registry.store import connect

@@ -9,8 +9,9 @@ import pytest
 from standins.tiny import tiny_params
 from tasks.errors import MissingInput
 from tasks.model.walkforward import Champion
+from tasks.registry.aliases import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, promote
+from tasks.registry.decision import Decision, ShadowFate
 from tasks.registry.evidence import Evidence
-from tasks.registry.gate import CHALLENGER, CHAMPION, PREVIOUS, SHADOW, Decision, ShadowFate, promote
 from tasks.registry.shadow import Shadow, current_shadow, record_look, settle, shadow_record
 from tasks.registry.store import client
 from tasks.registry.tags import BARS, DIFF, LINE, P_VALUE, RETIRED, RETIRED_WHY, SINCE, TESTED

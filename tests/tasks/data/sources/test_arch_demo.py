@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.calendar import nyse_sessions
 from tasks.data.bars import COLUMNS, to_contract
 from tasks.data.sources import Request, Source, SourceError
 from tasks.data.sources.arch_demo import ArchDemoSource
-from tasks.data.synthetic_daily import nyse_sessions
 from tasks.errors import DataError
 
 SOURCE: Source = ArchDemoSource()  # satisfies the Source protocol (checked by type checkers)

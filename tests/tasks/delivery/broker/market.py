@@ -18,8 +18,8 @@ import pandas as pd
 import requests
 from alpaca.trading.client import TradingClient
 
+from tasks.calendar import nyse_schedule
 from tasks.data.bars import write_parquet
-from tasks.data.synthetic_daily import nyse_schedule
 from tasks.delivery.broker.accounts import Exchange
 from tasks.delivery.broker.paper import ClockMode, PaperBroker
 from tasks.delivery.broker.service import BrokerServer

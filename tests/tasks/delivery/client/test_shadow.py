@@ -18,7 +18,7 @@ from tasks.delivery.client.deliver import DELIVERED, deliver
 from tasks.delivery.client.journal import JOURNAL, Journal
 from tasks.delivery.client.loop import NoChampion, client_order_id
 from tasks.delivery.keys import CHAMPION, ROLES, SHADOW
-from tasks.registry import gate
+from tasks.registry import aliases
 from tasks.registry.store import connect
 from tests.tasks.delivery.client.test_deliver import NOBODY
 from tests.tasks.delivery.client.test_loop import champion as register_biased
@@ -64,7 +64,7 @@ def test_client_order_ids_are_deterministic_and_differ_per_account():
     assert client_order_id("3", "2021-12-31", "SYN000", SHADOW) == "pdr-shadow-v3-20211231-SYN000"
     assert client_order_id("3", "2021-12-31", "SYN000", SHADOW) == client_order_id("3", "2021-12-31", "SYN000", SHADOW)
     assert client_order_id("3", "2021-12-31", "SYN000", SHADOW) != client_order_id("3", "2021-12-31", "SYN000")
-    assert ROLES == (gate.CHAMPION, gate.SHADOW)  # an account's role is the alias that trades in it
+    assert ROLES == (aliases.CHAMPION, aliases.SHADOW)  # an account's role is the alias that trades in it
 
 
 def test_one_cycle_trades_the_champion_and_the_shadow_each_in_its_own_account(two_versions):

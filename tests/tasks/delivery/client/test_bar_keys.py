@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from tasks.delivery.client.bars import bar_close, bar_key, bar_step, bar_time
+from tasks.delivery.client.bar_keys import bar_close, bar_key, bar_step, bar_time
 from tasks.delivery.client.live import due
 from tasks.delivery.client.loop import client_order_id
 

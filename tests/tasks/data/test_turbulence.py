@@ -5,8 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tasks.data import risk
-from tasks.data.risk import log_returns, turbulence, volatility_proxy
+from tasks.data.turbulence import log_returns, turbulence, volatility_proxy
 
 # Two correlated stocks, 9 bars: the covariance's off-diagonal term matters.
 CLOSE = np.array([[100, 50], [101, 50.8], [99.5, 49.9], [102, 51.5], [103, 51.7], [101, 50.2],
@@ -82,7 +81,7 @@ def panel(bars: int, stocks: int) -> np.ndarray:
 def test_turbulence_in_chunks_and_from_a_later_bar_equals_the_whole(monkeypatch, refresh):
     close = panel(523, 12)
     whole = turbulence(close, 20, refresh)
-    monkeypatch.setattr(risk, "CHUNK", 60)
+    monkeypatch.setattr("tasks.data.turbulence.CHUNK", 60)
     np.testing.assert_array_equal(turbulence(close, 20, refresh), whole)
     for first in (0, 21, 100, 522):
         np.testing.assert_array_equal(turbulence(close, 20, refresh, first), whole[first:])
@@ -101,7 +100,7 @@ def test_turbulence_of_a_bar_does_not_change_when_later_bars_arrive(stocks):
 def test_volatility_proxy_in_chunks_and_from_a_later_bar_equals_the_whole(monkeypatch):
     close = panel(523, 5)
     whole = volatility_proxy(close, 21, 252.0)
-    monkeypatch.setattr(risk, "CHUNK", 40)
+    monkeypatch.setattr("tasks.data.turbulence.CHUNK", 40)
     np.testing.assert_array_equal(volatility_proxy(close, 21, 252.0), whole)
     for first in (0, 20, 21, 300, 522):
         np.testing.assert_array_equal(volatility_proxy(close, 21, 252.0, first), whole[first:])

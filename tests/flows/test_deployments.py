@@ -90,4 +90,8 @@ def test_the_runner_delivers_a_promotion_in_its_own_process_the_moment_the_event
     assert delivered.get(timeout=20) == (params.registry.model_name, "5")  # the burst folded into one delivery
     time.sleep(1)
     assert delivered.empty()
+    prefect_emit(promotion_event("someone-else", "9", "d9", "webhook"))  # now surely subscribed: not ours
+    time.sleep(1)
+    prefect_emit(promotion_event(params.registry.model_name, "6", "d6", "webhook"))
+    assert delivered.get(timeout=20) == (params.registry.model_name, "6")
     stop.set()

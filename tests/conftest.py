@@ -29,8 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests that need the session's tiny pipeline (``make mutate`` leaves them out),
-    and run the slow end-to-end tests first: on `make test`'s two xdist workers they start at
-    once and the fast tests fill in around them, instead of one long test starting last."""
+    and put the slow end-to-end tests first, so that none starts last: ``--dist worksteal``
+    hands the first worker the first half of the collection, and the second worker steals the
+    later slow tests once its fast half is done (docs/testing.md, Where the time goes)."""
     for item in items:
         if {"built", "built_copy"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.pipeline)

@@ -9,6 +9,7 @@ learners, so each learner's runner keeps the same books.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
@@ -57,13 +58,28 @@ class Setting(JobSetting):
         return float(self.iterations * self.base(algo).with_hparams(hparams).iteration_cost())
 
 
+def set_deterministic(on: bool) -> None:
+    """``train.deterministic``: deterministic kernels only in this process (a CUDA run then
+    repeats bit for bit on the same GPU). cuBLAS needs its fixed workspace set before its
+    first call. A Dask worker is a process of its own, so :func:`run_job` sets it there too.
+    Only a change is made: torch's switch imports its compiler stack (2 s at a command's start)."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if on != torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(on)
+
+
 def run_job(job: AgentJob, setting: JobSetting) -> AgentJob:
     """Train one agent for a generation (or a tournament job) with its learner's runner
     (``ALGORITHMS[job.algo].run``). On a :meth:`~JobSetting.shipped` setting it trains on the
-    named device and hands its state back on the data's. The input is not changed."""
+    named device, under the run's ``train.deterministic``, and hands its state back on the
+    data's. The input is not changed."""
     home = setting.data.close.device
-    if setting.device is not None and torch.device(setting.device) != home:  # shipped: train on the named device
-        setting = replace(setting, data=setting.data.to(setting.device), device=None)
+    if setting.device is not None:  # shipped to another process: its switches too
+        if setting.runtime.deterministic:
+            set_deterministic(True)
+        if torch.device(setting.device) != home:  # train on the named device
+            setting = replace(setting, data=setting.data.to(setting.device), device=None)
     done = ALGORITHMS[job.algo].run(job, setting)
     done.state, done.best = to_device(done.state, home), to_device(done.best, home)
     return done

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +37,7 @@ from trainers.common.metrics import periods_per_year
 from trainers.common.state import StateScales
 from trainers.config import EvolutionConfig
 from trainers.evolution import Evolution, EvolutionResult, ProgressFn, Run, evaluations_per_generation
+from trainers.population import set_deterministic
 from trainers.tournament import Tournament
 
 log = logging.getLogger("podracer.train")
@@ -99,14 +99,6 @@ def pick_device(choice: str) -> torch.device:
     if choice == "auto":
         choice = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(choice)
-
-
-def set_deterministic(on: bool) -> None:
-    """``train.deterministic``: deterministic kernels only (a CUDA run then repeats bit for bit on
-    the same GPU). cuBLAS needs its fixed workspace set before its first call."""
-    if on:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(on)
 
 
 def save_profile(report: profiler.Report, folder: Path) -> None:

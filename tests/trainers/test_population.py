@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from trainers.common.jobs import AgentJob
-from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig
+from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig
 from trainers.evolution import Evolution, run_serially
-from trainers.population import run_job
+from trainers.population import run_job, set_deterministic
 from trainers.ppo.multiplex import run_multiplexed
 
 from .helpers import evolve, market, scales
@@ -41,6 +41,19 @@ def test_running_a_job_leaves_its_input_untouched():
     assert all(torch.equal(m[name], saved[k][name]) for k, m in moments.items() for name in ("exp_avg", "exp_avg_sq"))
     assert all(torch.equal(job.state["learners"][0]["actor"][k], v) for k, v in before["learners"][0]["actor"].items())
     assert torch.equal(job.state["envs"][0]["rng"], before["envs"][0]["rng"])
+
+
+def test_a_shipped_job_sets_train_deterministic_in_the_process_that_runs_it():
+    """A Dask worker is a process of its own: the driver's ``train.deterministic`` reaches it
+    only through the shipped setting."""
+    jobs, setting = first_generation()
+    try:
+        run_job(jobs[0], dataclasses.replace(setting, runtime=RuntimeConfig(deterministic=True)))
+        assert not torch.are_deterministic_algorithms_enabled()  # in the driver's process, its own switch holds
+        run_job(jobs[0], dataclasses.replace(setting, runtime=RuntimeConfig(deterministic=True)).shipped())
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        set_deterministic(False)
 
 
 def test_a_job_never_spends_more_than_its_budget():

@@ -14,9 +14,10 @@ import torch
 from standins.tiny import TINY, tiny_params
 from tasks.model import bundle
 from tasks.model.plan import checkpoint_dir
-from tasks.model.train import set_deterministic, train
+from tasks.model.train import train
 from tests.conftest import REPO
 from trainers.evolution import CHECKPOINT
+from trainers.population import set_deterministic
 
 LONGER = ["evolution.generations=4", "evolution.iterations_per_generation=3"]
 

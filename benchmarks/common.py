@@ -6,7 +6,8 @@ docs/benchmarks.md.
 pipeline does, into ``params.data_dir``; :func:`build_market` does it for one market kind and
 seed (:func:`market_params`) and returns the windows and scales every arm is scored with.
 The pipeline's modules are imported inside these functions: a benchmark's measured child
-process imports this module to record, and its peak memory must not include the pipeline.
+process imports this module to record, and its peak memory must not include the pipeline;
+the device script, on a machine without the pipeline's packages, imports :func:`commit`.
 
 **Sections.** A section sits between ``<!-- benchmark: KEY -->`` and ``<!-- end: KEY -->``;
 a run replaces its latest reading and appends one row to the table under ``### History``
@@ -24,9 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tasks.config import Params, load_params
-
 if TYPE_CHECKING:
+    from tasks.config import Params
     from tasks.data.features import FeatureSet
     from trainers.common.env import MarketData
     from trainers.common.evaluate import Policy
@@ -73,6 +73,8 @@ def build_features(params: Params) -> FeatureSet:
 
 def default_features(workdir: Path) -> tuple[Params, FeatureSet]:
     """params.yaml's market (the default embedded one) built under ``workdir``."""
+    from tasks.config import load_params
+
     params = load_params(ROOT / "params.yaml", [f"data_dir={workdir / 'data'}"])
     return params, build_features(params)
 
@@ -80,6 +82,8 @@ def default_features(workdir: Path) -> tuple[Params, FeatureSet]:
 def market_params(root: Path, market: str, seed: int, overrides: list[str]) -> Params:
     """params.yaml for ``market`` (a key of :data:`KINDS`) at ``seed`` (``data.seed`` and
     ``evolution.seed``), its data in ``root/MARKET-SEED/data``; ``overrides`` apply last."""
+    from tasks.config import load_params
+
     return load_params(ROOT / "params.yaml", [f"data_dir={root / f'{market}-{seed}' / 'data'}", f"data.seed={seed}",
                                               f"evolution.seed={seed}", *KINDS[market], *overrides])
 

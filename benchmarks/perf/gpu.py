@@ -14,6 +14,9 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
   recorded, with the update's share of the FP32 peak (benchmarks/perf/gpu_train.py);
 * ``parity``: one generation on CUDA against the CPU (same random draws), and a checkpoint
   resumed across devices (benchmarks/perf/gpu_train.py);
+* ``dask``: a short evolution's jobs on a real ``dask scheduler`` and two ``--resources GPU=1``
+  workers pinned to the GPU, against the same run in this process (benchmarks/perf/gpu_dask.py;
+  it needs dask's wheels, which travel in ``.whl/``);
 * ``headline``: a population of 16 on the paper-scale minute market for a wall budget, its
   test-year Sharpe beside buy-and-hold and momentum, and an RL-Scope breakdown
   (benchmarks/perf/gpu_train.py; ``headline.json`` and ``profile.json``).
@@ -39,15 +42,17 @@ from typing import Any
 
 import torch
 
+from benchmarks.common import commit
 from benchmarks.perf import gpu_train
 from benchmarks.perf.gpu_common import Args, bytes_moved, sample_env, timed
+from benchmarks.perf.gpu_dask import section_dask
 from trainers.common.capture import HostReadError, Recorded, no_host_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root (the device script runs from it on a bare GPU machine, uninstalled)."""
 
-SECTIONS = ("device", "sync", "env", "ppo", "parity", "headline")
-BUDGET = {"device": 20, "sync": 40, "env": 80, "ppo": 90, "parity": 40, "headline": 10_000}
+SECTIONS = ("device", "sync", "env", "ppo", "parity", "dask", "headline")
+BUDGET = {"device": 20, "sync": 40, "env": 80, "ppo": 90, "parity": 40, "dask": 90, "headline": 10_000}
 """Each section's most seconds; the headline takes what the deadline leaves."""
 NOMINAL = {"H100": {"fp32_tflops": 67.0, "bandwidth_gbs": 3350.0},
            "H200": {"fp32_tflops": 67.0, "bandwidth_gbs": 4800.0}}
@@ -154,7 +159,7 @@ def necessary_bytes(stocks: int, state_dim: int) -> int:
 
 SECTION_FUNCTIONS: dict[str, Callable[[Args], dict[str, Any]]] = {
     "device": section_device, "sync": section_sync, "env": section_env, "ppo": gpu_train.section_ppo,
-    "parity": gpu_train.section_parity, "headline": gpu_train.section_headline}
+    "parity": gpu_train.section_parity, "dask": section_dask, "headline": gpu_train.section_headline}
 
 
 def run_section(args: Args) -> None:
@@ -167,7 +172,8 @@ def run_section(args: Args) -> None:
     except Exception as error:  # noqa: BLE001 - a failed section is reported, and the next one runs
         result = {**(args.load(args.section) or {}), "ok": False, "error": f"{type(error).__name__}: {error}",
                   "trace": traceback.format_exc()[-3000:]}
-    result |= {"section": args.section, "seconds": time.perf_counter() - started, "device": args.device}
+    result |= {"section": args.section, "seconds": time.perf_counter() - started, "device": args.device,
+               "commit": commit()}
     args.save(args.section, result)
 
 

@@ -94,6 +94,21 @@ def headline_text(run: dict[str, dict[str, Any]]) -> str:
             f"- RL-Scope breakdown (one eager iteration and 500 evaluation decisions, shares of wall): {shares}.")
 
 
+def dask_text(d: dict[str, Any]) -> str:
+    """The ``dask`` section in a sentence: where the jobs ran and how the leaderboard compares."""
+    if not d.get("ok"):
+        return f"**Dask GPU workers** (benchmarks/perf/gpu_dask.py): failed: {d.get('error', '')[:200]}"
+    memory = ", ".join(f"{b / 2**20:,.0f} MiB" for b in d["worker_gpu_bytes"]) or "-"
+    return (f"**Dask GPU workers** (benchmarks/perf/gpu_dask.py): a `dask scheduler` and {d['workers']} "
+            f"`dask worker --resources GPU=1` processes on 127.0.0.1, pinned to GPU {d['CUDA_VISIBLE_DEVICES']}, "
+            f"trained {sum(d['jobs_by_worker'].values())} jobs ({' + '.join(map(str, d['jobs_by_worker'].values()))}"
+            f" by worker; the most GPU memory each held: {memory}) in {d['workers_seconds']:.1f} s, against "
+            f"{d['in_process_seconds']:.1f} s in one process; the leaderboard (best fitness {d['best_fitness']:.6f}, "
+            f"{d['evaluations']} evaluations) is {'bit for bit the same' if d['identical'] else 'different'}: "
+            f"largest fitness difference {d['max_fitness_diff']:.1e}, largest weight difference "
+            f"{d['max_best_actor_weight_diff']:.1e}, the same agent selected: {d['same_best_agent']}.")
+
+
 def plot(gpu: dict[str, dict[str, Any]], cpu: dict[str, dict[str, Any]] | None, title: str, image: Path) -> None:
     from matplotlib.figure import Figure
 
@@ -151,7 +166,8 @@ def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, 
         f"{parity['device_best_fitness']:.6f} against {parity['cpu_best_fitness']:.6f}, the same agent selected: "
         f"{parity['same_best_agent']}, largest fitness difference {parity['max_fitness_diff']:.1e}, largest weight "
         f"difference {parity['max_best_actor_weight_diff']:.1e}. Cross-device resume: {resume}.\n\n"
-        f"**The headline** (benchmarks/perf/gpu_train.py):\n\n{headline_text(gpu)}\n")
+        + (f"{dask_text(gpu['dask'])}\n\n" if "dask" in gpu else "")
+        + f"**The headline** (benchmarks/perf/gpu_train.py):\n\n{headline_text(gpu)}\n")
     h = gpu["headline"]
     env16 = next((r for r in gpu["env"]["rows"] if r["envs"] == 16384 and r["mode"] == "inductor"), {})
     record(Reading("gpu", "GPU workers: benchmarks/perf/gpu.py", latest,

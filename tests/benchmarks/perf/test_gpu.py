@@ -32,6 +32,8 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     assert {row["mode"] for row in results["env"]["rows"]} == {"eager", "inductor"}  # no CUDA graphs on a CPU
     assert all(row["steps_per_s"] > 0 for row in results["env"]["rows"])
     assert results["parity"]["same_best_agent"] and results["parity"]["max_fitness_diff"] < 1e-6
+    dask = results["dask"]  # two worker processes of a real scheduler, as in-process, bit for bit
+    assert dask["identical"] and len(dask["jobs_by_worker"]) == 2 and sum(dask["jobs_by_worker"].values()) == 4
     headline = results["headline"]
     assert headline["env_steps"] > 0 and {"agent", "buy_and_hold", "momentum"} <= set(headline["test"])
     assert sum(results["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)

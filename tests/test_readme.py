@@ -10,8 +10,10 @@ themselves, so a new example is tested the day it is written:
   the repository's ``params.yaml``: a source whose defaults do not fit (``-s
   data.source=arch-demo`` once ended in "the validation split has 0 bars") fails here;
 * (slow) every command runs as a process in a tiny project, in the README's order, except
-  the ones that serve until stopped (:data:`SERVE`); one that switches ``data.source`` runs
-  in a fresh project of its own.
+  the ones that serve until stopped (:data:`SERVE`): in the project of
+  tests/flows/test_cli_commands.py, after its own commands (which include the README's
+  stage-by-stage example); one that switches ``data.source`` runs in a fresh project of its
+  own, here.
 
 Every ``make`` target it names is in the Makefile, every folder of its layout table and every
 file it links to exists, and every page under docs/ is reachable from it.
@@ -189,18 +191,3 @@ def test_a_readme_command_on_another_source_runs_in_a_fresh_project(tmp_path, pr
     tiny_project(tmp_path)
     prepare(args, tmp_path)
     say(tmp_path, *args)
-
-
-@pytest.mark.slow
-def test_the_other_readme_commands_run_in_order_in_one_project(tmp_path, prefect_server):
-    """In README order, except that the pipeline runs follow the first stage-by-stage pass,
-    so that `promote 3` finds a version 3."""
-    from tests.flows.test_cli_commands import say
-
-    tiny_project(tmp_path)
-    rest = [a for a in RUNNABLE if a not in ELSEWHERE and a[0] != "run"]
-    first_pass = rest.index(["deliver"]) + 1
-    for args in [*rest[:first_pass], *[a for a in RUNNABLE if a not in ELSEWHERE and a[0] == "run"],
-                 *rest[first_pass:]]:
-        prepare(args, tmp_path)
-        say(tmp_path, *args)

@@ -2,7 +2,10 @@
 
 The commands run as processes in a fresh project folder with a tiny ``params.yaml``, in the
 order a user would: the stages one by one, then ``promote`` and the whole pipeline with
-``run`` (on the tests' Prefect server rather than a temporary one of its own).
+``run`` (on the tests' Prefect server rather than a temporary one of its own). The same
+project then runs every other example command of the README and docs/usage.md, in their
+order (tests/test_readme.py reads them from the pages): one project serves both, since the
+first pass is the README's own stage-by-stage example.
 """
 
 import json
@@ -22,6 +25,7 @@ from flows.cli import app
 from standins.postgres import free_port
 from standins.tiny import TINY
 from tests.conftest import REPO
+from tests.test_readme import ELSEWHERE, RUNNABLE, prepare
 
 
 def tiny_project(root) -> None:
@@ -77,10 +81,12 @@ def serves(root) -> float:
 @pytest.mark.slow
 def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
     tiny_project(tmp_path)
-    ran = set()
+    ran: set[str] = set()
+    lines: list[list[str]] = []
 
     def command(*args: str, code: int = 0) -> str:
         ran.add(args[0])
+        lines.append(list(args))
         return say(tmp_path, *args, code=code)
 
     assert re.search(r"✓ ingest \d+ rows, 4 symbols, data version [0-9a-f]{16}$", command("ingest"))
@@ -131,3 +137,9 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
                      command("ct"))
     elsewhere = {"up", "down", "status", "receiver"}  # tests/flows/test_services.py: real servers
     assert ran | elsewhere == set(typer.main.get_command(app).commands)  # a new command needs a line here
+
+    # the pages' other examples, in their order (`promote 3` finds the version `ct` registered)
+    for args in [a for a in RUNNABLE if a not in ELSEWHERE and a not in lines]:
+        prepare(args, tmp_path)
+        command(*args)
+    assert all(a in lines for a in RUNNABLE if a not in ELSEWHERE)

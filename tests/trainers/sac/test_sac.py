@@ -288,3 +288,16 @@ def test_a_few_iterations_learn_something_finite(policy):
             assert not torch.equal(value, start[name][key]), f"{name}.{key} did not move"
     for key, value in agent.targets.state_dict().items():  # the targets trail the critics
         assert not torch.equal(value, agent.critics.state_dict()[key])
+
+
+def test_a_static_env_fills_the_same_buffer_and_an_overflow_is_caught():
+    """The static step's padded final states (trainers/common/truncation.py) give the same
+    transitions; past its capacity, the iteration fails where it reads its losses back."""
+    cfg = dataclasses.replace(CFG, num_envs=16, buffer_size=128)
+    cpu, static = make_agent(seed=5, cfg=cfg), make_agent(seed=5, cfg=cfg)
+    static.env.static = True
+    cpu.train_iteration(), static.train_iteration()
+    assert torch.equal(cpu.buffer.next_obs, static.buffer.next_obs) and int(static.env.most_truncated) > 1
+    static.env.capacity = 1
+    with pytest.raises(RuntimeError, match="more than its capacity of 1"):
+        static.train_iteration()

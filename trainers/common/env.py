@@ -46,7 +46,7 @@ from trainers.common.draws import draw_on, restore
 from trainers.common.market import MarketData  # the env's callers import it from here too
 from trainers.common.orders import Fill, execute_orders
 from trainers.common.state import StateScales, account_block, state_dim
-from trainers.common.truncation import capacity, check_capacity, place
+from trainers.common.truncation import FinalSlots, place
 from trainers.config import EnvConfig
 
 
@@ -54,7 +54,7 @@ class FinalStates(NamedTuple):
     """Last states of the episodes a step truncated: ``states[j]`` belongs to env ``index[j]``.
 
     On the CPU only the truncated envs are listed. A static env lists a fixed number, its
-    :attr:`MarketEnv.capacity` K, so the step never asks the device how many truncated: the
+    :attr:`MarketEnv.slots`, so the step never asks the device how many truncated: each part's
     truncated envs in order, then padding entries whose ``index`` is E (their ``states`` are
     env E − 1's, to be dropped: :func:`trainers.common.truncation.place`).
     """
@@ -126,10 +126,10 @@ class MarketEnv:
         self.bar = t_lo
         """The bar every account is at, counted on the host (a window's single pass only)."""
         self._all = torch.arange(e, device=self.device)
-        self.capacity = self._capacity(e)
-        """How many truncated envs a static step lists (trainers/common/truncation.py)."""
-        self.most_truncated = torch.zeros((), dtype=torch.long, device=self.device)
-        """The most envs a static step truncated, counted on the device (:meth:`check_capacity`)."""
+        self.slots = self._slots([e])
+        """Where a static step lists the truncated envs, and how many (trainers/common/truncation.py)."""
+        self.overflow = torch.zeros((), dtype=torch.long, device=self.device)
+        """By how many envs a static step most overflowed a part's slots, on the device (0: never)."""
         self.static = self.device.type != "cpu"
         """Fixed shapes and no host reads of the device (see the module's docstring): on CUDA,
         or set for a compiled step. On the CPU a host read is free, and the step lists only
@@ -138,15 +138,15 @@ class MarketEnv:
         """Random streams and how many consecutive envs each draws for (one, or one per stacked env)."""
         self._home: dict[str, torch.Tensor] | None = None
 
-    def _capacity(self, num_envs: int) -> int:
-        """:func:`~trainers.common.truncation.capacity` of this env's episodes (all, for a
-        window's single pass: it never resets)."""
-        return capacity(self.cfg, self.t_hi - self.t_lo, num_envs) if self.random_start else num_envs
+    def _slots(self, counts: list[int]) -> FinalSlots:
+        """The static step's slots for parts of ``counts`` envs (every env, for a window's
+        single pass: it never resets)."""
+        return FinalSlots(self.cfg, self.t_hi - self.t_lo, counts, self.device, resets=self.random_start)
 
     def check_capacity(self) -> None:
-        """Raise if a static step ever truncated more envs than :attr:`capacity` (their final
+        """Raise if a static step ever truncated more envs than its slots hold (their final
         states were dropped). Reads the device: call it where the host waits anyway."""
-        check_capacity(int(self.most_truncated), self.capacity, self.num_envs)
+        self.slots.check(int(self.overflow))
 
     ACCOUNT = ("cash", "shares", "value", "t", "t_end")
     """The per-env state tensors (dim 0 is the env)."""
@@ -165,6 +165,7 @@ class MarketEnv:
         env = cls(first.data, first.scales, first.cfg, sum(e.num_envs for e in envs), (first.t_lo, first.t_hi),
                   random_start=first.random_start)
         env.streams = [stream for e in envs for stream in e.streams]
+        env.slots = env._slots([count for _, count in env.streams])
         env.static = first.static
         for name in cls.ACCOUNT:
             setattr(env, name, torch.cat([getattr(e, name) for e in envs]))
@@ -335,9 +336,9 @@ class MarketEnv:
             if not len(index):
                 return Step(self.observe(out), reward, truncated, FinalStates(index, self.rows[:0]), credit)
             final = FinalStates(index, self.observe(index=index))
-        else:  # no host round trip: the first `capacity` truncated envs, padded with index E
-            index = torch.nonzero_static(truncated, size=self.capacity, fill_value=self.num_envs).squeeze(1)
-            self.most_truncated.copy_(torch.maximum(self.most_truncated, truncated.sum()))
+        else:  # no host round trip: each part's truncated envs in its slots, padded with index E
+            index, over = self.slots.list(truncated)
+            self.overflow.copy_(torch.maximum(self.overflow, over))
             final = FinalStates(index, self.observe(index=index.clamp(max=self.num_envs - 1)))
         self._reset_where(truncated, episodes)
         return Step(self.observe(out), reward, truncated, final, credit)
@@ -428,7 +429,7 @@ class MarketEnv:
     def _set_size(self, num_envs: int) -> None:
         self.num_envs, self.streams = num_envs, [(self.generator, num_envs)]
         self._all = torch.arange(num_envs, device=self.device)
-        self.capacity = self._capacity(num_envs)
+        self.slots = self._slots([num_envs])
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Accounts, clocks and the random stream: what a checkpoint needs to resume exactly."""

@@ -2,10 +2,11 @@
 (trainers/common/env.py; docs/training.md, GPU workers).
 
 A static env cannot ask the device how many envs a step truncated, so it lists a fixed
-number, its **capacity** K, padded with the index E. K is a bound on the count with a
-negligible chance of more, from the law of the episodes alone (:func:`capacity`); the
-env counts the most truncations it has seen on the device, and its owner checks them
-where it reads the host anyway (:func:`check_capacity`).
+number of them, padded with the index E: for each of its parts (a stacked env's learners),
+its **capacity** K, a bound on the count with a negligible chance of more, from the law of
+the episodes alone (:func:`capacity`); :class:`FinalSlots` lays the list out. The env keeps
+on the device by how many envs a part ever overflowed, and its owner checks that where it
+reads the host anyway (:meth:`FinalSlots.check`).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def capacity(cfg: EnvConfig, bars: int, num_envs: int) -> int:
     :data:`SPREAD` standard deviations + :data:`MARGIN`, capped at E. With fixed-length
     episodes ``p`` is near 1 (only the clamp at the window's end spreads them) and K is E,
     or near it on many thousands of envs: little gain, still exact. Stacked parts seeded alike
-    would truncate together and break the independence: :func:`check_capacity` catches it.
+    would truncate together and break the independence: :meth:`FinalSlots.check` catches it.
     """
     p = truncation_rate(cfg.min_episode_len, cfg.episode_len, bars, cfg.decide_every)
     mean = num_envs * p
@@ -85,14 +86,49 @@ def capacity(cfg: EnvConfig, bars: int, num_envs: int) -> int:
     return min(num_envs, math.ceil(bound))
 
 
-def check_capacity(most: int, capacity: int, num_envs: int) -> None:
-    """Raise if ``most`` envs truncated in one step of an env of ``capacity``: a static step
-    kept the final states of only ``capacity`` of them, so the others' values are wrong."""
-    if most > capacity:
-        raise RuntimeError(
-            f"a static env step truncated {most} of {num_envs} envs, more than its capacity of {capacity} "
-            "(trainers/common/truncation.py): the other final states were lost. Stacked envs must draw "
-            "independent episodes (distinct seeds); else set env.capacity = env.num_envs")
+class FinalSlots:
+    """Where a static step lists the envs it truncated: ``width`` slots per part of the env
+    (a stacked env's parts, each one learner's envs; one part otherwise), the truncated envs
+    of part ``p`` in order from slot ``p · width``, the rest padding (index E). The width is
+    the largest part's :func:`capacity`, so a learner's final states are one row of a
+    ``[parts, width]`` batch, valued by its own critic alone (trainers/ppo/ppo.py::advance).
+    Built from host numbers once; :meth:`list` makes no host read."""
+
+    def __init__(self, cfg: EnvConfig, bars: int, counts: list[int], device: torch.device,
+                 resets: bool = True) -> None:
+        self.counts = tuple(counts)
+        self.capacities = tuple(capacity(cfg, bars, n) if resets else n for n in counts)
+        self.width = max(self.capacities)
+        sizes = torch.tensor(counts, device=device)
+        self.part = torch.repeat_interleave(torch.arange(len(counts), device=device), sizes)
+        """``[E]`` each env's part."""
+        self.first = (torch.cumsum(sizes, 0) - sizes)[self.part]
+        """``[E]`` its part's first env."""
+        self.room = torch.tensor(self.capacities, device=device)[self.part]
+        """``[E]`` its part's capacity."""
+        self.envs = torch.arange(sum(counts), device=device)
+
+    def list(self, truncated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[parts · width]`` env indices of the truncated envs by part (padding: E), and how
+        many more envs than its capacity the fullest part truncated (0-dim; 0 when none)."""
+        flags = truncated.long()
+        before = torch.cumsum(flags, 0) - flags
+        rank = before - before[self.first]  # truncated envs of its part before it
+        over = torch.where(truncated, rank + 1 - self.room, 0).max()
+        spare = len(self.counts) * self.width
+        slot = torch.where(truncated & (rank < self.room), self.part * self.width + rank, spare)
+        index = torch.full((spare + 1,), len(self.envs), dtype=torch.long, device=self.envs.device)
+        index[slot] = self.envs  # the envs not listed all land on the spare slot, then dropped
+        return index[:spare], over
+
+    def check(self, over: int) -> None:
+        """Raise if a step truncated ``over`` > 0 envs beyond a part's capacity: their final
+        states were not listed, so their values would be wrong."""
+        if over > 0:
+            raise RuntimeError(
+                f"a static env step truncated {over} more envs than a part's capacity {list(self.capacities)} "
+                f"of {list(self.counts)} envs (trainers/common/truncation.py): their final states were lost. "
+                "Stacked envs must draw independent episodes (distinct seeds)")
 
 
 def place(base: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

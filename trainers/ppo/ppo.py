@@ -127,9 +127,11 @@ def advance(env: MarketEnv, nets: BatchedNets, layout: Layout, slot: Slot, basel
     if slot.credits is not None:
         assert step.credit is not None
         slot.credits.copy_(step.credit)
-    if env.static:  # the env's capacity of final states, padded: value those, drop the padding
+    if env.static:  # each learner's slots of final states, padded: value those, drop the padding
+        assert env.slots.counts == tuple(layout.counts), "one part of the stacked env per learner"
+        states = step.final.states.view(len(layout.counts), env.slots.width, -1)
         slot.final_values.copy_(place(torch.zeros_like(slot.final_values), step.final.index,
-                                      _own_values(nets, layout, step.final)))
+                                      nets.value(states).flatten()))
     elif len(step.final.index):  # a shape, known on the host
         slot.final_values.index_copy_(0, step.final.index, _values_at(nets, layout, step.final))
 
@@ -387,12 +389,3 @@ def _values_at(nets: BatchedNets, layout: Layout, final: FinalStates) -> torch.T
     padded[learner, local] = states
     return nets.value(padded)[learner, local]
 
-
-def _own_values(nets: BatchedNets, layout: Layout, final: FinalStates) -> torch.Tensor:
-    """Critic values ``[K]`` of a static step's K final states, each by its env's learner:
-    every learner values all K (``[A, K]``: A·K rows, against E for every env's state) and
-    each entry keeps its own learner's. A padding entry (index E) takes the last env's."""
-    index, states = final
-    values = nets.value(states.unsqueeze(0).expand(len(layout.counts), -1, -1))
-    agent = layout.agent_of_env[index.clamp(max=len(layout.agent_of_env) - 1)]
-    return values.gather(0, agent.unsqueeze(0)).squeeze(0)

@@ -1,5 +1,6 @@
-"""A static step's capacity of truncated envs (trainers/common/truncation.py): the bound
-against a simulation of the episodes' law, and an overflow caught where the host reads."""
+"""A static step's slots for truncated envs (trainers/common/truncation.py): the capacity
+against a simulation of the episodes' law, the slots of a stacked env's parts, and an
+overflow caught where the host reads."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import dataclasses
 import pytest
 import torch
 
+import trainers.common.truncation as truncation
 from tests.trainers.helpers import market, scales
 from trainers.common.capture import no_host_reads
 from trainers.common.env import MarketEnv
-from trainers.common.truncation import capacity, place, step_lengths, truncation_rate
+from trainers.common.truncation import FinalSlots, capacity, place, step_lengths, truncation_rate
 from trainers.config import EnvConfig
 
 CFG = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=8)
@@ -62,12 +64,13 @@ def test_place_drops_the_padding_entries():
     assert out.tolist() == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0], [3.0, 3.0]] and base.abs().sum() == 0
 
 
-def test_a_step_over_capacity_is_caught_where_the_host_reads():
+def test_a_step_over_capacity_is_caught_where_the_host_reads(monkeypatch):
     """Fixed-length episodes all end in one step; with room for one final state the step still
     reads nothing back, and the check afterwards names the capacity."""
+    monkeypatch.setattr(truncation, "capacity", lambda cfg, bars, num_envs: 1)
     data = market(t=60)
     env = MarketEnv(data, scales(data, CFG), CFG, 6, (0, 59), seed=1)
-    env.static, env.capacity = True, 1
+    env.static = True
     env.reset()
     action = torch.zeros(6, 3)
     env.step(action)  # warm-up
@@ -76,14 +79,25 @@ def test_a_step_over_capacity_is_caught_where_the_host_reads():
         for _ in range(8):
             step = env.step(action)
     assert step.final.index.shape == (1,)
-    with pytest.raises(RuntimeError, match="truncated 6 of 6 envs, more than its capacity of 1"):
+    with pytest.raises(RuntimeError, match=r"truncated 5 more envs than a part's capacity \[1\] of \[6\] envs"):
         env.check_capacity()
 
 
-def test_an_env_resized_or_stacked_gets_the_capacity_of_its_size():
+def test_a_stacked_or_resized_env_gets_the_slots_of_its_parts():
     cfg = dataclasses.replace(CFG, min_episode_len=4, episode_len=40)
     data = market(t=400)
     parts = [MarketEnv(data, scales(data, cfg), cfg, n, (0, 399), seed=s) for n, s in ((300, 1), (500, 2))]
-    assert MarketEnv.stack(parts).capacity == capacity(cfg, 399, 800) < 800
+    slots = MarketEnv.stack(parts).slots
+    assert slots.capacities == (capacity(cfg, 399, 300), capacity(cfg, 399, 500)) and slots.width < 300
     parts[0].resize(40)
-    assert parts[0].capacity == capacity(cfg, 399, 40)
+    assert parts[0].slots.capacities == (capacity(cfg, 399, 40),)
+
+
+def test_each_part_lists_its_truncated_envs_in_its_own_slots(monkeypatch):
+    monkeypatch.setattr(truncation, "capacity", lambda cfg, bars, num_envs: 2)  # room for two per part
+    slots = FinalSlots(CFG, 119, [3, 4], torch.device("cpu"))
+    truncated = torch.tensor([True, False, True, True, True, False, True])
+    index, over = slots.list(truncated)
+    assert index.tolist() == [0, 2, 3, 4] and int(over) == 1  # part 2 truncated 3: one too many
+    index, over = slots.list(torch.tensor([False, True, False, False, False, True, False]))
+    assert index.tolist() == [1, 7, 5, 7] and int(over) == 0

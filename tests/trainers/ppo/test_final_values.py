@@ -1,12 +1,13 @@
-"""A static rollout values only the final states its env lists (its capacity K, not every
-env): the same bootstrap values as valuing all E, no host read, and an overflow caught."""
+"""A static rollout values only the final states its env lists (each learner's capacity,
+by its own critic; not every env's state by every critic): the same bootstrap values as
+valuing all E, no host read, and an overflow caught."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import trainers.common.env as env_module
+import trainers.common.truncation as truncation
 from tests.trainers.helpers import market, scales
 from trainers.common.capture import no_host_reads
 from trainers.common.env import MarketEnv
@@ -48,7 +49,7 @@ def test_the_final_values_are_those_of_valuing_every_env(monkeypatch):
     ppo.collect([0, 1])
     group = ppo.group([0, 1])
     layout, buf = group.schedule.layout, group.buf
-    assert group.env.capacity < group.env.num_envs == 224
+    assert group.env.slots.width * 2 < group.env.num_envs == 224
     with torch.no_grad():
         for t, (truncated, last) in enumerate(seen):
             every = layout.from_agents(group.nets.value(layout.to_agents(last.unsqueeze(0))), 1)[0]
@@ -64,14 +65,14 @@ def test_a_compact_static_rollout_reads_nothing_back():
     group.load(ppo.learners, ppo.envs)
     with no_host_reads():
         ppo.rollout(group)
-    assert group.env.capacity < group.env.num_envs and group.buf.truncated.any()
+    assert group.env.slots.width * 2 < group.env.num_envs and group.buf.truncated.any()
     ppo.write_back()  # checks the capacity: nothing overflowed
 
 
 def test_a_rollout_over_capacity_fails_when_the_weights_are_read_back(monkeypatch):
-    monkeypatch.setattr(env_module, "capacity", lambda cfg, bars, num_envs: 1)
+    monkeypatch.setattr(truncation, "capacity", lambda cfg, bars, num_envs: 1)
     ppo = static_population()
     ppo.collect([0, 1])
-    assert ppo.group([0, 1]).env.capacity == 1
-    with pytest.raises(RuntimeError, match="more than its capacity of 1"):
+    assert ppo.group([0, 1]).env.slots.capacities == (1, 1)
+    with pytest.raises(RuntimeError, match=r"more envs than a part's capacity \[1, 1\] of \[128, 96\]"):
         ppo.write_back()

@@ -145,6 +145,7 @@ def _env_rate(args: Args, stocks: int, envs: int, steps: int, mode: str) -> dict
         row["bytes_per_env_step"] = bytes_moved(lambda: env.step(action, out=obs, episodes=(episodes[0][0],
                                                                                               episodes[1][0]))) / envs
     row["necessary_bytes_per_env_step"] = necessary_bytes(stocks, env.state_dim)
+    row["final_states_listed"] = env.slots.width  # of envs: the static step's slots for truncated envs
     return row
 
 

@@ -24,9 +24,10 @@ MDP rules (docs/design.md, The market MDP):
 * the end of an episode (its length or the end of data) is a truncation, never terminal.
 
 A **static** env (CUDA, or a compiled step; docs/training.md, GPU workers) keeps every shape
-fixed and never reads the device from the host: it returns every env's final state instead
-of listing the truncated ones, takes its episodes drawn up front for a whole rollout
-(:meth:`MarketEnv.draw_episodes`), and a window's single pass counts its bars on the host.
+fixed and never reads the device from the host: it lists a fixed number of truncated envs, its
+capacity (trainers/common/truncation.py), padded, instead of as many as truncated, takes its
+episodes drawn up front for a whole rollout (:meth:`MarketEnv.draw_episodes`), and a window's
+single pass counts its bars on the host.
 
 With a ``baseline`` action, :meth:`MarketEnv.step` also returns each stock's **credit**
 (``ppo.credit: per_stock``): what the sampled action's trade in that stock earned over
@@ -45,15 +46,17 @@ from trainers.common.draws import draw_on, restore
 from trainers.common.market import MarketData  # the env's callers import it from here too
 from trainers.common.orders import Fill, execute_orders
 from trainers.common.state import StateScales, account_block, state_dim
+from trainers.common.truncation import FinalSlots, place
 from trainers.config import EnvConfig
 
 
 class FinalStates(NamedTuple):
     """Last states of the episodes a step truncated: ``states[j]`` belongs to env ``index[j]``.
 
-    On the CPU only the truncated envs are listed. A static env lists every env (``index`` is
-    ``arange(E)``), so the step never asks the device how many truncated; the caller masks
-    with ``truncated``.
+    On the CPU only the truncated envs are listed. A static env lists a fixed number, its
+    :attr:`MarketEnv.slots`, so the step never asks the device how many truncated: each part's
+    truncated envs in order, then padding entries whose ``index`` is E (their ``states`` are
+    env E − 1's, to be dropped: :func:`trainers.common.truncation.place`).
     """
 
     index: torch.Tensor
@@ -76,9 +79,7 @@ class Step(NamedTuple):
     def last_states(self) -> torch.Tensor:
         """``[E, state_dim]``: each env's last state of the bar just stepped to, i.e. the
         final state of a truncated episode (what gymnasium reports as the observation)."""
-        last = self.state.clone()
-        last[self.final.index] = self.final.states
-        return last
+        return place(self.state, self.final.index, self.final.states)
 
 
 class MarketEnv:
@@ -125,6 +126,10 @@ class MarketEnv:
         self.bar = t_lo
         """The bar every account is at, counted on the host (a window's single pass only)."""
         self._all = torch.arange(e, device=self.device)
+        self.slots = self._slots([e])
+        """Where a static step lists the truncated envs, and how many (trainers/common/truncation.py)."""
+        self.overflow = torch.zeros((), dtype=torch.long, device=self.device)
+        """By how many envs a static step most overflowed a part's slots, on the device (0: never)."""
         self.static = self.device.type != "cpu"
         """Fixed shapes and no host reads of the device (see the module's docstring): on CUDA,
         or set for a compiled step. On the CPU a host read is free, and the step lists only
@@ -132,6 +137,16 @@ class MarketEnv:
         self.streams: list[tuple[torch.Generator, int]] = [(self.generator, e)]
         """Random streams and how many consecutive envs each draws for (one, or one per stacked env)."""
         self._home: dict[str, torch.Tensor] | None = None
+
+    def _slots(self, counts: list[int]) -> FinalSlots:
+        """The static step's slots for parts of ``counts`` envs (every env, for a window's
+        single pass: it never resets)."""
+        return FinalSlots(self.cfg, self.t_hi - self.t_lo, counts, self.device, resets=self.random_start)
+
+    def check_capacity(self) -> None:
+        """Raise if a static step ever truncated more envs than its slots hold (their final
+        states were dropped). Reads the device: call it where the host waits anyway."""
+        self.slots.check(int(self.overflow))
 
     ACCOUNT = ("cash", "shares", "value", "t", "t_end")
     """The per-env state tensors (dim 0 is the env)."""
@@ -150,6 +165,7 @@ class MarketEnv:
         env = cls(first.data, first.scales, first.cfg, sum(e.num_envs for e in envs), (first.t_lo, first.t_hi),
                   random_start=first.random_start)
         env.streams = [stream for e in envs for stream in e.streams]
+        env.slots = env._slots([count for _, count in env.streams])
         env.static = first.static
         for name in cls.ACCOUNT:
             setattr(env, name, torch.cat([getattr(e, name) for e in envs]))
@@ -320,8 +336,10 @@ class MarketEnv:
             if not len(index):
                 return Step(self.observe(out), reward, truncated, FinalStates(index, self.rows[:0]), credit)
             final = FinalStates(index, self.observe(index=index))
-        else:  # no host round trip: every env's pre-reset state is returned
-            final = FinalStates(self._all, self.observe())
+        else:  # no host round trip: each part's truncated envs in its slots, padded with index E
+            index, over = self.slots.list(truncated)
+            self.overflow.copy_(torch.maximum(self.overflow, over))
+            final = FinalStates(index, self.observe(index=index.clamp(max=self.num_envs - 1)))
         self._reset_where(truncated, episodes)
         return Step(self.observe(out), reward, truncated, final, credit)
 
@@ -411,6 +429,7 @@ class MarketEnv:
     def _set_size(self, num_envs: int) -> None:
         self.num_envs, self.streams = num_envs, [(self.generator, num_envs)]
         self._all = torch.arange(num_envs, device=self.device)
+        self.slots = self._slots([num_envs])
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Accounts, clocks and the random stream: what a checkpoint needs to resume exactly."""

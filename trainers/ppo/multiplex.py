@@ -80,6 +80,7 @@ class Multiplexed:
     def evaluate(self) -> list[float]:
         """Every agent's fitness on the validation window, in one pass of N accounts (§4.2)."""
         s = self.setting
+        self.ppo.check_capacity()  # the evaluation reads the device anyway
         nets = self.ppo.nets.sub([rows[0] for rows in self.rows])
 
         def policy(states: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ from trainers import profiler
 from trainers.common.capture import capturing, compiled
 from trainers.common.draws import permutations
 from trainers.common.env import FinalStates, MarketEnv
+from trainers.common.truncation import place
 from trainers.config import PPOConfig, RuntimeConfig
 from trainers.ppo.agent import Learner
 from trainers.ppo.batched import BatchedAdam, BatchedNets, Layout
@@ -126,9 +127,11 @@ def advance(env: MarketEnv, nets: BatchedNets, layout: Layout, slot: Slot, basel
     if slot.credits is not None:
         assert step.credit is not None
         slot.credits.copy_(step.credit)
-    if env.static:  # every env's final state comes back: value them all, keep the truncated
-        values = layout.from_agents(nets.value(layout.to_agents(step.final.states.unsqueeze(0))), 1)[0]
-        slot.final_values.copy_(torch.where(step.truncated, values, 0.0))
+    if env.static:  # each learner's slots of final states, padded: value those, drop the padding
+        assert env.slots.counts == tuple(layout.counts), "one part of the stacked env per learner"
+        states = step.final.states.view(len(layout.counts), env.slots.width, -1)
+        slot.final_values.copy_(place(torch.zeros_like(slot.final_values), step.final.index,
+                                      nets.value(states).flatten()))
     elif len(step.final.index):  # a shape, known on the host
         slot.final_values.index_copy_(0, step.final.index, _values_at(nets, layout, step.final))
 
@@ -342,9 +345,18 @@ class PPO:
             group.drop()
         self._groups.clear()
 
+    def check_capacity(self) -> None:
+        """Raise if a static rollout step truncated more envs than its stacked env lists
+        (:meth:`MarketEnv.check_capacity`); reads the device, so the callers are those that
+        read it anyway: :meth:`write_back` and the population's evaluation."""
+        for group in self._groups.values():
+            group.env.check_capacity()
+
     @torch.no_grad()
     def write_back(self) -> None:
-        """Give every learner its trained weights and Adam moments."""
+        """Give every learner its trained weights and Adam moments (after
+        :meth:`check_capacity`)."""
+        self.check_capacity()
         for i, learner in enumerate(self.learners):
             self.nets.write_back(i, learner.actor, learner.critic)
             learner.optimizer = self.adam.state_of(i)
@@ -376,3 +388,4 @@ def _values_at(nets: BatchedNets, layout: Layout, final: FinalStates) -> torch.T
     learner, local = layout.agent_of_env[index], layout.local_of_env[index]
     padded[learner, local] = states
     return nets.value(padded)[learner, local]
+

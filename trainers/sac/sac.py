@@ -270,6 +270,7 @@ class SACAgent:
             for _ in range(self.cfg.updates):
                 with profiler.operation("backprop"):
                     losses.append(torch.stack(self.gradient_step()))
+        self.env.check_capacity()  # the losses are read back here anyway
         critic_loss, actor_loss = torch.stack(losses).mean(0).tolist() if losses else (math.nan, math.nan)
         return {"critic_loss": critic_loss, "actor_loss": actor_loss, "alpha": float(self.log_alpha.detach().exp()),
                 "reward": float(rewards.mean())}

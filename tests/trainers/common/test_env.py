@@ -248,3 +248,32 @@ def test_a_held_bar_still_gates_and_closes_out():
     env.step(torch.tensor([[0.5, 0.0]]))  # 5 A at bar 1's open (105), sold at bar 1's close (110)
     assert env.shares.tolist() == [[0.0, 0.0]]
     assert env.cash.item() == pytest.approx(1_000 - 5 * 105 * 1.002 + 5 * 110 * 0.998)
+
+
+@pytest.mark.parametrize("cfg, compact", [
+    (dataclasses.replace(CFG, episode_len=24, min_episode_len=8), True),  # spread lengths: K < E
+    (dataclasses.replace(CFG, episode_len=6, min_episode_len=6), False),  # fixed lengths: K = E
+])
+def test_a_static_step_lists_the_truncated_final_states_the_cpu_step_lists(cfg, compact):
+    """On the same draws, the static step's listed final states (index < E) are exactly the
+    CPU step's, in order, and its padding carries index E; over many steps and resets."""
+    data, envs = market(t=120), 256
+    cpu, static = (MarketEnv(data, scales(data, cfg), cfg, envs, (0, 119), seed=7) for _ in range(2))
+    static.static = True
+    assert (static.slots.width < envs) == compact and not cpu.static
+    cpu.reset(), static.reset()
+    g = torch.Generator().manual_seed(0)
+    ends = most = 0
+    for _ in range(60):
+        action = torch.rand(envs, 3, generator=g) * 2 - 1
+        x, y = cpu.step(action), static.step(action)
+        for u, v in zip(x[:3], y[:3]):
+            assert torch.equal(u, v)
+        index, states = y.final
+        listed = index < envs
+        assert index.shape == (static.slots.width,) and (index[~listed] == envs).all()
+        assert torch.equal(index[listed], x.final.index) and torch.equal(states[listed], x.final.states)
+        assert torch.equal(y.last_states(), x.last_states())
+        ends, most = ends + len(x.final.index), max(most, len(x.final.index))
+    assert ends > 2 * envs and most > (envs // 2 if not compact else 0)  # fixed lengths: most end at once
+    static.check_capacity()

@@ -77,7 +77,7 @@ def test_batched_env_matches_the_scalar_reference(scenario):
 @settings(deadline=None, max_examples=40)
 @given(scenarios())
 def test_the_cuda_env_matches_the_scalar_reference(scenario):
-    """The static step on CUDA (no host reads, every env's final state) fills as the reference does."""
+    """The static step on CUDA (no host reads, its capacity of final states) fills as the reference does."""
     check_against_reference(scenario, "cuda")
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+import trainers.common.truncation as truncation
 from tests.trainers.helpers import market, scales
 from trainers.common.env import MarketEnv
 from trainers.config import EnvConfig, SACConfig
@@ -288,3 +289,18 @@ def test_a_few_iterations_learn_something_finite(policy):
             assert not torch.equal(value, start[name][key]), f"{name}.{key} did not move"
     for key, value in agent.targets.state_dict().items():  # the targets trail the critics
         assert not torch.equal(value, agent.critics.state_dict()[key])
+
+
+def test_a_static_env_fills_the_same_buffer_and_an_overflow_is_caught(monkeypatch):
+    """The static step's padded final states (trainers/common/truncation.py) give the same
+    transitions; past its capacity, the iteration fails where it reads its losses back."""
+    cfg = dataclasses.replace(CFG, num_envs=16, buffer_size=128)
+    cpu, static = make_agent(seed=5, cfg=cfg), make_agent(seed=5, cfg=cfg)
+    static.env.static = True
+    cpu.train_iteration(), static.train_iteration()
+    assert torch.equal(cpu.buffer.next_obs, static.buffer.next_obs)
+    monkeypatch.setattr(truncation, "capacity", lambda env_cfg, bars, num_envs: 1)
+    tight = make_agent(seed=5, cfg=cfg)
+    tight.env.static = True
+    with pytest.raises(RuntimeError, match=r"more envs than a part's capacity \[1\]"):
+        tight.train_iteration()

@@ -113,7 +113,8 @@ def cluster(folder: Path, gpu: bool) -> Iterator[str]:
     127.0.0.1 (a scheduler file, so no port is guessed), pinned to GPU 0 on a GPU machine;
     stopped by PID at the end. Yields the scheduler's address."""
     file = folder / "scheduler.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = _pinned()
     dask = [sys.executable, "-m", "dask"]

@@ -21,7 +21,8 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
   test-year Sharpe beside buy-and-hold and momentum, and an RL-Scope breakdown
   (benchmarks/perf/gpu_train.py; ``headline.json`` and ``profile.json``).
 
-    python3 -m benchmarks.perf.gpu --out OUT                        # on the GPU machine, about 8 minutes
+    python3 -m pip install --no-deps .whl/*.whl                      # on the GPU machine: dask's wheels, carried
+    python3 -m benchmarks.perf.gpu --out OUT --commit HASH          # on the GPU machine, about 8 minutes
     .venv/bin/python -m benchmarks.perf.gpu --device cpu --tiny  # here: every section at toy sizes (make test runs it)
     .venv/bin/python -m benchmarks.perf.gpu --record OUT            # here: the device's JSON into docs/benchmarks.md
 """
@@ -174,7 +175,7 @@ def run_section(args: Args) -> None:
         result = {**(args.load(args.section) or {}), "ok": False, "error": f"{type(error).__name__}: {error}",
                   "trace": traceback.format_exc()[-3000:]}
     result |= {"section": args.section, "seconds": time.perf_counter() - started, "device": args.device,
-               "commit": commit()}
+               "commit": args.commit or commit()}
     args.save(args.section, result)
 
 
@@ -191,6 +192,7 @@ def orchestrate(args: Args, sections: list[str]) -> dict[str, Any]:
                    "--out", str(args.out),
                    "--deadline", str(budget), "--headline-seconds", str(args.headline_seconds),
                    "--env-sizes", *map(str, args.env_sizes), "--agents", *map(str, args.agents),
+                   *(["--commit", args.commit] if args.commit else []),
                    *(["--tiny"] if args.tiny else [])]
         print(f"== {name} (up to {budget:.0f} s, {left:.0f} s left)", flush=True)
         try:
@@ -215,6 +217,8 @@ def main() -> None:
     parser.add_argument("--env-sizes", type=int, nargs="+", default=[4096, 16384, 65536],
                         help="the env section's env counts")
     parser.add_argument("--agents", type=int, nargs="+", default=[1, 4, 16, 64, 256], help="ppo section's populations")
+    parser.add_argument("--commit", help="the commit the tree is at, written in each JSON (default: git here; "
+                        "a GPU machine's copy of .git can lag behind the tree it was sent)")
     parser.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
     parser.add_argument("--record", type=Path, help="record a device run's OUT folder in docs/benchmarks.md")
     parser.add_argument("--cpu", type=Path, help="with --record: the same sections run here on the CPU, for ratios")
@@ -227,7 +231,7 @@ def main() -> None:
     raw.out.mkdir(parents=True, exist_ok=True)
     headline = raw.headline_seconds or (5.0 if raw.tiny else 150.0)
     args = Args(raw.device, raw.tiny, raw.out, time.monotonic() + raw.deadline, headline, raw.section,
-                tuple(raw.env_sizes), tuple(raw.agents))
+                tuple(raw.env_sizes), tuple(raw.agents), raw.commit)
     if raw.section:
         run_section(args)
         return

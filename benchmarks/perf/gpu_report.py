@@ -94,6 +94,19 @@ def headline_text(run: dict[str, dict[str, Any]]) -> str:
             f"- RL-Scope breakdown (one eager iteration and 500 evaluation decisions, shares of wall): {shares}.")
 
 
+def _at(run: dict[str, dict[str, Any]], name: str) -> str:
+    """``; measured at COMMIT`` when section ``name`` ran at another commit than the env's."""
+    at = run[name].get("commit")
+    return f"; measured at {at}, not rerun since" if at and at != run["env"].get("commit") else ""
+
+
+def _listed(env: dict[str, Any]) -> str:
+    """How many final states a static step lists, where the run reports it."""
+    listed = [f"{r['final_states_listed']:,} of {r['envs']:,}" for r in env["rows"]
+              if "final_states_listed" in r and r["mode"] == "eager"]
+    return f"; a static step lists the final states of {', '.join(listed)} envs" if listed else ""
+
+
 def dask_text(d: dict[str, Any]) -> str:
     """The ``dask`` section in a sentence: where the jobs ran and how the leaderboard compares."""
     if not d.get("ok"):
@@ -153,15 +166,18 @@ def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, 
     resume = "; ".join(f"{k}: {v['generations']} generations" for k, v in parity["resume"].items())
     cpu_line = f" 2 CPU cores: {cpu['device']['name']}, the same scripts (`{cpu_folder}`)." if cpu else ""
     latest = (
-        f"Device run: `python3 -m benchmarks.perf.gpu --out OUT` on the GPU machine (its JSON and "
-        f"console output: `{rel}/`); recorded with `.venv/bin/python -m benchmarks.perf.gpu --record {rel}"
+        f"Device run: `python3 -m pip install --no-deps .whl/*.whl; python3 -m benchmarks.perf.gpu --out OUT "
+        f"--commit HASH` on the GPU machine, `.whl/` carrying dask's wheels (docs/training.md, GPU workers); its "
+        f"JSON and console output: `{rel}/`, each JSON naming its commit; recorded with "
+        f"`.venv/bin/python -m benchmarks.perf.gpu --record {rel}"
         + (f" --cpu {cpu_folder}" if cpu_folder else "") + "`.  \n"
         f"Device: {device_line(gpu)}.{cpu_line} Plot: `docs/img/{image.name}`.\n\n"
         f"**Sync audit** (torch's sync debug mode `error` and the host-read guard): {sync}.\n\n"
-        f"**Env alone** (100 stocks, the paper's rules; target ≥ 100 M env steps/s at 16,384 envs):\n\n"
+        f"**Env alone** (100 stocks, the paper's rules; target ≥ 100 M env steps/s at 16,384 envs"
+        f"{_listed(gpu['env'])}):\n\n"
         f"{env_table(gpu, cpu)}\n\n"
         f"**PPO** (population × 32 envs × 128 steps, the paper's config; the update's FLOPs counted from the "
-        f"layer shapes):\n\n{ppo_table(gpu, cpu)}\n\n"
+        f"layer shapes{_at(gpu, 'ppo')}):\n\n{ppo_table(gpu, cpu)}\n\n"
         f"**CUDA against the CPU**: one short evolution, random streams on the CPU: best fitness "
         f"{parity['device_best_fitness']:.6f} against {parity['cpu_best_fitness']:.6f}, the same agent selected: "
         f"{parity['same_best_agent']}, largest fitness difference {parity['max_fitness_diff']:.1e}, largest weight "
@@ -170,8 +186,10 @@ def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, 
         + f"**The headline** (benchmarks/perf/gpu_train.py):\n\n{headline_text(gpu)}\n")
     h = gpu["headline"]
     env16 = next((r for r in gpu["env"]["rows"] if r["envs"] == 16384 and r["mode"] == "inductor"), {})
+    eager16 = next((r for r in gpu["env"]["rows"] if r["envs"] == 16384 and r["mode"] == "eager"), {})
     record(Reading("gpu", "GPU workers: benchmarks/perf/gpu.py", latest,
-                   ("date", "commit", "device", "env steps/s (16,384 envs)", "PPO env steps/s (headline)",
-                    "test Sharpe"),
-                   (now(), commit(), name, f"{env16.get('steps_per_s', 0) / 1e6:.0f} M", f"{h['env_steps_per_s']:,.0f}",
+                   ("date", "commit", "device", "env steps/s (16,384 envs)", "bytes/env step, eager (counted)",
+                    "PPO env steps/s (headline)", "test Sharpe"),
+                   (now(), gpu["env"].get("commit") or commit(), name, f"{env16.get('steps_per_s', 0) / 1e6:.0f} M",
+                    f"{eager16.get('bytes_per_env_step', 0):,.0f}", f"{h['env_steps_per_s']:,.0f}",
                     f"{h['test']['agent']['sharpe']:.2f}")), docs)

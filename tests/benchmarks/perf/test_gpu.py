@@ -64,4 +64,8 @@ def test_a_device_run_is_recorded_with_its_device_name(tmp_path: Path) -> None:
     record_run(REPO / "docs" / "results" / "gpu-h100", REPO / "docs" / "results" / "gpu-cpu", docs, image)
     text = docs.read_text()
     assert "NVIDIA H100 80GB HBM3" in text and "<!-- benchmark: gpu -->" in text and image.exists()
-    assert "109.1 M" in text  # the env at 16,384 envs, Inductor, as the device measured it
+    env = json.loads((REPO / "docs" / "results" / "gpu-h100" / "env.json").read_text())
+    inductor = next(r for r in env["rows"] if r["envs"] == 16384 and r["mode"] == "inductor")
+    assert f"| 16,384 | Inductor + CUDA graphs | {inductor['steps_per_s'] / 1e6:,.1f} M |" in text  # as measured
+    assert "pinned to GPU 0, trained 8 jobs (4 + 4 by worker" in text and "bit for bit the same" in text
+    assert f"| {env['commit']} | NVIDIA H100 80GB HBM3 |" in text  # the history row names the run's commit

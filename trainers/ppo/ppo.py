@@ -388,4 +388,3 @@ def _values_at(nets: BatchedNets, layout: Layout, final: FinalStates) -> torch.T
     learner, local = layout.agent_of_env[index], layout.local_of_env[index]
     padded[learner, local] = states
     return nets.value(padded)[learner, local]
-

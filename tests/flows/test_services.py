@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,11 +60,14 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
 
 
 class Project:
-    """A tiny project folder with its own ports, and what the test reads from its services."""
+    """A tiny project folder with its own ports, and what the test reads from its services. Its
+    data is the tests' tiny pipeline built through the backtest (``built``): the stages are
+    the CLI test's to run (tests/flows/test_cli_commands.py); here they are only the ground."""
 
-    def __init__(self, root) -> None:
+    def __init__(self, root, built) -> None:
         self.root = root
         tiny_project(root)
+        shutil.copytree(built.data_dir, root / "data")
         self.ports = {name: free_port() for name in ("prefect", "mlflow", "receiver", "broker", "runner")}
         assert len(set(self.ports.values())) == 5
         tree = yaml.safe_load((root / "params.yaml").read_text())
@@ -152,10 +156,9 @@ class Project:
 
 
 @pytest.mark.slow
-def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_nothing(tmp_path):
-    p = Project(tmp_path)
-    run = podracer(tmp_path, "run")
-    assert "model podracer-ppo version 1 (alias champion)" in run
+def test_new_bars_retrain_the_champion_is_delivered_rolled_back_and_down_leaves_nothing(tmp_path, built):
+    p = Project(tmp_path, built)
+    assert "✓ register podracer-ppo version 1 alias champion" in podracer(tmp_path, "register")
     pids: list[int] = []
     try:
         said = podracer(tmp_path, "up", *p.overrides)
@@ -273,10 +276,8 @@ def kill_all(root, pids: list[int]) -> None:
 
 
 @pytest.mark.slow
-def test_each_service_killed_answers_again_by_itself_and_a_crash_loop_stops_in_one_line(tmp_path):
-    p = Project(tmp_path)
-    podracer(tmp_path, "ingest")
-    podracer(tmp_path, "validate")  # the broker serves validated bars
+def test_each_service_killed_answers_again_by_itself_and_a_crash_loop_stops_in_one_line(tmp_path, built):
+    p = Project(tmp_path, built)  # the broker serves its validated bars
     pids: list[int] = []
     try:
         podracer(tmp_path, "up", *p.overrides)

@@ -75,7 +75,8 @@ def test_up_leaves_a_supervisor_that_starts_each_service_and_down_stops_it_first
             "prefect", "mlflow", "receiver", "broker", "runner"]
         assert [line.split(" answers at ")[0] for line in said] == [r.name for r in running]
         assert load_params(effective) == params
-        assert all(alive(r.pid) and r.state == "answers" for r in running)
+        assert all(alive(r.pid) and r.state == "answers" for r in running), [
+            (r.name, r.pid, alive(r.pid), r.state) for r in running]
         plan = (params.data_dir / "services" / services.PLAN)
         assert oct(plan.stat().st_mode & 0o777) == "0o600"  # the services' environments hold secrets
         again: list[str] = []

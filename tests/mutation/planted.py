@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-COPY = ("flows", "tasks", "trainers", "tests", "standins", "benchmarks", "pyproject.toml", ".env", "params.yaml")
+COPY = ("flows", "tasks", "trainers", "tests", "standins", "benchmarks", "docs", "README.md", "pyproject.toml", ".env",
+        "params.yaml")
 
 
 @dataclass(frozen=True)

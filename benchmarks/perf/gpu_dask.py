@@ -17,7 +17,6 @@ trainers/, torch, numpy and dask's wheels only (``pip install --no-deps .whl/*.w
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -33,10 +32,10 @@ import torch
 
 from benchmarks.perf.gpu_common import Args
 from benchmarks.perf.gpu_market import sample_market
-from benchmarks.perf.gpu_train import tiny_evolution
-from trainers.common.jobs import AgentJob, to_device
+from benchmarks.perf.gpu_train import compared, tiny_evolution
+from trainers.common.jobs import AgentJob
 from trainers.config import RuntimeConfig
-from trainers.evolution import EvolutionResult, JobRunner, run_serially
+from trainers.evolution import JobRunner, run_serially
 from trainers.population import Setting, run_job, set_deterministic
 
 if TYPE_CHECKING:
@@ -73,7 +72,9 @@ def section_dask(args: Args) -> dict[str, Any]:
     started = time.perf_counter()
     local = tiny_evolution(args, data, runtime).run(runner=run_serially)
     out["in_process_seconds"] = time.perf_counter() - started
-    out |= compare(remote, local)
+    out |= compared(remote, local) | {"best_fitness": local.best_fitness}
+    out["identical"] = (out["same_evaluations"] and out["same_best_agent"]
+                        and out["max_fitness_diff"] == out["max_best_actor_weight_diff"] == 0.0)
     return out
 
 
@@ -84,27 +85,13 @@ def on_workers(client: Client, setting: Setting, trained_on: list[str]) -> JobRu
 
     def run(jobs: list[AgentJob], given: Setting) -> list[AgentJob]:
         assert given is setting, "the runner was made for another run"
-        futures = [client.submit(run_job, dataclasses.replace(job, state=to_device(job.state, "cpu"),
-                                                              best=to_device(job.best, "cpu")),
-                                 shipped, resources=GPU, pure=False) for job in jobs]
+        futures = [client.submit(run_job, job.shipped(), shipped, resources=GPU, pure=False) for job in jobs]
         done = client.gather(futures)
         where = client.who_has(futures)
         trained_on.extend(addr for f in futures for addr in where.get(f.key, ())[:1])
         return list(done)
 
     return run
-
-
-def compare(remote: EvolutionResult, local: EvolutionResult) -> dict[str, Any]:
-    """The leaderboards side by side: every evaluation's fitness, the agent selected, the weights."""
-    fitness = [abs(a.fitness - b.fitness) for a, b in zip(remote.history, local.history)]
-    weights = max(float((a.cpu() - b.cpu()).abs().max()) for a, b in zip(remote.best_actor.values(),
-                                                                         local.best_actor.values()))
-    same_agent = (remote.best_agent, remote.best_generation) == (local.best_agent, local.best_generation)
-    return {"evaluations": len(fitness), "same_evaluations": len(remote.history) == len(local.history),
-            "max_fitness_diff": max(fitness), "max_best_actor_weight_diff": weights, "same_best_agent": same_agent,
-            "best_fitness": local.best_fitness,
-            "identical": same_agent and max(fitness) == 0.0 and weights == 0.0}
 
 
 @contextmanager

@@ -169,17 +169,24 @@ def section_parity(args: Args) -> dict[str, Any]:
     dev_data = cpu_data.to(args.device)
     cpu = tiny_evolution(args, cpu_data, RuntimeConfig()).run(runner=run_multiplexed)
     dev = tiny_evolution(args, dev_data, RuntimeConfig(compile="graphs", rng="cpu")).run(runner=run_multiplexed)
-    fitness = [abs(a.fitness - b.fitness) for a, b in zip(cpu.history, dev.history)]
-    weights = max(float((a.cpu() - b.cpu()).abs().max()) for a, b in zip(cpu.best_actor.values(),
-                                                                         dev.best_actor.values()))
     out: dict[str, Any] = {"cpu_best_fitness": cpu.best_fitness, "device_best_fitness": dev.best_fitness,
-                           "same_best_agent": (cpu.best_agent, cpu.best_generation) == (dev.best_agent,
-                                                                                         dev.best_generation),
-                           "max_fitness_diff": max(fitness), "max_best_actor_weight_diff": weights,
-                           "evaluations": len(fitness)}
+                           **compared(dev, cpu)}
     out["resume"] = {f"{a}->{b}": _resume(args, a, b, cpu_data) for a, b in (("cpu", args.device),
                                                                                 (args.device, "cpu"))}
     return out
+
+
+def compared(run: EvolutionResult, reference: EvolutionResult) -> dict[str, Any]:
+    """Two runs' leaderboards side by side: how many evaluations, the largest difference of
+    any evaluation's fitness and of the best actor's weights, and whether the same agent
+    (and generation) was selected."""
+    fitness = [abs(a.fitness - b.fitness) for a, b in zip(run.history, reference.history)]
+    weights = max(float((a.cpu() - b.cpu()).abs().max()) for a, b in zip(run.best_actor.values(),
+                                                                         reference.best_actor.values()))
+    return {"evaluations": len(fitness), "same_evaluations": len(run.history) == len(reference.history),
+            "max_fitness_diff": max(fitness), "max_best_actor_weight_diff": weights,
+            "same_best_agent": (run.best_agent, run.best_generation) == (reference.best_agent,
+                                                                          reference.best_generation)}
 
 
 def _resume(args: Args, saved_on: str, resumed_on: str, data: MarketData) -> dict[str, Any]:

@@ -19,7 +19,6 @@ unpickles task arguments and need not have a GPU); on CUDA each job asks Dask fo
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.config import TrainParams
-from trainers.common.jobs import AgentJob, to_device
+from trainers.common.jobs import AgentJob
 from trainers.evolution import JobRunner, run_serially
 from trainers.population import JobPool, Setting, run_job
 from trainers.ppo.multiplex import run_multiplexed
@@ -114,8 +113,7 @@ class DaskPool:
 
     def submit(self, job: AgentJob) -> None:
         """Start training ``job`` on the cluster (on a ``GPU`` worker when the setting is on CUDA)."""
-        shipped = dataclasses.replace(job, state=to_device(job.state, "cpu"), best=to_device(job.best, "cpu"))
-        future = self._client.submit(train_agent, shipped, self._setting, resources=self._resources, pure=False)
+        future = self._client.submit(train_agent, job.shipped(), self._setting, resources=self._resources, pure=False)
         self._jobs[future.key] = job
         self._finished.add(future)
 

@@ -108,6 +108,11 @@ class AgentJob:
     cost: CostLedger = field(default_factory=CostLedger)
     """What the job spent: env steps and CPU/GPU seconds (nitro §5.3's cost ledger)."""
 
+    def shipped(self) -> AgentJob:
+        """This job for another process, as :meth:`JobSetting.shipped` sends the setting: its
+        state and best snapshot on the CPU (a Dask scheduler unpickles it and need not have a GPU)."""
+        return replace(self, state=to_device(self.state, "cpu"), best=to_device(self.best, "cpu"))
+
 
 def stopped(job: AgentJob, setting: JobSetting, next_round: int) -> bool:
     """Does this agent rest: the evaluator stopped it (fitness fell ``patience`` evaluations in

@@ -25,20 +25,25 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.concurrency.sync import concurrency
 
+from flows.stages import (
+    backtest_task,
+    champion_task,
+    features_task,
+    gate_task,
+    ingest_task,
+    look_task,
+    record_task,
+    register_task,
+    shadow_task,
+    train_task,
+    validate_task,
+)
 from flows.terminal import training_bar
 from tasks.config import Params, load_params
 from tasks.data.ct_record import nothing_new, record_processed
-from tasks.data.features import features_task
-from tasks.data.ingest import ingest_task
-from tasks.data.validate import validate_task
-from tasks.model.backtest import backtest_task
-from tasks.model.train import train_task
 from tasks.model.walkforward import walk
-from tasks.registry.gate import gate_task
-from tasks.registry.register import RegisterResult, cycle_candidate, register_task
-from tasks.registry.shadow import look_task, record_task, shadow_task
+from tasks.registry.register import RegisterResult, cycle_candidate
 from tasks.registry.store import check_tracking
-from tasks.registry.versions import champion_task
 
 CONCURRENCY = "ct-cycle"
 LEASE_SECONDS = 60.0

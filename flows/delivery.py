@@ -14,8 +14,9 @@ import logging
 
 from prefect import flow
 
+from flows.stages import deliver_task
 from tasks.config import Params, load_params
-from tasks.delivery.client.deliver import deliver_task, delivered_version
+from tasks.delivery.client.deliver import delivered_version
 from tasks.delivery.client.loop import CycleResult
 from tasks.registry.aliases import champion_version, note_hand_move
 

@@ -1,6 +1,7 @@
 """The Prefect flow ``rlops_pipeline``: the seven stages, chained (docs/design.md, stages and seams).
 
-Wiring only; every stage is a task in ``tasks/``, the same tasks the continuous-training
+Wiring only; every stage is a plain function in ``tasks/``, made a Prefect task in
+:mod:`flows.stages`, the same tasks the continuous-training
 cycle (:mod:`flows.ct_cycle`) lists, run on the date splits: train on the train split,
 select on validation, backtest on test, gate against buy-and-hold and the sitting champion
 (backtested beside the agent on the test window; docs/operations.md, the gate), then
@@ -15,19 +16,28 @@ from dataclasses import dataclass
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.stages import (
+    backtest_task,
+    champion_task,
+    deliver_task,
+    features_task,
+    gate_task,
+    ingest_task,
+    register_task,
+    train_task,
+    validate_task,
+)
 from flows.terminal import training_bar
 from tasks.config import Params, load_params
-from tasks.data.features import FeaturesResult, features_task
-from tasks.data.ingest import IngestResult, ingest_task
-from tasks.data.validate import ValidateResult, validate_task
-from tasks.delivery.client.deliver import deliver_task
+from tasks.data.features import FeaturesResult
+from tasks.data.ingest import IngestResult
+from tasks.data.validate import ValidateResult
 from tasks.delivery.client.loop import CycleResult
-from tasks.model.backtest import BacktestResult, backtest_task
-from tasks.model.train import TrainResult, train_task
+from tasks.model.backtest import BacktestResult
+from tasks.model.train import TrainResult
 from tasks.registry.aliases import SHADOW, alias_version, champion_version
-from tasks.registry.gate import GateVerdict, gate_task
-from tasks.registry.register import RegisterResult, pipeline_candidate, register_task
-from tasks.registry.versions import champion_task
+from tasks.registry.gate import GateVerdict
+from tasks.registry.register import RegisterResult, pipeline_candidate
 from trainers.common.metrics import METRICS
 
 

@@ -1,19 +1,26 @@
-"""Rich rendering of a pipeline run: metrics beside buy-and-hold, registry, artifacts, orders."""
+"""Rich rendering of a pipeline run: metrics beside buy-and-hold, registry, artifacts, orders.
+
+The results are only read here, so their modules are imported for their types alone: a
+command that prints an order table (``podracer trade``) does not import the pipeline's stages.
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
-from flows.pipeline import PipelineSummary
-from tasks.delivery.client.loop import CycleResult
 from tasks.delivery.keys import CHAMPION
 from tasks.errors import PodracerError
-from tasks.model.backtest import YEAR_SESSIONS, BacktestResult, extrapolated, span
 from trainers.common.metrics import METRICS
+
+if TYPE_CHECKING:
+    from flows.pipeline import PipelineSummary
+    from tasks.delivery.client.loop import CycleResult
+    from tasks.model.backtest import BacktestResult
 
 PERCENT = {"cumulative_return", "annual_return", "annual_volatility", "max_drawdown"}
 ANNUAL = {"annual_return", "annual_volatility", "sharpe", "calmar"}
@@ -29,6 +36,8 @@ def metrics_table(result: BacktestResult) -> Table:
     champion when one sits). The title says how long the window is and the first row is its
     total return; on a short window the annualised rows are starred and the caption says
     they extrapolate it to a year."""
+    from tasks.model.backtest import YEAR_SESSIONS, extrapolated, span
+
     short = extrapolated(result)
     table = Table(title=f"Backtest {result.start} to {result.end}, {span(result)} (test window, after costs)",
                   caption=f"* extrapolated from {result.sessions} sessions to a year of {YEAR_SESSIONS}"

@@ -20,8 +20,8 @@ Every service runs with the config ``up`` computed, overrides included: ``up`` w
 ``status`` and the CLI's clients (:func:`use_servers`) read the services' addresses from it.
 ``up`` writes the plan (commands, environments, health checks and restart limits) to
 ``data/services/plan.json`` (0600: it holds the webhook secrets) and leaves one process
-behind, the supervisor (:mod:`tasks.supervisor`). The supervisor starts the services in the
-order above, each once the one before answers its health check (:func:`tasks.health.answers`),
+behind, the supervisor (:mod:`tasks.supervisor`). The supervisor starts the services together,
+the runner once Prefect answers its health check (:func:`tasks.health.answers`),
 records each PID, URL, log and restart count in ``data/services/services.json``, and then
 restarts any that dies or stops answering. ``up`` follows that record and prints each service
 as it answers (the CLI then registers the MLflow webhook:
@@ -218,7 +218,7 @@ class Boss:
     """The supervisor as it records itself in ``supervisor.json``."""
 
     pid: int
-    phase: str  # starting (the services, in order), watching, failed
+    phase: str  # starting (the services), watching, failed
     failure: str = ""
     log: str = ""
     asked: int = 0  # the requests of `up` (SIGUSR1) it has acted on

@@ -1,5 +1,5 @@
-"""The supervisor ``podracer up`` leaves behind: it starts the services of the plan in order
-and keeps them alive (docs/operations.md, The supervisor).
+"""The supervisor ``podracer up`` leaves behind: it starts the services of the plan, each as
+soon as what it goes through answers, and keeps them alive (docs/operations.md, The supervisor).
 
 It is the parent of every service it starts, so it knows how each one ended: an exit code,
 or the signal that killed it. Every ``tick`` it checks that each process runs, and every few
@@ -126,7 +126,7 @@ class Watched:
 
 
 class Supervisor:
-    """Starts the services in order, then restarts any that dies or stops answering."""
+    """Starts the services, then restarts any that dies or stops answering."""
 
     def __init__(self, home: Path, services: list[Service], limits: Limits,
                  check: Callable[[str, Mapping[str, str]], bool] = answers, out: Callable[[str], None] = print):
@@ -164,15 +164,28 @@ class Supervisor:
         self.record()  # before the wait, so that `down` can stop a slow starter
 
     def start_all(self) -> None:
-        """Start, in order, each service that does not run, each once the one before answers;
-        a :class:`ServiceError` names the one that exited or did not answer in time."""
-        for w in self.watched:
-            if w.pid and alive(w.pid):
-                continue
-            self.spawn(w)
-            while not self.check(w.service.health, w.service.headers):
-                if self.stopping:
-                    return
+        """Start each service that does not run, at once, except one that goes through another
+        (``needs``: the runner, through Prefect), which starts once that one answers; return
+        when every one answers. A :class:`ServiceError` names the one that exited or did not
+        answer in time. Started together, the servers' imports and migrations overlap: on two
+        cores `up` takes the longest chain (Prefect, then the runner), not the sum."""
+        waiting = [w for w in self.watched if not (w.pid and alive(w.pid))]
+        starting: list[Watched] = []
+        began = time.monotonic()
+        while waiting or starting:
+            if self.stopping:
+                return
+            for w in [w for w in waiting if all(self.by_name[n].ready for n in w.service.needs if n in self.by_name)]:
+                waiting.remove(w)
+                starting.append(w)
+                self.spawn(w)
+            for w in list(starting):
+                if self.check(w.service.health, w.service.headers):
+                    starting.remove(w)
+                    w.ready, w.took, w.heard = True, time.monotonic() - w.since, time.monotonic()
+                    self.record()
+                    self.say(f"{w.service.name} answers (pid {w.pid}, {w.took:.1f} s)")
+                    continue
                 assert w.child is not None
                 if w.child.poll() is not None:
                     raise ServiceError(f"{w.service.name} exited with code {w.child.returncode}: "
@@ -180,10 +193,11 @@ class Supervisor:
                 if time.monotonic() - w.since > w.service.timeout:
                     raise ServiceError(f"{w.service.name} did not answer {w.service.health} within "
                                        f"{w.service.timeout:.0f} s (log: {w.log})")
-                time.sleep(0.3)
-            w.ready, w.took, w.heard = True, time.monotonic() - w.since, time.monotonic()
-            self.record()
-            self.say(f"{w.service.name} answers (pid {w.pid}, {w.took:.1f} s)")
+            for w in waiting:
+                if time.monotonic() - began > w.service.timeout:
+                    raise ServiceError(f"{w.service.name} did not start: {', '.join(w.service.needs)} did not "
+                                       f"answer within {w.service.timeout:.0f} s")
+            time.sleep(0.3)
 
     def tick(self) -> None:
         """One look at every service: restart what is due, notice what died or went silent."""

@@ -28,9 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from prefect import task
 
-from tasks.caching import data_cache_key
 from tasks.config import FeatureParams, Params
 from tasks.data.bars import VALIDATED, iter_symbols
 from tasks.data.indicators import MARKET_WIDE, Plan, block, market_series, symbol_columns  # noqa: F401 (MARKET_WIDE: part of this contract)
@@ -408,9 +406,3 @@ def features(params: Params) -> FeaturesResult:
              len(fs.timestamps), appended)
     dates = {name: (_day(fs.timestamps[lo]), _day(fs.timestamps[hi])) for name, (lo, hi) in fs.splits.items()}
     return FeaturesResult(folder, len(fs.timestamps), len(fs.symbols), fs.feature_names, dates, appended)
-
-
-features_task = task(
-    features, name="features", persist_result=True,
-    cache_key_fn=data_cache_key(("validation", "features"), lambda p: [p.dirs.validated, p.dirs.features]),
-)

@@ -27,8 +27,6 @@ from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from tasks.caching import data_version
 from tasks.config import DataParams, Params
@@ -237,6 +235,3 @@ def ingest(params: Params, latest: bool = False) -> IngestResult:
     if latest:
         params = params.model_copy(update={"data": params.data.model_copy(update={"end": date.today()})})
     return _ingest_pieces(params, make_source(params.data))
-
-
-ingest_task = task(ingest, name="ingest", cache_policy=NO_CACHE)

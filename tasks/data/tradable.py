@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 ROWS = 1 << 16
 """Rows counted at a time (a whole minute panel's int64 counts would be 8 times its mask)."""
 

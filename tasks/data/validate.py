@@ -35,9 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from prefect import task
 
-from tasks.caching import data_cache_key
 from tasks.calendar import calendar_index
 from tasks.config import Params
 from tasks.data.bars import VALIDATED, BarsWriter, read_parquet, to_contract, write_parquet
@@ -296,10 +294,3 @@ def validate(params: Params) -> ValidateResult:
                     cover.masked - cover.warmup_cells, report)
     return ValidateResult(tally.rows_in, writer.rows, tally.bad_rows, out, report, tally.splits, cover.bars,
                           len(cover.per_symbol), cover.masked, cover.warmup_cells, cover.dropped)
-
-
-validate_task = task(
-    validate, name="validate", persist_result=True,
-    # features: the report's coverage depends on features.min_history
-    cache_key_fn=data_cache_key(("validation", "features"), lambda p: [p.dirs.validated, p.dirs.quarantine]),
-)

@@ -17,8 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from tasks.config import Params
 from tasks.data import features
@@ -215,6 +213,3 @@ def since_window(fs: features.FeatureSet, since: str) -> tuple[int, int] | None:
     if first > last:
         return None
     return max(first - 1, 0), last
-
-
-backtest_task = task(backtest, name="backtest", cache_policy=NO_CACHE)

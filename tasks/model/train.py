@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from tasks.caching import current_version
 from tasks.config import Params
@@ -266,6 +264,3 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
     log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), trained.env_steps_per_second,
              result.cost.cpu_seconds)
     return trained
-
-
-train_task = task(train, name="train", cache_policy=NO_CACHE)

@@ -15,9 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from tasks.config import Params
 from tasks.data import features
 from tasks.errors import MissingInput
@@ -148,6 +145,3 @@ def gate_report(params: Params, tested: BacktestResult, shadow: Shadow | None = 
     sheet = tearsheet(arms[0], benchmark, out / TEARSHEET_FILE,
                       f"Challenger vs {benchmark.name}, {dates[0]} to {dates[1]}")
     return GateVerdict(decision, markdown, out / GATE_FILE, sheet)
-
-
-gate_task = task(gate_report, name="gate", cache_policy=NO_CACHE)

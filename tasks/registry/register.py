@@ -24,8 +24,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from tasks.config import Params, RegistryParams
 from tasks.data import features
@@ -256,6 +254,3 @@ def drop_incomplete(registry: RegistryParams) -> list[str]:
         store.delete_model_version(name, version)
         log.warning("deleted version %s of %s: its registration never finished", version, name)
     return dropped
-
-
-register_task = task(register, name="register", cache_policy=NO_CACHE)

@@ -25,9 +25,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from tasks.config import Params, RegistryParams
 from tasks.data import features
 from tasks.errors import MissingInput
@@ -141,8 +138,3 @@ def settle(registry: RegistryParams, decision: Decision, version: str, since: st
         store.set_model_version_tag(name, version, SINCE, since)
         store.set_model_version_tag(name, version, TESTED, "0")
         store.set_registered_model_alias(name, SHADOW, version)
-
-
-shadow_task = task(current_shadow, name="shadow", cache_policy=NO_CACHE)
-record_task = task(shadow_record, name="shadow-record", cache_policy=NO_CACHE)
-look_task = task(record_look, name="shadow-look", cache_policy=NO_CACHE)

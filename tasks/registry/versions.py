@@ -10,9 +10,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from tasks.config import Params, RegistryParams
 from tasks.errors import MissingInput
 from tasks.model import bundle
@@ -60,6 +57,3 @@ def current_champion(params: Params) -> Champion | None:
     folder = fetch_bundle(params.registry, version, params.dirs.ct / CT_FOLDER)
     _, meta = bundle.load(folder)
     return Champion(version, folder, cutoff(params.registry, version), meta.data_version)
-
-
-champion_task = task(current_champion, name="champion", cache_policy=NO_CACHE)

@@ -34,7 +34,7 @@ from tests.conftest import REPO
 from tests.flows.test_cli_commands import say, tiny_project
 from tests.flows.test_pipeline import MINUTE_TINY
 
-SLOW_TRAINING = ["-s", "ct.generations=3", "-s", "evolution.iterations_per_generation=30", "-s", "ct.eval_bars=20"]
+SLOW_TRAINING = ["-s", "ct.generations=2", "-s", "evolution.iterations_per_generation=30", "-s", "ct.eval_bars=20"]
 
 
 def test_one_cycle_registers_a_challenger_with_its_window_cutoff_and_report(built_copy, prefect_server):

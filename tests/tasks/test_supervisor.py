@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -143,6 +144,24 @@ def test_a_service_is_not_judged_while_what_its_health_check_goes_through_is_dow
     (tmp_path / "prefect" / "hang").unlink()
     until(sup, lambda: prefect.ready)
     assert runner.total == 0 and sup.check(runner.service.health, {})
+
+
+def test_services_start_together_and_one_that_goes_through_another_once_that_one_answers(tmp_path, supervise):
+    sup = supervise("prefect", "mlflow", "runner", needs={"runner": ("prefect",)})
+    (tmp_path / "prefect" / "hang").touch()  # Prefect starts, but answers only a second later
+    answered = []
+
+    def answer() -> None:
+        time.sleep(1.0)
+        answered.append(time.time())
+        (tmp_path / "prefect" / "hang").unlink()
+
+    threading.Thread(target=answer).start()
+    sup.start_all()
+    (prefect, *_), (mlflow, *_), (runner, *_) = (starts(tmp_path, n)[0] for n in ("prefect", "mlflow", "runner"))
+    assert float(mlflow) < answered[0]  # did not wait for Prefect
+    assert float(runner) >= answered[0]  # its poll goes through Prefect: it waited
+    assert all(w.ready for w in sup.watched)
 
 
 def test_a_service_that_fails_at_the_first_start_names_itself_and_its_log(tmp_path, supervise):

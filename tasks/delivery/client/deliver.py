@@ -19,8 +19,6 @@ from pathlib import Path
 
 import requests
 from alpaca.common.exceptions import APIError
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from tasks.config import Params
 from tasks.delivery.client.loop import CycleResult, NoChampion, message
@@ -90,6 +88,3 @@ def deliver(params: Params) -> CycleResult:
     """One delivery cycle in a trading session of its own (one MLflow run)."""
     with trading_session(params, run_name="deliver") as session:
         return cycle(session)
-
-
-deliver_task = task(deliver, name="deliver", cache_policy=NO_CACHE)

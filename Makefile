@@ -40,7 +40,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	tests/standins/ensure_postgres.sh
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 test-fast: $(STAMP)
 	tests/standins/ensure_postgres.sh

@@ -27,15 +27,31 @@ REPO = Path(__file__).resolve().parents[1]
 """The repository root: subprocesses that run the CLI or the SDK start here."""
 
 
+LONGEST = ("tests/flows/test_services.py", "tests/flows/test_cli_commands.py")
+"""The two longest tests (about 5 and 3.5 minutes): they start first, one on each worker."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests that need the session's tiny pipeline (``make mutate`` leaves them out),
-    and put the slow end-to-end tests first, so that none starts last: ``--dist worksteal``
-    hands the first worker the first half of the collection, and the second worker steals the
-    later slow tests once its fast half is done (docs/testing.md, Where the time goes)."""
+    and order the collection as `make test` should start it: the two longest tests, then the
+    other slow end-to-end tests, then the rest, in file order. ``--dist load --maxschedchunk 1``
+    hands each worker two tests to start with, then the next whenever it has fewer than two
+    waiting: the two longest, every other place at the front, start on different workers, the
+    other long ones spread over both, and the short ones fill in behind (docs/testing.md,
+    Where the time goes)."""
     for item in items:
         if {"built", "built_copy"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.pipeline)
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
+
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    longest = sorted((item for item in slow if item.nodeid.startswith(LONGEST)),
+                     key=lambda item: LONGEST.index(item.nodeid.split("::")[0]))
+    others = [item for item in slow if item not in longest]
+    ordered: list[pytest.Item] = []
+    for item in longest:  # a worker starts with two tests: one long one each
+        ordered += [item, *others[:1]]
+        others = others[1:]
+    items[:] = ordered + others + [item for item in items if not item.get_closest_marker("slow")]
 
 
 @pytest.fixture(scope="session")

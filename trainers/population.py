@@ -85,6 +85,17 @@ def run_job(job: AgentJob, setting: JobSetting) -> AgentJob:
     return done
 
 
+def gpu_turn(workers: Mapping[str, Mapping[str, Any]], turn: int) -> dict[str, Any]:
+    """Where the ``turn``-th job of a run on CUDA goes: the Dask workers that offer the ``GPU``
+    resource (``Client.scheduler_info()["workers"]``), in turn, as the keyword arguments of
+    ``Client.submit``. Left to itself, Dask's scheduler sometimes puts two jobs on one worker,
+    where the second waits for the first's GPU while another GPU idles; the preference is
+    loose (``allow_other_workers``), so a job whose worker has gone runs elsewhere."""
+    offering = sorted(address for address, worker in workers.items()
+                      if worker.get("resources", {}).get("GPU", 0) >= 1)
+    return {"workers": [offering[turn % len(offering)]], "allow_other_workers": True} if offering else {}
+
+
 class JobPool(Protocol):
     """Runs agent jobs concurrently and hands each back when it finishes (tournament mode,
     elegantrl-podracers.txt §3: a training pool with no generation barrier)."""

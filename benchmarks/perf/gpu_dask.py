@@ -36,7 +36,7 @@ from benchmarks.perf.gpu_train import compared, tiny_evolution
 from trainers.common.jobs import AgentJob
 from trainers.config import RuntimeConfig
 from trainers.evolution import JobRunner, run_serially
-from trainers.population import Setting, run_job, set_deterministic
+from trainers.population import Setting, gpu_turn, run_job, set_deterministic
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -79,13 +79,16 @@ def section_dask(args: Args) -> dict[str, Any]:
 
 
 def on_workers(client: Client, setting: Setting, trained_on: list[str]) -> JobRunner:
-    """A generation's jobs on the cluster, each asking for one ``GPU`` and returned in order;
+    """A generation's jobs on the cluster, each asking for one ``GPU``, on the GPU workers in
+    turn as the pool places them (:func:`trainers.population.gpu_turn`), and returned in order;
     ``trained_on`` collects the worker of each job."""
     shipped = client.scatter(setting.shipped(), broadcast=True, hash=False)
 
     def run(jobs: list[AgentJob], given: Setting) -> list[AgentJob]:
         assert given is setting, "the runner was made for another run"
-        futures = [client.submit(run_job, job.shipped(), shipped, resources=GPU, pure=False) for job in jobs]
+        workers = client.scheduler_info()["workers"]
+        futures = [client.submit(run_job, job.shipped(), shipped, resources=GPU, pure=False, **gpu_turn(workers, i))
+                   for i, job in enumerate(jobs)]
         done = client.gather(futures)
         where = client.who_has(futures)
         trained_on.extend(addr for f in futures for addr in where.get(f.key, ())[:1])

@@ -30,7 +30,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks.config import TrainParams
 from trainers.common.jobs import AgentJob
 from trainers.evolution import JobRunner, run_serially
-from trainers.population import JobPool, Setting, run_job
+from trainers.population import JobPool, Setting, gpu_turn, run_job
 from trainers.ppo.multiplex import run_multiplexed
 
 if TYPE_CHECKING:
@@ -108,12 +108,16 @@ class DaskPool:
         # a task where its inputs are, and a market of GBs is never worth stealing for)
         self._setting = client.scatter(setting.shipped(), broadcast=True, hash=False)
         self._finished = as_completed(loop=client.loop)
+        self._submitted = 0
         self._jobs: dict[str, AgentJob] = {}
         """The pending jobs' inputs by Dask key, in submission order (``_finished`` holds their futures)."""
 
     def submit(self, job: AgentJob) -> None:
-        """Start training ``job`` on the cluster (on a ``GPU`` worker when the setting is on CUDA)."""
-        future = self._client.submit(train_agent, job.shipped(), self._setting, resources=self._resources, pure=False)
+        """Start training ``job`` on the cluster (on CUDA: on the ``GPU`` workers in turn, :func:`gpu_turn`)."""
+        where = gpu_turn(self._client.scheduler_info()["workers"], self._submitted) if self._resources else {}
+        self._submitted += 1
+        future = self._client.submit(train_agent, job.shipped(), self._setting, resources=self._resources, pure=False,
+                                     **where)
         self._jobs[future.key] = job
         self._finished.add(future)
 

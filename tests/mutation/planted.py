@@ -174,6 +174,9 @@ BUGS = {
             "for w in list(waiting):",
             ("tests/tasks/test_supervisor.py::"
              "test_services_start_together_and_one_that_goes_through_another_once_that_one_answers",)),
+    46: Bug("a generation's GPU jobs left to Dask's placement (two on one GPU while another idles)",
+            "tasks/model/scaleout.py", "pure=False,\n                                     **where)", "pure=False)",
+            ("tests/tasks/model/test_scaleout.py::test_gpu_jobs_ask_for_the_gpu_resource_and_run",)),
 }
 
 

@@ -9,7 +9,7 @@ import torch
 from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig
 from trainers.evolution import Evolution, run_serially
-from trainers.population import run_job, set_deterministic
+from trainers.population import gpu_turn, run_job, set_deterministic
 from trainers.ppo.multiplex import run_multiplexed
 
 from .helpers import evolve, market, scales
@@ -54,6 +54,14 @@ def test_a_shipped_job_sets_train_deterministic_in_the_process_that_runs_it():
         assert torch.are_deterministic_algorithms_enabled()
     finally:
         set_deterministic(False)
+
+
+def test_jobs_on_cuda_go_to_the_gpu_workers_in_turn():
+    workers = {"tcp://b:2": {"resources": {"GPU": 1}}, "tcp://cpu:3": {"resources": {}},
+               "tcp://a:1": {"resources": {"GPU": 1}}}
+    assert [gpu_turn(workers, turn)["workers"] for turn in range(3)] == [["tcp://a:1"], ["tcp://b:2"], ["tcp://a:1"]]
+    assert gpu_turn(workers, 0)["allow_other_workers"] is True  # a job whose worker has gone runs elsewhere
+    assert gpu_turn({"tcp://cpu:3": {"resources": {}}}, 0) == {}  # no GPU worker yet: Dask waits for one
 
 
 def test_a_job_never_spends_more_than_its_budget():

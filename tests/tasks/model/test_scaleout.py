@@ -153,6 +153,9 @@ def test_gpu_jobs_ask_for_the_gpu_resource_and_run(cluster: LocalCluster) -> Non
         jobs_of = lambda: [ts for key, ts in tasks.items() if str(key).startswith("run_job-")]  # noqa: E731
         wait_until(lambda: len(jobs_of()) == 2)
         assert all(ts.resource_restrictions == {"GPU": 1} for ts in jobs_of())
+        # the two GPU workers in turn, loosely: a job whose worker has gone runs elsewhere
+        assert sorted(w for ts in jobs_of() for w in ts.worker_restrictions) == sorted(cluster.scheduler.workers)
+        assert all(ts.loose_restrictions for ts in jobs_of())
         setting = [ts for ts in tasks.values() if ts not in jobs_of()]  # the shared setting, on every worker
         assert len(setting) == 1 and len(setting[0].who_has) == len(cluster.workers)
         returned = [pool.next_finished() for _ in inputs]

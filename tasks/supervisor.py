@@ -175,7 +175,7 @@ class Supervisor:
         while waiting or starting:
             if self.stopping:
                 return
-            for w in [w for w in waiting if all(self.by_name[n].ready for n in w.service.needs if n in self.by_name)]:
+            for w in [w for w in waiting if all(self._answers(n) for n in w.service.needs if n in self.by_name)]:
                 waiting.remove(w)
                 starting.append(w)
                 self.spawn(w)
@@ -198,6 +198,12 @@ class Supervisor:
                     raise ServiceError(f"{w.service.name} did not start: {', '.join(w.service.needs)} did not "
                                        f"answer within {w.service.timeout:.0f} s")
             time.sleep(0.3)
+
+    def _answers(self, name: str) -> bool:
+        """Whether ``name`` has answered since its start, or answers now (one an earlier
+        supervisor started, adopted before it answered)."""
+        w = self.by_name[name]
+        return w.ready or (w.child is None and bool(w.pid) and self.check(w.service.health, w.service.headers))
 
     def tick(self) -> None:
         """One look at every service: restart what is due, notice what died or went silent."""

@@ -169,8 +169,7 @@ BUGS = {
             "LEASE_SECONDS = 60.0", "LEASE_SECONDS = 300.0",
             ("tests/flows/test_ct_cycle.py::test_the_cycles_slot_is_leased_for_a_minute_so_a_killed_cycle_frees_it_soon",)),
     45: Bug("the runner started before Prefect, which its poll goes through, answers", "tasks/supervisor.py",
-            "for w in [w for w in waiting if all(self.by_name[n].ready for n in w.service.needs "
-            "if n in self.by_name)]:",
+            "for w in [w for w in waiting if all(self._answers(n) for n in w.service.needs if n in self.by_name)]:",
             "for w in list(waiting):",
             ("tests/tasks/test_supervisor.py::"
              "test_services_start_together_and_one_that_goes_through_another_once_that_one_answers",)),

@@ -164,6 +164,19 @@ def test_services_start_together_and_one_that_goes_through_another_once_that_one
     assert all(w.ready for w in sup.watched)
 
 
+def test_a_later_up_starts_the_runner_once_an_adopted_prefect_answers(tmp_path, supervise):
+    first = supervise("prefect", "runner", needs={"runner": ("prefect",)})
+    (tmp_path / "prefect" / "hang").touch()
+    first.spawn(first.by_name["prefect"])  # an earlier supervisor, killed before Prefect answered
+    later = Supervisor(tmp_path, [w.service for w in first.watched], LIMITS, out=lambda _: None)
+    later.adopt(read_record(tmp_path))
+    assert not later.by_name["prefect"].ready
+    (tmp_path / "prefect" / "hang").unlink()
+    later.start_all()  # did not wait for a readiness only its own start would have set
+    assert later.by_name["runner"].ready and len(starts(tmp_path, "prefect")) == 1
+    first.by_name["runner"].pid = later.by_name["runner"].pid  # one owner to stop it at the end
+
+
 def test_a_service_that_fails_at_the_first_start_names_itself_and_its_log(tmp_path, supervise):
     sup = supervise("a", "b")
     (tmp_path / "b" / "exit").write_text("1")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from prefect import flow
@@ -47,9 +48,15 @@ from tasks.registry.store import check_tracking
 
 CONCURRENCY = "ct-cycle"
 LEASE_SECONDS = 60.0
-"""The ``ct-cycle`` slot's lease, renewed every 45 s while the cycle runs: a cycle killed
-with its runner frees the slot 60-75 s later (the server looks for expired leases every
-15 s), before the data poll's rerun asks for it (docs/operations.md, The supervisor)."""
+"""The ``ct-cycle`` slot's lease, renewed every 45 s while the cycle runs. A cycle killed
+with its runner has its lease released by the next runner (:data:`LEASE_LABEL`); one killed
+before it could name its lease frees the slot when the lease runs out, 60-75 s later (the
+server looks for expired leases every 15 s), not after Prefect's default 300 s
+(docs/operations.md, The supervisor)."""
+LEASE_LABEL = "podracer.slot-lease"
+"""The flow-run label that names the lease of the ``ct-cycle`` slot the run holds: Prefect's
+API lists no leases, so a new runner reads it here to release the slot of a run it marks
+Crashed (:func:`flows.deployments.crash_orphans`)."""
 RETRIED = {"retries": 2, "retry_delay_seconds": 5}
 """A failed fetch of the champion, or a failed training, is tried again: training resumes
 from its checkpoint (:func:`tasks.model.walkforward.challenger_plan`)."""
@@ -66,12 +73,32 @@ class CycleSummary:
     """How the challenger trained: warm or cold, and what it cost (resumed steps included)."""
 
 
-def _hold_slot() -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def _hold_slot() -> Iterator[None]:
     """The ``ct-cycle`` global concurrency slot when a Prefect server is configured (the
-    temporary server of ``podracer ct`` has no such limit, and needs none)."""
+    temporary server of ``podracer ct`` has no such limit, and needs none), its lease named
+    on the flow run."""
     if not os.environ.get("PREFECT_API_URL"):
-        return contextlib.nullcontext()
-    return concurrency(CONCURRENCY, occupy=1, timeout_seconds=3600, lease_duration=LEASE_SECONDS)
+        yield
+        return
+    with concurrency(CONCURRENCY, occupy=1, timeout_seconds=3600, lease_duration=LEASE_SECONDS):
+        _name_lease()
+        yield
+
+
+def _name_lease() -> None:
+    """Label this flow run with the slot's lease (:data:`LEASE_LABEL`). Prefect records a
+    lease it grants inside a run in the run's ``ConcurrencyContext``, to release it should the
+    release be cancelled; outside a flow run there is nothing to label."""
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.context import ConcurrencyContext
+    from prefect.runtime import flow_run
+
+    held = ConcurrencyContext.get()
+    if held is None or not held.cleanup_lease_ids or not flow_run.id:
+        return
+    with get_client(sync_client=True) as client:
+        client.update_flow_run_labels(flow_run.id, {LEASE_LABEL: str(held.cleanup_lease_ids[-1])})
 
 
 @flow(name="ct-cycle")

@@ -29,8 +29,8 @@ The runner also polls every ``services.poll_seconds`` (:class:`tasks.registry.we
 
 When it starts, the runner marks ``Crashed`` the runs that a runner killed with its flow
 processes left ``Running`` (they would hold their deployment's concurrency slot, and the data
-poll would wait on them for ever). The ``ct-cycle`` slot such a run held is freed when its
-60-second lease runs out (Prefect's default is 300 s), before the data poll's rerun asks for it.
+poll would wait on them for ever), and releases the ``ct-cycle`` slot such a run held through
+the lease named on it, so the data poll's rerun takes the slot at once.
 
     python -m flows.deployments -p params.yaml   # with PREFECT_API_URL set to the server
 
@@ -49,6 +49,7 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 from tasks.config import Params, load_params
 from tasks.settings import load_env_defaults
@@ -143,8 +144,9 @@ def crash_orphans() -> list[str]:
     """Mark ``Crashed`` every run under way that carries the project's tag (its deployments'
     runs and the runner's own deliveries): called when the runner starts, when none of them
     can be, since they execute in the runner's own processes. A run's deployment slot is freed
-    with its Crashed state; the ``ct-cycle`` slot its flow held is freed when its lease
-    expires (:data:`flows.ct_cycle.LEASE_SECONDS`). Returns the names of the runs it marked."""
+    with its Crashed state, and the ``ct-cycle`` slot its flow held is released through the
+    lease named on the run (:data:`flows.ct_cycle.LEASE_LABEL`), so the rerun need not wait for
+    the lease to run out. Returns the names of the runs it marked."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
@@ -154,6 +156,8 @@ def crash_orphans() -> list[str]:
     )
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed
+
+    from flows.ct_cycle import LEASE_LABEL
 
     marked = []
     with get_client(sync_client=True) as client:
@@ -165,6 +169,9 @@ def crash_orphans() -> list[str]:
                                       force=True)
             log.warning("flow run %s (%s) was left %s by a killed runner: marked Crashed", run.name, run.id,
                         run.state_name)
+            if lease := run.labels.get(LEASE_LABEL):
+                client.release_concurrency_slots_with_lease(UUID(str(lease)))
+                log.warning("flow run %s: its ct-cycle slot released", run.name)
             marked.append(run.name)
     return marked
 

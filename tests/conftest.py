@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,6 +54,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = ordered + others + [item for item in items if not item.get_closest_marker("slow")]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def migrated_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A new sqlite MLflow store gets its tables by copying a store migrated once per worker,
+    not by running MLflow's migrations again (about a second each, and about a hundred tests
+    open a new store). The copy is the whole database, so the store is the one migrations
+    would have made; other databases, and the CLI's own processes, migrate as they always do."""
+    import sqlite3
+
+    from mlflow.store.db import utils
+    from mlflow.store.model_registry import sqlalchemy_store as registry_store
+
+    migrate = utils._initialize_tables
+    template = tmp_path_factory.getbasetemp() / "mlflow-migrated.db"
+
+    def initialize(engine) -> None:
+        if engine.dialect.name != "sqlite":
+            return migrate(engine)
+        if not template.exists():
+            built = template.with_suffix(".building")
+            fresh = utils.create_sqlalchemy_engine_with_retry(f"sqlite:///{built}")
+            migrate(fresh)
+            fresh.dispose()
+            built.rename(template)
+        target = engine.raw_connection()
+        try:
+            with sqlite3.connect(template) as source:
+                source.backup(target.driver_connection)
+        finally:
+            target.close()
+
+    utils._initialize_tables = registry_store._initialize_tables = initialize
+    yield
+    utils._initialize_tables = registry_store._initialize_tables = migrate
+
+
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[None]:
     """One temporary Prefect server for every test that runs flows or Prefect tasks (docs/testing.md)."""
@@ -81,10 +116,28 @@ def build_through_backtest(params: Params) -> Params:
     return params
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, params_of: Callable[[Path], Params]) -> Params:
+    """``build_through_backtest(params_of(folder))`` once for the whole run, in a folder that
+    every pytest-xdist worker sees: the first worker to need it builds it, under a file lock,
+    and the others read it (the build is deterministic, and the tests only read it)."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+    folder = shared / name
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build_through_backtest(params_of(folder))
+            (folder / ".built").touch()
+    return params_of(folder)
+
+
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Params:
     """Ingest → validate → features → train → backtest once, at tiny size (read-only for tests)."""
-    return build_through_backtest(tiny_params(tmp_path_factory.mktemp("built")))
+    return built_once(tmp_path_factory, "built", tiny_params)
 
 
 @pytest.fixture

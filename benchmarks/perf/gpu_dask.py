@@ -8,7 +8,7 @@ leaderboards are compared. Both run under ``train.deterministic``, which every s
 sets in its worker (:func:`trainers.population.run_job`), so on one GPU they can agree bit
 for bit.
 
-The pipeline submits each job as the Prefect task ``train_agent`` through prefect-dask
+The pipeline submits each job as the Prefect task ``train_agent()`` through prefect-dask
 (``tasks/model/scaleout.py::DaskPool``). A GPU machine here has no Prefect, so this section
 submits that task's function, :func:`trainers.population.run_job`, with the pool's resource
 and shipping: the setting broadcast once with its data on the CPU, the job's state on the CPU.

@@ -6,7 +6,7 @@
   (:func:`trainers.ppo.multiplex.run_multiplexed`);
 * ``serial``: one agent after another in this process;
 * ``dask``: each agent's generation, or each tournament job, as the Prefect task
-  :data:`train_agent` on the Dask cluster ``train.dask`` names: ``local`` (a
+  :func:`train_agent` on the Dask cluster ``train.dask`` names: ``local`` (a
   ``LocalCluster`` of ``train.dask_workers`` processes on 127.0.0.1) or a scheduler address
   such as ``tcp://host:8786`` (``deploy/dask/``).
 
@@ -19,13 +19,11 @@ unpickles task arguments and need not have a GPU); on CUDA each job asks Dask fo
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
-
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from tasks.config import TrainParams
 from trainers.common.jobs import AgentJob
@@ -35,10 +33,20 @@ from trainers.ppo.multiplex import run_multiplexed
 
 if TYPE_CHECKING:
     from distributed import Client
+    from prefect import Task
 
-train_agent = task(run_job, name="train-agent-generation", cache_policy=NO_CACHE)
 GPU = {"GPU": 1}
 """The Dask resource a job on CUDA asks for: one agent at a time per ``--resources GPU=1`` worker."""
+
+
+@functools.cache
+def train_agent() -> Task:
+    """:func:`trainers.population.run_job` as the Prefect task a Dask job runs as; made on
+    first use, so that the in-process engines' training imports no Prefect."""
+    from prefect import task
+    from prefect.cache_policies import NO_CACHE
+
+    return task(run_job, name="train-agent-generation", cache_policy=NO_CACHE)
 
 
 @contextmanager
@@ -91,7 +99,7 @@ class DaskPool:
     """A :class:`~trainers.population.JobPool` on Dask: jobs come back in the order they
     really finish (tournament mode has no generation barrier; :func:`run_on` waits for all).
 
-    Each job runs as the Prefect task :data:`train_agent`, submitted through prefect-dask's
+    Each job runs as the Prefect task :func:`train_agent`, submitted through prefect-dask's
     client, so its task run nests under whatever flow or task run is current. The pool opens
     no flow run of its own: a flow's task runner (and its Dask client) ends with the flow
     function, while the pool outlives the calls of the loop that drives it. The setting
@@ -116,7 +124,7 @@ class DaskPool:
         """Start training ``job`` on the cluster (on CUDA: on the ``GPU`` workers in turn, :func:`gpu_turn`)."""
         where = gpu_turn(self._client.scheduler_info()["workers"], self._submitted) if self._resources else {}
         self._submitted += 1
-        future = self._client.submit(train_agent, job.shipped(), self._setting, resources=self._resources, pure=False,
+        future = self._client.submit(train_agent(), job.shipped(), self._setting, resources=self._resources, pure=False,
                                      **where)
         self._jobs[future.key] = job
         self._finished.add(future)

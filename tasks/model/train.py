@@ -247,7 +247,8 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
     seconds = time.perf_counter() - started
     weights, meta = bundle.policy_bundle(params, fs, scales, data_version, result)
     summary = {"mode": evo.mode, "engine": params.train.engine, "device": str(device), "seconds": seconds,
-               "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None}}
+               "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None},
+               "resumed_env_steps": resumed_env_steps}  # of env_steps, those run before a resume
     with atomic_dir(out) as staging:
         bundle.save(staging, weights, meta, result.best_hparams)
         board = leaderboard.table(result)

@@ -5,7 +5,11 @@ delivery of a promotion event."""
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -15,7 +19,9 @@ from prefect import flow as make_flow
 from prefect.client.orchestration import get_client
 from prefect.states import Completed, Running, Scheduled
 
+from flows.ct_cycle import LEASE_LABEL
 from flows.deployments import TAG, crash_orphans, in_flight
+from tests.conftest import REPO
 
 
 def a_run(client, flow: str, tags: list[str]):
@@ -54,6 +60,54 @@ def test_a_cycle_is_in_flight_while_queued_running_or_due_soon_and_a_killed_runn
         assert client.read_flow_run(shell.id).state.type.value == "RUNNING"  # `podracer run` in a shell
         assert not in_flight(flow, minute)
         assert run.name not in crash_orphans()
+
+
+HOLDER = """
+import sys, time
+from prefect import flow, tags
+from flows import ct_cycle
+
+ct_cycle.CONCURRENCY = sys.argv[1]
+
+@flow(name=sys.argv[2])
+def cycle():
+    with ct_cycle._hold_slot():
+        time.sleep(600)
+
+with tags(sys.argv[3]):
+    cycle()
+"""
+"""A CT cycle's hold on its slot, in a process of its own, to be killed as its runner would be."""
+
+
+def test_a_new_runner_releases_the_slot_a_killed_cycle_held_so_its_rerun_starts_at_once(prefect_server):
+    """The next runner releases a killed cycle's slot through the lease the run named, instead
+    of leaving the rerun to wait until the lease runs out (docs/operations.md, The supervisor)."""
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.concurrency.sync import concurrency
+    from prefect.settings import PREFECT_API_URL
+
+    limit, flow = f"slot-{uuid.uuid4().hex[:8]}", f"cycle-{uuid.uuid4().hex[:8]}"
+    with get_client(sync_client=True) as client:
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=limit, limit=1))
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, limit, flow, TAG], start_new_session=True,
+                                  env={**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(),
+                                       "PYTHONPATH": str(REPO)})
+        try:
+            deadline = time.monotonic() + 120
+            while not (runs := [r for r in client.read_flow_runs(
+                    flow_filter=FlowFilter(name=FlowFilterName(any_=[flow]))) if LEASE_LABEL in r.labels]):
+                assert holder.poll() is None and time.monotonic() < deadline, "the cycle never named its lease"
+                time.sleep(0.2)
+        finally:
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait()
+        assert client.read_global_concurrency_limit_by_name(limit).active_slots == 1
+        assert runs[0].name in crash_orphans()
+        assert client.read_global_concurrency_limit_by_name(limit).active_slots == 0
+    with concurrency(limit, occupy=1, timeout_seconds=5, lease_duration=60):  # not after the lease's 60 s
+        pass
 
 
 def test_the_runner_delivers_a_promotion_in_its_own_process_the_moment_the_event_arrives(prefect_server, tmp_path,

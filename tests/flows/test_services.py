@@ -2,10 +2,10 @@
 on free loopback ports, some of them given as overrides: each of the four servers SIGKILLed and
 answering again by itself; new bars → event → CT cycle → registry, an alias moved through
 MLflow's REST API → webhook → delivery at the broker, ``podracer rollback``, the receiver
-killed while an alias moves, two events one cycle at a time; a crash loop given up on in one
-line; the tracking server down for a cycle; the runner SIGKILLed mid-cycle, answering again
-and running the cycle again by itself, resumed from its checkpoint, with no command typed;
-``podracer down`` and no process left behind."""
+killed while an alias moves, two events one cycle at a time; the runner SIGKILLed mid-cycle,
+answering again and running the cycle again by itself (the new runner releases the killed
+cycle's slot), resumed from its checkpoint, with no command typed; a crash loop given up on in
+one line; the tracking server down for a cycle; ``podracer down`` and no process left behind."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ import requests
 import yaml
 
 from standins.postgres import free_port
+from standins.tiny import tiny_params
 from tasks.processes import group_alive
+from tasks.registry.aliases import CHAMPION
+from tasks.registry.register import register
 from tests.conftest import REPO
 from tests.flows.test_cli_commands import tiny_project
 
@@ -61,8 +64,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, every: float =
 
 class Project:
     """A tiny project folder with its own ports, and what the test reads from its services. Its
-    data is the tests' tiny pipeline built through the backtest (``built``): the stages are
-    the CLI test's to run (tests/flows/test_cli_commands.py); here they are only the ground."""
+    data is the tests' tiny pipeline built through the backtest (``built``), and the test
+    registers its champion in this process: the stages and ``register`` are the CLI test's to
+    run as commands (tests/flows/test_cli_commands.py); here they are only the ground."""
 
     def __init__(self, root, built) -> None:
         self.root = root
@@ -90,6 +94,13 @@ class Project:
         found = requests.get(f"{self.mlflow}/model-versions/search", params={"filter": f"name='{MODEL}'"},
                              timeout=10).json().get("model_versions", [])
         return {v["version"]: {t["key"]: t["value"] for t in v.get("tags", [])} for v in found}
+
+    def training(self, version: str) -> dict[str, float]:
+        """The training metrics of the run that registered ``version``."""
+        run_id = requests.get(f"{self.mlflow}/model-versions/get", params={"name": MODEL, "version": version},
+                              timeout=10).json()["model_version"]["run_id"]
+        metrics = requests.get(f"{self.mlflow}/runs/get", params={"run_id": run_id}, timeout=10).json()["run"]["data"]
+        return {m["key"]: m["value"] for m in metrics.get("metrics", []) if m["key"].startswith("training_")}
 
     def set_champion(self, version: str) -> None:
         answer = requests.post(f"{self.mlflow}/registered-models/alias", timeout=10,
@@ -160,7 +171,7 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
     """One `podracer up` serves every step, in the order a week of operation might bring them:
     a second pair of services would cost a minute of start-up for no other behaviour."""
     p = Project(tmp_path, built)
-    assert "✓ register podracer-ppo version 1 alias champion" in podracer(tmp_path, "register")
+    assert register(tiny_params(tmp_path, "registry.gate_margin=-1000")).aliases == [CHAMPION]
     pids: list[int] = []
     try:
         said = podracer(tmp_path, "up", *p.overrides)
@@ -179,7 +190,6 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         mlflow_env = open(f"/proc/{pids[1]}/environ", "rb").read().split(b"\0")
         assert b"MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false" in mlflow_env  # else seven more processes
         assert oct((tmp_path / "data" / "services" / "mlflow-webhook.key").stat().st_mode & 0o777) == "0o600"
-        assert podracer(tmp_path, "status").count("answers") == 5  # where the overrides put them
         assert podracer(tmp_path, "up", *p.overrides).count("already runs") == 5
         assert [r["pid"] for r in p.recorded()] == pids
 
@@ -197,7 +207,7 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         print("killed -> answers again: " + ", ".join(f"{n} {t:.1f} s" for n, t in took.items()))
         rows = {r["name"]: (r["restarts"], r["reason"], r["state"]) for r in p.recorded()}
         assert rows == {**{n: (1, "killed by SIGKILL", "answers") for n in servers}, "runner": (0, "", "answers")}
-        status = podracer(tmp_path, "status")
+        status = podracer(tmp_path, "status")  # finds them where the overrides put them
         assert status.count("answers") == 5 and "supervisor (pid" in status and "watching" in status
         pids += [r["pid"] for r in p.recorded()]
 
@@ -234,6 +244,39 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
             and all(x["state_type"] == "COMPLETED" for x in r[before:]) else None), 300)
         first, second = runs[before], runs[before + 1]
         assert first["end_time"] <= second["start_time"], "two CT cycles overlapped"
+
+        # the runner SIGKILLed mid-training: the supervisor restarts it, the new runner marks the run
+        # Crashed and releases its slot, and its data poll starts the cycle again, which resumes from
+        # its checkpoint and registers one version, with no command typed
+        wait_for("no cycle under way or due", lambda: not p.cycles_due(), 60)
+        known, before, marker = set(p.versions()), len(p.flow_runs("ct-cycle")), time.time()
+        podracer(tmp_path, "simulate", "--bars", "1")
+        checkpoints = tmp_path / "data" / "checkpoints"
+        wait_for("the cycle's first checkpoint", lambda: any(  # of 2 generations: kill within the second
+            c.stat().st_mtime > marker for c in checkpoints.glob("*/evolution.pt")), 300, every=0.05)
+        runner = p.pid("runner")
+        folders = set(checkpoints.iterdir())
+        os.kill(runner, signal.SIGKILL)
+        killed = time.monotonic()
+        pids.append(runner)
+        wait_for("the cycle to run again by itself and register", lambda: len(set(p.versions()) - known) == 1, 300)
+        healed = time.monotonic() - killed
+        print(f"runner SIGKILLed mid-cycle -> new version registered: {healed:.0f} s")
+        assert healed <= 180, f"kill -> registration took {healed:.0f} s"
+        crashed = [r for r in p.flow_runs("ct-cycle")[before:] if r["state_type"] == "CRASHED"]
+        assert len(crashed) == 1
+        assert f"flow run {crashed[0]['name']}: its ct-cycle slot released" in (
+            tmp_path / "data" / "services" / "runner.log").read_text()
+        wait_for("the rerun to complete", lambda: any(  # the version is registered a moment before the run ends
+            r["state_type"] == "COMPLETED" and r["start_time"] > crashed[0]["start_time"]
+            for r in p.flow_runs("ct-cycle")[before:]), 60)
+        assert len(set(p.versions()) - known) == 1, "registered twice"
+        assert set(checkpoints.iterdir()) == folders, "the rerun did not resume the crashed cycle's checkpoint"
+        trained = p.training(*(set(p.versions()) - known))
+        assert 0 < trained["training_resumed_env_steps"] < trained["training_env_steps"], trained  # resumed, not redone
+        runner_row = next(r for r in p.recorded() if r["name"] == "runner")
+        assert (runner_row["restarts"], runner_row["reason"]) == (1, "killed by SIGKILL")
+        wait_for("the restarted runner to answer", lambda: p.answers("runner"), 60)
 
         # a crash loop: the broker's port taken by another program; after 3 restarts (the SIGKILL's
         # above included: they count within 10 minutes), one line
@@ -275,36 +318,6 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         assert set(p.versions()) == known
         podracer(tmp_path, "simulate", "--bars", "1")
         wait_for("the next cycle to register", lambda: len(set(p.versions()) - known) == 1, 300)
-
-        # the runner SIGKILLed mid-training: the supervisor restarts it, the new runner marks the run
-        # Crashed, and its data poll starts the cycle again, which resumes from its checkpoint and
-        # registers one version, with no command typed
-        wait_for("the poll's retries of the failed cycle to end", lambda: not p.cycles_due(), 180)
-        known, before, marker = set(p.versions()), len(p.flow_runs("ct-cycle")), time.time()
-        podracer(tmp_path, "simulate", "--bars", "1")
-        checkpoints = tmp_path / "data" / "checkpoints"
-        wait_for("the cycle's first checkpoint", lambda: any(  # of 2 generations: kill within the second
-            c.stat().st_mtime > marker for c in checkpoints.glob("*/evolution.pt")), 300, every=0.05)
-        runner = p.pid("runner")
-        folders = set(checkpoints.iterdir())
-        os.kill(runner, signal.SIGKILL)
-        killed = time.monotonic()
-        pids.append(runner)
-        wait_for("the cycle to run again by itself and register", lambda: len(set(p.versions()) - known) == 1, 300)
-        healed = time.monotonic() - killed
-        print(f"runner SIGKILLed mid-cycle -> new version registered: {healed:.0f} s")
-        assert healed <= 180, f"kill -> registration took {healed:.0f} s"
-        crashed = [r for r in p.flow_runs("ct-cycle")[before:] if r["state_type"] == "CRASHED"]
-        assert len(crashed) == 1
-        wait_for("the rerun to complete", lambda: any(  # the version is registered a moment before the run ends
-            r["state_type"] == "COMPLETED" and r["start_time"] > crashed[0]["start_time"]
-            for r in p.flow_runs("ct-cycle")[before:]), 60)
-        assert len(set(p.versions()) - known) == 1, "registered twice"
-        assert set(checkpoints.iterdir()) == folders, "the rerun did not resume the crashed cycle's checkpoint"
-        runner_row = next(r for r in p.recorded() if r["name"] == "runner")  # adopted by the second supervisor
-        assert (runner_row["restarts"], runner_row["reason"]) == (
-            1, "exited (started by an earlier supervisor: exit status unknown)")
-        wait_for("the restarted runner to answer", lambda: p.answers("runner"), 60)
 
         p.down_leaves_nothing(pids)
     finally:

@@ -176,6 +176,10 @@ BUGS = {
     46: Bug("a generation's GPU jobs left to Dask's placement (two on one GPU while another idles)",
             "tasks/model/scaleout.py", "pure=False,\n                                     **where)", "pure=False)",
             ("tests/tasks/model/test_scaleout.py::test_gpu_jobs_ask_for_the_gpu_resource_and_run",)),
+    47: Bug("a new runner leaves a killed cycle's slot to its lease (the rerun waits a minute)", "flows/deployments.py",
+            "client.release_concurrency_slots_with_lease(UUID(str(lease)))", "pass",
+            ("tests/flows/test_deployments.py::"
+             "test_a_new_runner_releases_the_slot_a_killed_cycle_held_so_its_rerun_starts_at_once",)),
 }
 
 

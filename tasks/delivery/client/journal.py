@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ class Journal:
 
     def __init__(self, path: Path, account: str) -> None:
         self.path, self.account = path, account
+        self._connection: sqlite3.Connection | None = None
 
     @classmethod
     def of(cls, client: TradingClient, path: Path) -> Journal:
@@ -43,12 +44,17 @@ class Journal:
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+        """The journal's connection, opened on first use and kept (a trading loop reads and
+        writes it several times a bar), in a transaction committed when the block ends."""
+        if self._connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=30)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # as the broker's ledger: a killed process loses nothing
             db.executescript(SCHEMA)
+            self._connection = db
+        with self._connection as db:
             yield db
 
     def cycles(self, bar: str | None = None) -> list[dict[str, Any]]:

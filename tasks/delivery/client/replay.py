@@ -84,9 +84,11 @@ def window(params: Params, spec: str) -> tuple[int, int]:
     return lo, hi
 
 
-def advance(url: str, keys: Keys, to: str) -> None:
-    response = requests.post(f"{url}/podracer/v1/clock/advance", params={"to": to}, timeout=60,
-                             headers=keys.headers())
+def advance(url: str, keys: Keys, to: str, session: requests.Session | None = None) -> None:
+    """Move the simulated broker's clock to the next ``open`` or ``close``; ``session`` keeps
+    one connection for a replay's thousands of moves."""
+    response = (session or requests).post(f"{url}/podracer/v1/clock/advance", params={"to": to}, timeout=60,
+                                          headers=keys.headers())
     if response.status_code != 200:
         raise DataError(f"replay: the broker could not advance its clock ({response.text[:200]})")
 
@@ -108,16 +110,17 @@ def replay(params: Params, spec: str = "test") -> ReplayResult:
     name = f"replay {bars[0]}..{bars[1]}"
     with local_broker(params, ledger=db, clock="simulated", day=stamps[0].tz_localize("UTC").to_pydatetime(),
                       initial_cash=env.initial_cash,  # the account the champion was trained for
-                      cost_pct=env.cost_pct) as url, mlflow_run(params, name, url):
+                      cost_pct=env.cost_pct) as url, mlflow_run(params, name, url), requests.Session() as clock:
         client = TradingClient(keys.key_id, keys.secret, url_override=url)
+        clock.trust_env = False  # the broker this replay started, on 127.0.0.1: no proxy to look up
         metrics = BatchedMetrics()
         loop = TradingLoop(params, client, Journal.of(client, journal), metrics, enforce_risk=False)
         loop.policy = champion
         equity.append(float(client.get_account().equity))
         flagged = 0
         for t in range(lo - 1, hi):
-            flagged += len(loop.cycle(t, after_submit=lambda: advance(url, keys, "open")).flagged)
-            advance(url, keys, "close")
+            flagged += len(loop.cycle(t, after_submit=lambda: advance(url, keys, "open", clock)).flagged)
+            advance(url, keys, "close", clock)
             equity.append(float(client.get_account().equity))
             if (t - lo + 2) % 50 == 0:
                 log.info("replay: %d of %d bars, equity %.2f", t - lo + 2, hi - lo + 1, equity[-1])

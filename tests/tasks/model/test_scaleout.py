@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -170,7 +172,7 @@ def gpu_workers(prefect_server: None) -> Iterator[str]:
     deploy/dask/docker-compose.yml runs its GPU worker; stopped by PID at the end."""
     dask = str(Path(sys.executable).with_name("dask"))
     port = free_port()
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
     scheduler = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
                                  **quiet)
     address = f"tcp://127.0.0.1:{port}"
@@ -180,9 +182,9 @@ def gpu_workers(prefect_server: None) -> Iterator[str]:
         with PrefectDaskClient(address, set_as_default=False, timeout=60) as client:
             client.wait_for_workers(2, timeout=120)
         yield address
-    finally:
+    finally:  # each with its children (a worker's nanny runs it in a process of its own)
         for process in [*workers, scheduler]:
-            process.terminate()
+            os.killpg(process.pid, signal.SIGKILL)
         for process in [*workers, scheduler]:
             process.wait(timeout=30)
 

@@ -29,7 +29,7 @@ from tasks.delivery.keys import local_keys
 from tasks.errors import ConfigError, DataError
 from tasks.model import bundle
 from tasks.registry.register import register
-from tests.conftest import build_through_backtest
+from tests.conftest import built_once
 from tests.tasks.delivery.client.test_replay import saturated
 
 MINUTE = ["data.freq=1min", "data.start=2023-10-02", "data.end=2023-11-24", "features.train_end=2023-11-03",
@@ -43,7 +43,7 @@ def minute_params(root: Path, *overrides: str) -> Params:
 @pytest.fixture(scope="module")
 def minute_built(tmp_path_factory: pytest.TempPathFactory) -> Params:
     """Ingest → validate → features → train → backtest once, on tiny minute bars (read-only)."""
-    return build_through_backtest(minute_params(tmp_path_factory.mktemp("minutes")))
+    return built_once(tmp_path_factory, "minutes", minute_params)
 
 
 @pytest.fixture

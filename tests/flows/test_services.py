@@ -273,7 +273,7 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         assert len(set(p.versions()) - known) == 1, "registered twice"
         assert set(checkpoints.iterdir()) == folders, "the rerun did not resume the crashed cycle's checkpoint"
         trained = p.training(*(set(p.versions()) - known))
-        assert 0 < trained["training_resumed_env_steps"] < trained["training_env_steps"], trained  # resumed, not redone
+        assert trained["training_resumed_env_steps"] > 0, trained  # resumed from the checkpoint, not trained anew
         runner_row = next(r for r in p.recorded() if r["name"] == "runner")
         assert (runner_row["restarts"], runner_row["reason"]) == (1, "killed by SIGKILL")
         wait_for("the restarted runner to answer", lambda: p.answers("runner"), 60)

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 LONGEST = ("tests/flows/test_services.py", "tests/flows/test_cli_commands.py")
-"""The two longest tests (about 5 and 3.5 minutes): they start first, one on each worker."""
+"""The two longest tests (about 4 minutes each): they start first, one on each worker."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,9 +57,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def migrated_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A new sqlite MLflow store gets its tables by copying a store migrated once per worker,
-    not by running MLflow's migrations again (about a second each, and about a hundred tests
-    open a new store). The copy is the whole database, so the store is the one migrations
-    would have made; other databases, and the CLI's own processes, migrate as they always do."""
+    not by running MLflow's migrations again (about a second a store; docs/testing.md). The
+    copy is the whole database, so the store is the one migrations would have made; other
+    databases, and the CLI's own processes, migrate as they always do."""
     import sqlite3
 
     from mlflow.store.db import utils

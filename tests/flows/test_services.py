@@ -265,8 +265,6 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         assert healed <= 180, f"kill -> registration took {healed:.0f} s"
         crashed = [r for r in p.flow_runs("ct-cycle")[before:] if r["state_type"] == "CRASHED"]
         assert len(crashed) == 1
-        assert f"flow run {crashed[0]['name']}: its ct-cycle slot released" in (
-            tmp_path / "data" / "services" / "runner.log").read_text()
         wait_for("the rerun to complete", lambda: any(  # the version is registered a moment before the run ends
             r["state_type"] == "COMPLETED" and r["start_time"] > crashed[0]["start_time"]
             for r in p.flow_runs("ct-cycle")[before:]), 60)

@@ -24,6 +24,7 @@ import yaml
 from flows.cli import app
 from standins.postgres import free_port
 from standins.tiny import TINY
+from tests.commands import podracer
 from tests.conftest import REPO
 from tests.test_readme import ELSEWHERE, RUNNABLE, prepare
 
@@ -46,8 +47,7 @@ def say(root, *args: str, code: int = 0) -> str:
 
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "COLUMNS": "200",
            "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = podracer(root, args, env)
     output = done.stdout + done.stderr
     assert done.returncode == code, output[-3000:]
     assert "Traceback" not in output, output[-3000:]

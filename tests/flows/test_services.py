@@ -15,7 +15,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -30,7 +29,7 @@ from standins.tiny import tiny_params
 from tasks.processes import group_alive
 from tasks.registry.aliases import CHAMPION
 from tasks.registry.register import register
-from tests.conftest import REPO
+from tests.commands import podracer as run_command
 from tests.flows.test_cli_commands import tiny_project
 
 SERVICES = ["prefect", "mlflow", "receiver", "broker", "runner"]
@@ -40,8 +39,7 @@ MODEL = "podracer-ppo"
 def podracer(root, *args: str, code: int = 0) -> str:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PODRACER_TRACKING_URI"))}
-    done = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=root, capture_output=True, text=True,
-                          env={**env, "COLUMNS": "250", "PYTHONPATH": str(REPO)}, timeout=600)
+    done = run_command(root, args, {**env, "COLUMNS": "250"})
     output = done.stdout + done.stderr
     assert done.returncode == code and "Traceback" not in output, output[-3000:]
     assert "Still processing items" not in output, output[-3000:]  # Prefect's events were sent before the exit

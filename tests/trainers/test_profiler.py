@@ -3,6 +3,7 @@ import csv
 import statistics
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -165,18 +166,21 @@ def many_tiny_ops() -> None:
 
 
 def test_delta_calibration_brings_the_total_close_to_the_uninstrumented_time():
+    """Judged on the profiled run of median wall time among five, interleaved with five plain
+    runs: one run slowed by the other test worker on the same cores is not the profiler's error."""
     per_event = profiler.calibrate(many_tiny_ops, repeats=5)
     assert 0 < per_event < 1e-4
-    plain = []
+    plain, reports = [], []
     for _ in range(5):
         start = time.perf_counter()
         many_tiny_ops()
         plain.append(time.perf_counter() - start)
+        profiler.enable()
+        many_tiny_ops()
+        profiler.disable()
+        reports.append(profiler.report(overhead_per_event=per_event))
     uninstrumented = statistics.median(plain)
-    profiler.enable()
-    many_tiny_ops()
-    profiler.disable()
-    report = profiler.report(overhead_per_event=per_event, uninstrumented_seconds=uninstrumented)
+    report = replace(sorted(reports, key=lambda r: r.wall_seconds)[2], uninstrumented_seconds=uninstrumented)
     assert report.events == 50_000
     raw_error = abs(report.wall_seconds - uninstrumented)
     corrected_error = abs(report.total_seconds - uninstrumented)

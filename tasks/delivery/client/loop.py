@@ -99,10 +99,11 @@ class CycleResult:
 
 class Policy:
     """The pyfunc of the version carrying ``alias``, resolved on every call and reloaded only
-    when the alias has moved."""
+    when the alias has moved; ``pinned``, the version found on the first call, for good (a
+    replay trades one version over its whole window, whatever the alias does meanwhile)."""
 
-    def __init__(self, params: Params, alias: str = CHAMPION) -> None:
-        self.registry, self.alias = params.registry, alias
+    def __init__(self, params: Params, alias: str = CHAMPION, pinned: bool = False) -> None:
+        self.registry, self.alias, self.pinned = params.registry, alias, pinned
         self.version: str | None = None
         self.model: Any = None
 
@@ -110,6 +111,8 @@ class Policy:
         """(version, model, the version it replaced or None)."""
         import mlflow
 
+        if self.pinned and self.version is not None:
+            return self.version, self.model, None
         version = alias_version(self.registry, self.alias)
         if version is None:
             missing = NoChampion if self.alias == CHAMPION else NoVersion
@@ -170,8 +173,10 @@ class TradingLoop:
             log.info("bar %s already traded by %s version %s; nothing to do", day, self.role, version)
             return self._finish(result, done["recorded"]["body"], record=False)
         reason = halted(self.halt_folder, self.role) if self.enforce_risk else None
+        account = None
         if reason is None and "planned" not in done:
-            reason = self._daily_loss(result)
+            account = self.client.get_account()  # read once: the loss check and the decision see the same account
+            reason = self._daily_loss(result, account)
         if reason is not None:
             result.halted = reason
             log.warning("%s trading halted: %s", self.role, reason)
@@ -185,7 +190,7 @@ class TradingLoop:
             if not result.decided:
                 log.info("bar %s: %s version %s holds its last decision (env.decide_every %d); only the gate "
                          "and close-outs trade", day, self.role, version, meta.env.decide_every)
-            orders, checked = self._decide(model, meta, fs, t, day, version, result.decided)
+            orders, checked = self._decide(model, meta, fs, t, day, version, account, result.decided)
             if self.enforce_risk:
                 orders = [o for o in orders if o.client_order_id not in {b["client_order_id"] for b in checked}]
                 result.blocked = checked
@@ -217,11 +222,10 @@ class TradingLoop:
             raise DataError(f"bar {day} is after the broker's clock ({clock.timestamp.isoformat()}): trading it "
                             "would use prices from after the fills")
 
-    def _daily_loss(self, result: CycleResult) -> str | None:
+    def _daily_loss(self, result: CycleResult, account: Any) -> str | None:
         """Halt (and cancel the open orders) when the day's loss passes the limit; a loop that
         only reports its checks records the breach and trades on. The champion's halt stops
         every account (the kill switch); the shadow's stops the shadow only."""
-        account = self.client.get_account()
         reason = daily_loss(float(account.equity), float(account.last_equity), self.params.trade.risk)
         if reason is None:
             return None
@@ -249,14 +253,13 @@ class TradingLoop:
         return True
 
     def _decide(self, model: Any, meta: Any, fs: features.FeatureSet, t: int, day: str,
-                version: str, decide: bool = True) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
+                version: str, account: Any, decide: bool = True) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
         """The policy's orders for bar ``t`` (sells first), and those a risk check objects to;
         on a held bar (``decide`` false), only the gate's and close-outs' orders.
 
         The feature set's tradable row goes with the state (docs/data.md): the champion never buys
         a symbol that is not tradable at bar t and sells a position in one that stopped
         trading. Its price there is the last real close, which the risk checks value it at."""
-        account = self.client.get_account()
         held = {p.symbol: int(float(p.qty)) for p in self.client.get_all_positions()}
         shares = np.array([held.get(s, 0) for s in meta.symbols], dtype=np.float64)
         frame = policy_input(meta, fs.prices[t], fs.features[t], shares, float(account.cash), fs.tradable[t], decide)

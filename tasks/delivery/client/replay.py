@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import requests
-from alpaca.trading.client import TradingClient
 
 from tasks.config import Params
 from tasks.data import features
@@ -32,7 +31,7 @@ from tasks.delivery.client.bar_keys import bar_key
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.local import local_broker
 from tasks.delivery.client.loop import Policy, TradingLoop
-from tasks.delivery.client.session import BatchedMetrics, mlflow_run
+from tasks.delivery.client.session import BatchedMetrics, mlflow_run, trading_client
 from tasks.delivery.keys import Keys, local_keys
 from tasks.errors import ConfigError, DataError
 from tasks.model.backtest import CURVE_FILE
@@ -104,14 +103,14 @@ def replay(params: Params, spec: str = "test") -> ReplayResult:
             stale.unlink(missing_ok=True)
     keys = local_keys(params)
     equity = []
-    champion = Policy(params)
+    champion = Policy(params, pinned=True)
     meta = champion.current()[1].unwrap_python_model().meta
     env, bars = meta.env, [bar_key(ts, meta.freq) for ts in stamps[[1, -1]].to_numpy()]
     name = f"replay {bars[0]}..{bars[1]}"
     with local_broker(params, ledger=db, clock="simulated", day=stamps[0].tz_localize("UTC").to_pydatetime(),
                       initial_cash=env.initial_cash,  # the account the champion was trained for
                       cost_pct=env.cost_pct) as url, mlflow_run(params, name, url), requests.Session() as clock:
-        client = TradingClient(keys.key_id, keys.secret, url_override=url)
+        client = trading_client(keys, url)
         clock.trust_env = False  # the broker this replay started, on 127.0.0.1: no proxy to look up
         metrics = BatchedMetrics()
         loop = TradingLoop(params, client, Journal.of(client, journal), metrics, enforce_risk=False)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import date
 from functools import cache
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from alpaca.common.exceptions import APIError
@@ -39,6 +40,7 @@ from tasks.registry.store import connect
 
 log = logging.getLogger("podracer.trade")
 ALPACA_KEY_FILE = "alpaca-keys.json"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class BrokerFailure(PodracerError):
@@ -105,6 +107,16 @@ class BatchedMetrics:
         self.held = []
 
 
+def trading_client(keys: Keys, url: str | None) -> TradingClient:
+    """alpaca-py's client for ``keys`` at ``url`` (None: Alpaca's paper API). A broker on this
+    machine is reached directly: the client skips the environment's proxy settings, which
+    requests otherwise looks up on every call (a minute-bar replay makes over ten thousand)."""
+    client = TradingClient(keys.key_id, keys.secret, paper=True, url_override=url)
+    if url is not None and urlsplit(url).hostname in LOOPBACK:
+        client._session.trust_env = False  # alpaca-py 0.44 builds its requests.Session itself
+    return client
+
+
 @contextmanager
 def trading_session(params: Params, run_name: str | None = None, url: str | None = None,
                     log_to_mlflow: bool = True) -> Iterator[Session]:
@@ -118,7 +130,7 @@ def trading_session(params: Params, run_name: str | None = None, url: str | None
             keys = local_keys(params)
             url = where = stack.enter_context(local_broker(
                 params, url or params.trade.url or f"http://127.0.0.1:{params.broker.port}"))
-        client = TradingClient(keys.key_id, keys.secret, paper=True, url_override=url)
+        client = trading_client(keys, url)
         if log_to_mlflow:
             stack.enter_context(mlflow_run(params, run_name or f"trade {params.trade.broker} {date.today()}", where))
         try:
@@ -149,7 +161,7 @@ def shadow_loop(params: Params, url: str | None, champion: TradingLoop) -> Tradi
     except ConfigError as err:
         log.warning("the shadow does not trade on %s: it needs a second key pair (%s)", params.trade.broker, err)
         return None
-    client = TradingClient(keys.key_id, keys.secret, paper=True, url_override=url)
+    client = trading_client(keys, url)
     journal = Journal.of(client, params.dirs.broker / JOURNAL)
     if journal.account == champion.journal.account:
         log.warning("the shadow does not trade: its keys reach the champion's account %s; give it a key pair "

@@ -23,7 +23,7 @@ from tasks.config import Params, RiskParams
 from tasks.data import features
 from tasks.delivery.client.journal import JOURNAL, Journal
 from tasks.delivery.client.local import local_broker
-from tasks.delivery.client.loop import TradingLoop, client_order_id
+from tasks.delivery.client.loop import Policy, TradingLoop, client_order_id
 from tasks.delivery.client.replay import advance
 from tasks.delivery.client.risk import PlannedOrder, check_orders, daily_loss, halt
 from tasks.delivery.keys import local_keys
@@ -74,6 +74,8 @@ def desk(built_copy: Params, tmp_path: Path):
 
 def test_a_cycle_sends_the_policys_orders_sells_first_and_a_new_champion_takes_over(desk):
     first = champion(desk.params, [3.0, 3.0, 3.0, 3.0])
+    pinned = Policy(desk.params, pinned=True)  # what a replay trades: the champion it started with
+    assert pinned.current()[0] == first
     loop = desk.loop()
     bought = loop.cycle(len(features.load(desk.params.dirs.features).timestamps) - 5)
     assert [(o["symbol"], o["side"], o["qty"], o["status"]) for o in bought.orders] == [
@@ -83,6 +85,7 @@ def test_a_cycle_sends_the_policys_orders_sells_first_and_a_new_champion_takes_o
     second = champion(desk.params, [3.0, 3.0, -3.0, -3.0])
     mixed = loop.cycle(len(features.load(desk.params.dirs.features).timestamps) - 4)
     assert mixed.swapped_from == first and mixed.version == second
+    assert pinned.current()[0] == first
     assert [(o["symbol"], o["side"], o["qty"]) for o in mixed.orders] == [
         ("SYN002", "sell", 99), ("SYN003", "sell", 99), ("SYN000", "buy", 99), ("SYN001", "buy", 99)]
     desk.advance("open")

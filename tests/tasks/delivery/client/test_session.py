@@ -16,7 +16,8 @@ from standins.tiny import tiny_params
 from tasks.config import Params
 from tasks.data import features
 from tasks.delivery.client.journal import JOURNAL, Journal
-from tasks.delivery.client.session import trading_session
+from tasks.delivery.client.session import trading_client, trading_session
+from tasks.delivery.keys import Keys
 from tasks.errors import ConfigError
 from tasks.model import bundle
 from tasks.registry.register import register
@@ -184,6 +185,25 @@ def test_missing_keys_are_a_one_line_config_error(tmp_path: Path, standin: Alpac
     assert "\n" not in text and "APCA_API_KEY_ID" in text and "APCA_API_SECRET_KEY" in text
     assert SECRET not in text and KEY_ID not in text
     assert standin.trading.calls == []  # nothing was sent without keys
+
+
+def test_a_broker_on_this_machine_is_reached_directly_whatever_proxy_the_environment_names(
+        standin: AlpacaStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's client skips the environment's proxy for a broker on 127.0.0.1 (requests
+    would send it to the proxy, and look the proxy up on every call); Alpaca's own API still goes
+    through it."""
+    import requests
+    from alpaca.trading.client import TradingClient
+
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    keys = Keys(KEY_ID, SECRET)
+    with pytest.raises(requests.exceptions.ProxyError):  # what the environment does to a plain client
+        TradingClient(KEY_ID, SECRET, paper=True, url_override=standin.url).get_account()
+    assert trading_client(keys, standin.url).get_account().account_number == "010203ABCD"
+    assert trading_client(keys, None)._session.trust_env and trading_client(
+        keys, "https://paper-api.alpaca.markets")._session.trust_env
 
 
 def test_standin_answers_in_alpacas_shapes(standin: AlpacaStandin) -> None:

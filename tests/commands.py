@@ -31,8 +31,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PRELOADED = ("torch", "mlflow", "mlflow.pyfunc", "pandas", "pyarrow.parquet", "scipy.stats", "sklearn",
-             "great_expectations", "alpaca.trading.client", "matplotlib")
-"""Third-party libraries that read no setting a command changes when they are imported."""
+             "great_expectations", "alpaca.trading.client", "fastapi", "uvicorn", "matplotlib")
+"""Third-party libraries that read no setting a command changes when they are imported, and
+change no global a command reads (quantstats, for one, restyles matplotlib: not here)."""
 NEVER = ("prefect", "flows", "tasks", "trainers", "benchmarks", "standins")
 """Top-level packages the preload must not import (see the module docstring)."""
 
@@ -49,8 +50,12 @@ class Done:
 def serve() -> None:
     """The forking process: preload, then fork one child per request line on stdin, answering
     with the child's pid and then its exit code on stdout; ends when stdin closes."""
+    before = dict(os.environ)
     for name in PRELOADED:
         __import__(name)
+    # what the imports put in the environment (MLflow's session id, OpenMP's fork settings), as
+    # they would in the command's own process, unless the command's environment already says
+    exported = {key: value for key, value in os.environ.items() if before.get(key) != value}
     pulled = sorted({m.split(".")[0] for m in sys.modules} & set(NEVER))
     if pulled:
         raise SystemExit(f"tests/commands.py: the preload imported {pulled}")
@@ -59,7 +64,8 @@ def serve() -> None:
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
-            _become(request)  # raises SystemExit out of this loop: the interpreter exits as usual
+            # raises SystemExit out of this loop: the child's interpreter exits as any does
+            _become({**request, "env": {**exported, **request["env"]}})
         print(pid, flush=True)
         print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 

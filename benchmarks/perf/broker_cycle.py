@@ -95,14 +95,13 @@ class Split:
 def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
     """``cycles`` consecutive cycles after one cold one; latencies and where the time goes."""
     import pandas as pd
-    from alpaca.trading.client import TradingClient
 
     from tasks.data import features
     from tasks.delivery.client.journal import Journal
     from tasks.delivery.client.local import local_broker
     from tasks.delivery.client.loop import TradingLoop
     from tasks.delivery.client.replay import advance
-    from tasks.delivery.client.session import log_cycle, mlflow_run
+    from tasks.delivery.client.session import log_cycle, mlflow_run, trading_client
     from tasks.delivery.keys import local_keys
 
     stamps = features.load(params.dirs.features).timestamps
@@ -117,7 +116,7 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
     with local_broker(params, ledger=params.dirs.broker / "bench.db", clock="simulated",
                       day=pd.Timestamp(stamps[first], tz="UTC").to_pydatetime()) as url, \
             mlflow_run(params, "benchmark broker", url):
-        client = TradingClient(keys.key_id, keys.secret, url_override=url)
+        client = trading_client(keys, url)  # as a trading session builds it
         for name in ("get_clock", "get_account", "get_all_positions", "get_orders", "submit_order",
                      "get_order_by_id"):
             setattr(client, name, split.wrap(f"alpaca-py {name}", getattr(client, name)))

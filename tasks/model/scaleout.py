@@ -49,6 +49,11 @@ def train_agent() -> Task:
     return task(run_job, name="train-agent-generation", cache_policy=NO_CACHE)
 
 
+NO_FIXED_PORT = {"dashboard_address": "127.0.0.1:0"}
+"""The scheduler's HTTP routes (health, metrics; the dashboard stays off) on a free loopback
+port: by default they take 8787, and a second cluster on the machine would warn and move."""
+
+
 @contextmanager
 def scheduler(dask: str, workers: int, gpu: bool) -> Iterator[str]:
     """The address of the scheduler ``train.dask`` names; for ``local``, a ``LocalCluster`` of
@@ -60,7 +65,7 @@ def scheduler(dask: str, workers: int, gpu: bool) -> Iterator[str]:
 
     with _shared_prefect_api(), _quiet("distributed"), LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-            resources=GPU if gpu else None, silence_logs=logging.WARNING) as cluster:
+            scheduler_kwargs=NO_FIXED_PORT, resources=GPU if gpu else None, silence_logs=logging.WARNING) as cluster:
         yield cluster.scheduler_address
 
 

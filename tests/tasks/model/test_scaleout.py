@@ -23,7 +23,7 @@ from prefect_dask.client import PrefectDaskClient
 from standins.postgres import free_port
 from tasks.config import TrainParams, load_params
 from tasks.errors import ConfigError
-from tasks.model.scaleout import DaskPool, job_pool, job_runner, run_on
+from tasks.model.scaleout import NO_FIXED_PORT, DaskPool, job_pool, job_runner, run_on
 from tests.trainers.helpers import market, scales
 from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
@@ -96,7 +96,7 @@ def cluster(prefect_server: None) -> Iterator[LocalCluster]:
     """Two single-thread workers in this process, over TCP on 127.0.0.1 (so jobs are
     pickled as for remote workers), each with one GPU resource."""
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
-                      dashboard_address=None, resources={"GPU": 1}) as local:
+                      dashboard_address=None, scheduler_kwargs=NO_FIXED_PORT, resources={"GPU": 1}) as local:
         yield local
 
 

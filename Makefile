@@ -38,12 +38,20 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/podracer run
 
+# The project's bytecode, compiled once before the suite: its tests start Python processes by
+# the dozen (commands, services, flow runs), and where PYTHONDONTWRITEBYTECODE is set (many CI
+# images set it) each would compile the project again (docs/testing.md, Where the time goes).
+# pip compiles the libraries when it installs them.
+BYTECODE := $(BIN)/python -m compileall -q flows tasks trainers standins benchmarks tests > /dev/null
+
 test: $(STAMP)
 	tests/standins/ensure_postgres.sh
+	$(BYTECODE)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 test-fast: $(STAMP)
 	tests/standins/ensure_postgres.sh
+	$(BYTECODE)
 	$(BIN)/python -m pytest -m "not slow"
 
 # Mutation testing (docs/testing.md): not part of `make test`, it takes tens of minutes.

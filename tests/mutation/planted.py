@@ -180,6 +180,14 @@ BUGS = {
             "client.release_concurrency_slots_with_lease(UUID(str(lease)))", "pass",
             ("tests/flows/test_deployments.py::"
              "test_a_new_runner_releases_the_slot_a_killed_cycle_held_so_its_rerun_starts_at_once",)),
+    48: Bug("a replay follows the alias as it moves (one window, two versions)", "tasks/delivery/client/loop.py",
+            "if self.pinned and self.version is not None:", "if False:",
+            ("tests/tasks/delivery/client/test_loop.py::"
+             "test_a_cycle_sends_the_policys_orders_sells_first_and_a_new_champion_takes_over",)),
+    49: Bug("the loop's client sends a broker on 127.0.0.1 to the environment's proxy",
+            "tasks/delivery/client/session.py", "client._session.trust_env = False", "pass",
+            ("tests/tasks/delivery/client/test_session.py::"
+             "test_a_broker_on_this_machine_is_reached_directly_whatever_proxy_the_environment_names",)),
 }
 
 

@@ -212,6 +212,10 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         assert status.count("answers") == 5 and "supervisor (pid" in status and "watching" in status
         pids += [r["pid"] for r in p.recorded()]
 
+        # the runner's registry poll delivers the champion it finds undelivered (its first try may
+        # have met a server killed above); before new bars, so no CT cycle revalidates meanwhile
+        wait_for("the champion's first delivery", lambda: p.delivered() == "1", 90)
+
         # new bars → podracer.data.arrived → ct-cycle/on-new-data registers version 2
         assert "event podracer.data.arrived emitted" in podracer(tmp_path, "simulate", "--bars", "5")
         tags = wait_for("the event-triggered CT cycle to register version 2",

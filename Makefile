@@ -39,8 +39,8 @@ run: $(STAMP)
 	$(BIN)/podracer run
 
 # The project's bytecode, compiled once before the suite: its tests start Python processes by
-# the dozen (commands, services, flow runs), and where PYTHONDONTWRITEBYTECODE is set (many CI
-# images set it) each would compile the project again (docs/testing.md, Where the time goes).
+# the dozen (commands, services, flow runs), and where PYTHONDONTWRITEBYTECODE is set (it is on
+# the machine of docs/testing.md's readings) each would compile the project again.
 # pip compiles the libraries when it installs them.
 BYTECODE := $(BIN)/python -m compileall -q flows tasks trainers standins benchmarks tests > /dev/null
 

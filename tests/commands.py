@@ -4,8 +4,8 @@ Each command still runs in a process of its own, as ``python -m flows.cli ARGS``
 would: a fresh ``flows.cli`` run as ``__main__`` in the command's working directory, with its
 own environment, stdout, stderr and exit code, and the interpreter's normal exit (threads
 joined, exit handlers run). What the fork saves is the seconds a new interpreter spends importing
-torch, MLflow, pandas, scikit-learn, Great Expectations and alpaca-py (:data:`PRELOADED`), about
-a third of a tiny command's time (docs/testing.md, Where the time goes).
+torch, MLflow, pandas, scikit-learn, Great Expectations and alpaca-py (:data:`PRELOADED`): the
+CLI test ran in 157 s alone with it and 201 s without (docs/testing.md, Where the time goes).
 
 Prefect and the project's own modules are never preloaded: Prefect reads its settings when it is
 imported, and every command must load ``.env`` and find ``podracer up``'s servers before it does

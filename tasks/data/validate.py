@@ -18,8 +18,9 @@ every check runs on every row of the batch, its good rows are appended to the va
 that share a symbol, or whose symbols interleave, go in one batch, so duplicates across files
 are caught and the validated file stays sorted. Across batches only small summaries are
 kept (:class:`Tally`, ``tasks/data/coverage.py``). Nothing appears half-written: the
-validated file on success only (atomic rename), the quarantine folder whole, and a stale
-validated file is removed first, so a failed run leaves none.
+validated file on success only (atomic rename over the last one, which stays readable
+meanwhile: the paper broker serves its prices from it), the quarantine folder whole, and a
+failed run removes the last validated file, so downstream never reads a stale set.
 """
 
 from __future__ import annotations
@@ -255,7 +256,6 @@ def validate(params: Params) -> ValidateResult:
         raise MissingInput(f"{dirs.raw}: no Parquet files (run `podracer ingest` first)")
     files = [str(p) for p in paths]
     out = dirs.validated / VALIDATED
-    out.unlink(missing_ok=True)  # downstream must never read a stale validated set
     writer = BarsWriter(out, freq)
     try:
         # two threads: one reads the next batch, one writes the last batch's rows (never the same file twice at once)
@@ -283,6 +283,7 @@ def validate(params: Params) -> ValidateResult:
         writer.close()
     except BaseException:
         writer.abort()
+        out.unlink(missing_ok=True)  # downstream must never read a stale validated set
         raise
     log.info("validated %d rows, quarantined %d, flagged %d outliers",  # pragma: no mutate
              writer.rows, tally.bad_rows, tally.flagged)

@@ -213,7 +213,7 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         pids += [r["pid"] for r in p.recorded()]
 
         # the runner's registry poll delivers the champion it finds undelivered (its first try may
-        # have met a server killed above); before new bars, so no CT cycle revalidates meanwhile
+        # have met a server killed above)
         wait_for("the champion's first delivery", lambda: p.delivered() == "1", 90)
 
         # new bars → podracer.data.arrived → ct-cycle/on-new-data registers version 2

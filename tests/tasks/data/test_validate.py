@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from standins.tiny import tiny_params
-from tasks.data.bars import read_parquet, write_parquet
+from tasks.data.bars import BarsWriter, read_parquet, write_parquet
 from tasks.data.ingest import ingest
 from tasks.data.suite import row_failures, symbol_chunks
 from tasks.data.validate import REPORT, VALIDATED, validate
@@ -47,6 +47,28 @@ def test_high_below_low_stops_with_one_line_and_quarantines_the_row(tiny):
     assert "high < low" in quarantined.loc[0, "reason"]
     assert not (tiny.dirs.validated / VALIDATED).exists()  # no stale output for downstream
     assert "SYN002.parquet | 1 |" in (tiny.dirs.quarantine / REPORT).read_text()
+
+
+def test_the_last_validated_set_stays_readable_until_the_new_one_replaces_it(tiny, monkeypatch):
+    """The paper broker reads its prices from the validated file on every request: a run in
+    progress must not take it away."""
+    ingest(tiny)
+    validate(tiny)
+    out = tiny.dirs.validated / VALIDATED
+    before, _ = read_parquet(out)
+    edit(tiny.dirs.raw / "SYN001.parquet", 3, volume=123.0)
+    seen = []
+    write = BarsWriter.write
+
+    def watched(self, frame):
+        seen.append(read_parquet(out)[0].equals(before))  # mid-run: the last set, whole
+        write(self, frame)
+
+    monkeypatch.setattr(BarsWriter, "write", watched)
+    validate(tiny)
+    after, _ = read_parquet(out)
+    assert seen and all(seen)
+    assert not after.equals(before) and (after["volume"] == 123.0).sum() == 1
 
 
 def test_rows_in_equal_rows_out_plus_quarantined(tmp_path):

@@ -5,7 +5,8 @@
 
 Each start appends one line to ``DIR/starts`` (time, pid, argv, ``$STANDIN_TAG``). Files in
 ``DIR`` steer it: ``exit`` holds an exit code it ends with at once, after printing
-``port taken`` (a crash loop); while ``hang`` exists it answers 503 (a service that stopped
+``port taken`` (a crash loop), or once the stand-ins that ``exit-after`` names (siblings of
+``DIR``) have started, up to 30 s; while ``hang`` exists it answers 503 (a service that stopped
 answering). With ``via`` holding a URL it answers 200 only while that URL does (a health
 check that goes through another service, as the runner's goes through Prefect).
 """
@@ -25,6 +26,10 @@ def main() -> None:
     with (state / "starts").open("a") as out:
         out.write(f"{time.time()} {os.getpid()} {' '.join(sys.argv[1:])} {os.environ.get('STANDIN_TAG', '')}\n")
     if (state / "exit").exists():
+        others = (state / "exit-after").read_text().split() if (state / "exit-after").exists() else []
+        deadline = time.monotonic() + 30
+        while not all((state.parent / name / "starts").exists() for name in others) and time.monotonic() < deadline:
+            time.sleep(0.02)
         print("port taken", flush=True)
         raise SystemExit(int((state / "exit").read_text()))
 

@@ -8,13 +8,14 @@ They trade under the env's rules (next-open fills, whole shares, costs) through
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from trainers.common.env import MarketData
 from trainers.common.evaluate import market_fill
-from trainers.common.orders import rebalance_orders
+from trainers.common.orders import orders, rebalance_orders
 from trainers.config import EnvConfig
 
 Orders = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -63,6 +64,34 @@ def ranked_portfolio(
         return rebalance_orders(weights * (1 - cfg.cost_pct), cash, shares, data.close[t].cpu().unsqueeze(0))
 
     return scheduled_portfolio(data, cfg, window, decide, every)[0]
+
+
+def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor,
+                     tilt: float, every: int = 1, per_year: float = 252.0) -> tuple[np.ndarray, float]:
+    """Account values over ``window`` and yearly turnover (traded notional / value) of the
+    weights action ``tanh(tilt · z)``, sent through the env's :func:`trainers.common.orders.orders`
+    at every ``every``-th close (:func:`scheduled_portfolio`)."""
+
+    def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s, finite = scores[t], torch.isfinite(scores[t])
+        z = torch.zeros_like(s)  # a stock with no score yet (momentum's first bars) is neutral
+        if finite.sum() > 1:
+            z[finite] = (s[finite] - s[finite].mean()) / s[finite].std().clamp(min=1e-12)
+        action = torch.tanh(tilt * z).unsqueeze(0)
+        live = None if data.tradable is None else data.tradable[t].unsqueeze(0)
+        return orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live)
+
+    values, traded = scheduled_portfolio(data, cfg, window, decide, every)
+    return values, traded * per_year / max(window[1] - window[0], 1)
+
+
+def held_ranking(data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor) -> np.ndarray:
+    """Account values over ``window`` of a ranking ``scores`` ``[T, n]`` traded through the agents'
+    own action: target weights ``tanh(z)`` of the scores' cross-sectional z-score, every
+    ``cfg.decide_every`` bars, with a 1% no-trade band (docs/results.md: the ``ewm_40`` rule
+    and the filter, which need no fitting)."""
+    held = replace(cfg, action="weights", rebalance_band=0.01)
+    return tilted_portfolio(data, held, window, scores, 1.0, cfg.decide_every)[0]
 
 
 def momentum_scores(data: MarketData, lookback: int = 20) -> torch.Tensor:

@@ -41,6 +41,9 @@ Indicator = Literal[
 ]
 """FinRL's default technical indicators (stockstats names), two market-wide risk features and
 the scale-free per-stock features of ``tasks/data/momentum.py``."""
+PRICE_UNITS = ("macd", "boll_ub", "boll_lb", "close_30_sma", "close_60_sma")
+"""The indicators measured in the stock's price units, which only a per-stock normalisation
+makes comparable across stocks."""
 
 
 class ValidationParams(Section):
@@ -61,12 +64,18 @@ class FeatureParams(Section):
                                  "close_30_sma", "close_60_sma", "turbulence", "vix_proxy"],
         min_length=1,
     )
+    normalise: Literal["per_stock", "pooled"] = Field(
+        "per_stock", description="per_stock: each stock's indicators z-scored with its own train mean and sd "
+        "(FinRL's price-unit indicators need it); pooled: one train mean and sd per indicator over all stocks, "
+        "for scale-free indicators and a scorer shared across stocks (tasks/data/train_stats.py)")
     warmup: int = Field(121, ge=0, description="bars of history dropped before the first usable bar")
     min_history: int = Field(121, ge=1, description="real bars of its own a symbol needs before it is tradable "
                              "(its indicators' warm-up; tasks/data/tradable.py)")
     turbulence_window: int = Field(120, ge=2, description="bars of returns behind each turbulence estimate")
     turbulence_refresh: int = Field(1, ge=1, description="bars between covariance re-estimates (390 = daily on 1min)")
     vix_window: int = Field(21, ge=2, description="bars in the volatility-index proxy")
+    train_start: date | None = Field(None, description="first day of train (unset: the first bar after warm-up); "
+                                     "earlier bars still give the indicators their history")
     train_end: date | None = Field(None, description="last day of train; unset (with val_end): train is the "
                                    "first 75% of the history's days (tasks/data/splits.py)")
     val_end: date | None = Field(None, description="last day of validation; unset: validation is the next "
@@ -78,8 +87,14 @@ class FeatureParams(Section):
             raise ValueError("set both train_end and val_end, or neither (then 75/12.5/12.5% of the history)")
         if self.train_end is not None and self.val_end is not None and self.train_end >= self.val_end:
             raise ValueError("train_end must be before val_end")
+        if self.train_start is not None and self.train_end is not None and self.train_start >= self.train_end:
+            raise ValueError("train_start must be before train_end")
         if len(set(self.indicators)) != len(self.indicators):
             raise ValueError("indicators must not repeat")
+        priced = [name for name in self.indicators if name in PRICE_UNITS]
+        if self.normalise == "pooled" and priced:
+            raise ValueError(f"normalise: pooled puts every stock's indicators on one scale, but {', '.join(priced)} "
+                             "are in price units (a $6 and a $600 stock would differ by 100x): use per_stock")
         if "turbulence" in self.indicators and self.warmup <= self.turbulence_window:
             raise ValueError("warmup must exceed turbulence_window (turbulence needs that much history)")
         if "vix_proxy" in self.indicators and self.warmup < self.vix_window:

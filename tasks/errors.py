@@ -19,3 +19,7 @@ class ValidationFailed(PodracerError):
 
 class MissingInput(PodracerError):
     """A stage's input is missing: an earlier stage has not run (or failed)."""
+
+
+class TrainingFailed(PodracerError):
+    """Training produced no policy to register: every agent's validation curve diverged."""

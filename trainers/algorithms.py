@@ -66,6 +66,12 @@ def _ppo_agent(setting: JobSetting, hparams: Mapping[str, float], seed: int,
     return PPOAgent.of(setting, hparams, seed, state)
 
 
+def _ppo_policy(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    from trainers.ppo.agent import policy_weights
+
+    return policy_weights(state)
+
+
 def _ppo_run(job: AgentJob, setting: JobSetting) -> AgentJob:
     """A PPO job is a population of one on the multiplexed engine."""
     from trainers.ppo.multiplex import run_multiplexed
@@ -101,7 +107,7 @@ def _sac_iteration(setting: JobSetting, seed: int) -> Callable[[], object]:
 ALGORITHMS: Mapping[str, Algorithm] = {learner.name: learner for learner in (
     Algorithm(name="ppo", config=PPOConfig, base=attrgetter("ppo_cfg"),
               search_space=lambda evolution, cfg: evolution.search_space, agent=_ppo_agent,
-              actor_weights=lambda state: copy.deepcopy(state["learners"][0]["actor"]), run=_ppo_run,
+              actor_weights=_ppo_policy, run=_ppo_run,
               iteration=_ppo_iteration),
     Algorithm(name="sac", config=SACConfig, base=attrgetter("sac_cfg"),
               search_space=lambda evolution, cfg: cfg.search_space, agent=_sac_agent,

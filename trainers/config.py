@@ -62,6 +62,10 @@ class PPOConfig:
     """``mlp``: one network over the whole state (the paper's). ``shared``: one per-stock
     scorer applied to every stock (:class:`trainers.common.state.StockLayout`); the critic stays
     an MLP over the whole state."""
+    average: int = 0
+    """The policy an agent hands on (scored, snapshotted, registered) is the average of its
+    weights over its iterations: after the k-th it moves 1/min(k, average) of the way to the new
+    weights (trainers/ppo/averaging.py). 0: the last iterate."""
     credit: Literal["joint", "per_stock"] = "joint"
     """``joint``: one GAE(λ) advantage for the whole action (the paper's). ``per_stock``:
     each stock's action gets its own advantage, the env's difference reward
@@ -79,6 +83,7 @@ class PPOConfig:
         require(self.num_envs >= 1 and self.horizon >= 1, "num_envs and horizon must be >= 1")
         require(len(self.net_dims) >= 1 and min(self.net_dims) >= 1, "net_dims must be positive")
         require(self.learners >= 1, "learners must be >= 1")
+        require(self.average >= 0, "average must be >= 0 (0: no averaging)")
 
     @property
     def net_width(self) -> int:
@@ -292,6 +297,11 @@ class EvolutionConfig:
     """Generations with a selector (finrl-podracer.txt §4.2), or an asynchronous training pool
     with a leaderboard (elegantrl-podracers.txt §3, :mod:`trainers.tournament`)."""
     fitness: Literal["sharpe", "sortino", "cumulative_return"] = "sharpe"
+    select: Literal["final", "snapshot"] = "final"
+    """Which policy a generational run hands on: ``final``, the final population's best unless
+    an earlier snapshot led it on validation by more than the best of the run's evaluations
+    would by luck (docs/evolution.md); ``snapshot``, the best validation snapshot of all
+    generations (finrl-podracer.txt §4.2's evaluator as published)."""
     patience: int = 0
     """Stop an agent once its fitness has fallen this many evaluations in a row (0: never)."""
     quantile: float = 0.25

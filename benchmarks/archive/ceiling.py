@@ -44,14 +44,12 @@ import torch
 
 from benchmarks.common import ROOT, Reading, build_features, commit, market_params, now, record, seeds_of
 from benchmarks.evidence.results import oracle_scores
-from benchmarks.rules import momentum_scores, ranked_portfolio, scheduled_portfolio
+from benchmarks.rules import momentum_scores, ranked_portfolio, tilted_portfolio
 from tasks.data.momentum import ewm_return
 from tasks.data.synthetic import filtered_drift
 from trainers.common.env import MarketData
 from trainers.common.evaluate import buy_and_hold
 from trainers.common.metrics import performance, periods_per_year
-from trainers.common.orders import orders
-from trainers.config import EnvConfig
 
 VARIANTS = [(0.0, 0.0, 1), (0.0, 0.01, 1), (0.1, 0.0, 1), (0.1, 0.01, 1), (0.3, 0.0, 1), (0.3, 0.01, 1),
             (0.3, 0.01, 5), (1.0, 0.0, 5), (1.0, 0.01, 5), (1.0, 0.01, 10), (1.0, 0.01, 20)]
@@ -73,25 +71,6 @@ def linear_fit(data: MarketData, window: tuple[int, int], horizon: int) -> np.nd
     a = np.c_[a, np.ones(len(a))]
     beta, *_ = np.linalg.lstsq(a, y.reshape(-1), rcond=None)
     return beta[:-1]
-
-
-def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], scores: torch.Tensor,
-                     tilt: float, every: int = 1, per_year: float = 252.0) -> tuple[np.ndarray, float]:
-    """Account values over ``window`` and yearly turnover (traded notional / value) of the
-    weights action ``tanh(tilt · z)``, sent through the env's :func:`trainers.common.orders.orders`
-    at every ``every``-th close (:func:`benchmarks.rules.scheduled_portfolio`)."""
-
-    def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        s, finite = scores[t], torch.isfinite(scores[t])
-        z = torch.zeros_like(s)  # a stock with no score yet (momentum's first bars) is neutral
-        if finite.sum() > 1:
-            z[finite] = (s[finite] - s[finite].mean()) / s[finite].std().clamp(min=1e-12)
-        action = torch.tanh(tilt * z).unsqueeze(0)
-        live = None if data.tradable is None else data.tradable[t].unsqueeze(0)
-        return orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live)
-
-    values, traded = scheduled_portfolio(data, cfg, window, decide, every)
-    return values, traded * per_year / max(window[1] - window[0], 1)
 
 
 def run_seed(job: tuple[int, int, list[str]]) -> list[tuple[str, float, float, float]]:

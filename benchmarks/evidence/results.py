@@ -2,15 +2,21 @@
 momentum rule, an oracle and buy-and-hold, on the **test** window, over market seeds.
 
 Markets: ``learnable`` (the embedded market as in params.yaml, ``data.seed`` = the seed),
-``null`` (the same with ``data.signal: 0``: nothing to learn) and ``arch-demo`` (2 real
-indices, 1999–2018; test 2016–2018; the seed varies the training only). Arms, all with the
-same next-open fills and 0.2% costs:
+``null`` (the same with ``data.signal: 0``: nothing to learn; the leakage check),
+``martingale`` (the true null: every strategy's true Sharpe is buy-and-hold's before costs)
+and ``arch-demo`` (2 real indices, 1999–2018; test 2016–2018; the seed varies the training
+only). Arms, all with the same next-open fills and 0.2% costs:
 
 * **champion**: params.yaml's evolution (``evolution.seed`` = the seed); the model the
-  pipeline would register (its best validation snapshot);
-* **vanilla**: one agent with the PPO defaults for as many env steps, its final weights;
+  pipeline would register (its best validation snapshot). With ``--compute K`` the run has K
+  times the generations, and its row is ``champion Kx`` (the compute curve);
+* **vanilla**: one agent with the PPO defaults for as many env steps, its policy at the end;
 * **momentum**: the top third by trailing 20-bar return, equal weight, rebalanced weekly;
-* **oracle** (synthetic learnable market only): the same rule ranked by the generator's true
+* **ewm_40 rule**: the ranking by ``ewm_40``, one of the agents' own inputs with no fitting,
+  traded through the agents' own action (:func:`benchmarks.rules.held_ranking`);
+* **filter** (learnable market only): the same, ranked by the generator-aware Kalman filter's
+  drift estimate: the best any ranking of past prices can do linearly;
+* **oracle** (learnable market only): the momentum rule ranked by the generator's true
   latent drift at t, which nothing else ever sees; the ceiling of what the signal allows;
 * **buy-and-hold**: equal weight.
 
@@ -36,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +51,20 @@ import torch
 
 from benchmarks.common import ROOT, build_market, seeds_of
 from benchmarks.evidence.results_report import OverlapError, write_report
-from benchmarks.rules import momentum_scores, ranked_portfolio
+from benchmarks.rules import held_ranking, momentum_scores, ranked_portfolio
 from tasks.config import Params
 from tasks.data import features
-from tasks.data.synthetic import latent_drift
+from tasks.data.momentum import ewm_return
+from tasks.data.synthetic import filtered_drift, latent_drift
+from trainers.algorithms import ALGORITHMS, GENERATIONAL
 from trainers.common.evaluate import buy_and_hold
 from trainers.common.metrics import performance
 from trainers.config import EvolutionConfig
 from trainers.evolution import Evolution, EvolutionResult
 from trainers.ppo.multiplex import run_multiplexed
 
-MARKETS = ("learnable", "null", "arch-demo")
-"""The market kinds (benchmarks/common.py, KINDS) this file's arms and report are for; the
-martingale market is the gate benchmark's."""
+MARKETS = ("learnable", "null", "martingale", "arch-demo")
+"""The market kinds (benchmarks/common.py, KINDS) this file's arms and report are for."""
 
 
 @dataclass
@@ -89,12 +96,16 @@ def oracle_scores(params: Params, fs: features.FeatureSet, source: Callable[...,
     return torch.tensor(aligned)
 
 
-def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
-    """Build one market, train the champion and the vanilla agent, score every arm on test."""
-    market, seed, overrides = job
+def run_seed(job: tuple[str, int, list[str], int]) -> list[Row]:
+    """Build one market, train the champion and the vanilla agent, score every arm on test
+    (with ``compute`` K > 1, the champion alone, trained for K times the generations)."""
+    market, seed, overrides, compute = job
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         m = build_market(Path(tmp), market, seed, overrides)
+        if compute > 1:
+            m = replace(m, params=m.params.model_copy(update={"evolution": replace(
+                m.params.evolution, generations=m.params.evolution.generations * compute)}))
         params, fs, data, scales, env = m.params, m.fs, m.data, m.scales, m.params.env
         train, val, test, per_year = m.train, m.val, m.test, m.per_year
 
@@ -119,10 +130,13 @@ def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
 
         evo = Evolution(data, scales, env, params.ppo, params.evolution, train, val, per_year).run(
             runner=run_multiplexed, on_generation=on_generation)
-        rows = [row("champion", agent_metrics(evo.best_actor, evo.best_hparams),
+        name = "champion" if compute == 1 else f"champion {compute}x"
+        rows = [row(name, agent_metrics(evo.best_actor, evo.best_hparams),
                     agent_metrics(evo.best_actor, evo.best_hparams, train), evo.best_fitness, evo.env_steps,
                     time.perf_counter() - started)]
         rows[0].curve = curve
+        if compute > 1:
+            return _printed(rows)
 
         samples = params.ppo.num_envs * params.ppo.horizon
         single = EvolutionConfig(population=1, generations=1, iterations_per_generation=max(1, math.ceil(
@@ -131,16 +145,24 @@ def run_seed(job: tuple[str, int, list[str]]) -> list[Row]:
         started = time.perf_counter()
         run = Evolution(data, scales, env, params.ppo, single, train, val, per_year)
         vanilla = run.run()
-        weights, seconds = run.state.states[0]["learners"][0]["actor"], time.perf_counter() - started
+        weights, seconds = ALGORITHMS[GENERATIONAL].actor_weights(run.state.states[0]), time.perf_counter() - started
         rows.append(row("vanilla", agent_metrics(weights, params.ppo.hparams()),
                         agent_metrics(weights, params.ppo.hparams(), train), steps=vanilla.env_steps, seconds=seconds))
 
         momentum = momentum_scores(data)
         rows.append(rule(lambda window: ranked_portfolio(data, env, window, momentum), "momentum"))
+        ewm = torch.tensor(ewm_return(data.close.numpy(), 40))
+        rows.append(rule(lambda window: held_ranking(data, env, window, ewm), "ewm_40 rule"))
         if market == "learnable":
+            estimate = oracle_scores(params, fs, filtered_drift)
+            rows.append(rule(lambda window: held_ranking(data, env, window, estimate), "filter"))
             oracle = oracle_scores(params, fs)
             rows.append(rule(lambda window: ranked_portfolio(data, env, window, oracle), "oracle"))
         rows.append(rule(lambda window: buy_and_hold(data, env, window), "buy-and-hold"))
+    return _printed(rows)
+
+
+def _printed(rows: list[Row]) -> list[Row]:
     for r in rows:
         print(json.dumps({k: v for k, v in asdict(r).items() if k != "curve"}), flush=True)
     return rows
@@ -154,6 +176,8 @@ def main() -> None:
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[],
                         help="override a params.yaml key for every run, e.g. -s evolution.generations=2")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="seeds trained side by side")
+    parser.add_argument("--compute", type=int, default=1,
+                        help="K > 1: the champion alone, with K times params.yaml's generations (the compute curve)")
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--merge", type=Path, nargs="+", help="report the rows of earlier --json runs")
     parser.add_argument("--dev", type=Path, nargs="+",
@@ -167,8 +191,8 @@ def main() -> None:
         except OverlapError as err:  # a bad file or a bug keeps its traceback
             sys.exit(f"results.py --merge: {err}")
         return
-    result = run_all(run_seed, [(m, s, args.overrides) for m in args.markets for s in args.seeds], args.jobs,
-                     "-m benchmarks.evidence.results", args.json)
+    jobs = [(m, s, args.overrides, args.compute) for m in args.markets for s in args.seeds]
+    result = run_all(run_seed, jobs, args.jobs, "-m benchmarks.evidence.results", args.json)
     write_report([result], None, None)
 
 

@@ -47,13 +47,13 @@ class Args:
 
 def paper_env() -> EnvConfig:
     """``params.paper.yaml``'s env (tests/benchmarks/perf/test_gpu.py keeps them equal)."""
-    return EnvConfig(action="weights", rebalance_band=0.01, decide_every=5)
+    return EnvConfig(action="weights", rebalance_band=0.01, decide_every=5, reward="excess")
 
 
 def paper_ppo(**changes: Any) -> PPOConfig:
     """``params.paper.yaml``'s PPO, with ``changes``."""
     return PPOConfig(**{"lr": 2**-11, "net_dims": (8,), "init_log_std": -2.5, "policy": "shared",
-                        "credit": "per_stock", **changes})
+                        "credit": "per_stock", "average": 128, **changes})
 
 
 def scales_of(data: MarketData, first: int) -> StateScales:

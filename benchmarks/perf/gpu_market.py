@@ -12,7 +12,8 @@ The random numbers come from one seeded CPU generator, so a CPU and a GPU machin
 the same market (to float rounding); the arithmetic then runs on the device. Indicators (docs/data.md: scale
 free, cross-sectional): the log price's distance from its mean over the last day and the
 last week, each less the day's cross-sectional mean, and the last day's volatility of
-minute returns; z-scored with train-window statistics (:func:`trainers.common.state.normalise_features`).
+minute returns; z-scored with train-window statistics pooled over the stocks
+(:func:`trainers.common.state.normalise_features`), as `features.normalise: pooled` does.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def minute_market(stocks: int = 100, sessions: int = 2520, seed: int = 0, signal
     raw = indicators(log_close)
     del log_close
     lo, hi = splits["train"]
-    mean, std = raw[lo : hi + 1].mean(0), raw[lo : hi + 1].std(0).clip(min=1e-12)
+    train = raw[lo : hi + 1].flatten(0, 1)  # pooled over every stock, as params.paper.yaml's features.normalise
+    mean, std = train.mean(0).expand(raw.shape[1:]), train.std(0).clip(min=1e-12).expand(raw.shape[1:])
     feats = normalise_features(raw[warmup:], mean, std)
     del raw
     shift = {name: (max(a - warmup - 1, 0), b - warmup) for name, (a, b) in splits.items()}

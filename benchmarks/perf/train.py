@@ -127,17 +127,18 @@ def our_learning(params: Params, fs: FeatureSet, min_samples: int, min_seconds: 
     agent = PPOAgent(data, scales, params.env, params.ppo, window, seed)
     model = PPO(agent.learners, agent.envs, params.ppo)
     per_year = periods_per_year(params.data.freq)
-    curve = Curve(f"ours (seed {seed})", [0.0], [0], [sharpe(run_policy(agent.actor, data, scales, params.env, val),
+    curve = Curve(f"ours (seed {seed})", [0.0], [0], [sharpe(run_policy(agent.policy, data, scales, params.env, val),
                                                               per_year)])
     trained = 0.0
     while curve.samples[-1] < min_samples or trained < min_seconds:
         start = time.perf_counter()
         model.train_iteration([0])
+        model.advance_average([0])  # the policy is the averaged one with ppo.average (trainers/ppo/averaging.py)
         trained += time.perf_counter() - start
         model.write_back()
         curve.seconds.append(trained)
         curve.samples.append(curve.samples[-1] + agent.samples_per_iteration)
-        curve.sharpe.append(sharpe(run_policy(agent.actor, data, scales, params.env, val), per_year))
+        curve.sharpe.append(sharpe(run_policy(agent.policy, data, scales, params.env, val), per_year))
     print(f"  ours, seed {seed}: {curve.samples[-1]:,} samples in {trained:.1f} s, "
           f"validation Sharpe {curve.sharpe[-1]:.2f} (best {max(curve.sharpe):.2f})", flush=True)
     return curve

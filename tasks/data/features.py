@@ -107,7 +107,9 @@ def split_indices(ts: pd.DatetimeIndex, cfg: FeatureParams,
     day = ts.tz_convert("UTC").tz_localize(None).normalize()
     train_day, val_day, how = split_dates(cfg, span)
     train_end, val_end = pd.Timestamp(train_day), pd.Timestamp(val_day)
-    masks = {"train": day <= train_end, "validation": (day > train_end) & (day <= val_end), "test": day > val_end}
+    first = pd.Timestamp(cfg.train_start) if cfg.train_start is not None else day.min()
+    masks = {"train": (day >= first) & (day <= train_end), "validation": (day > train_end) & (day <= val_end),
+             "test": day > val_end}
     out = {}
     for name, mask in masks.items():
         idx = np.flatnonzero(mask)
@@ -159,7 +161,8 @@ class _Revised(Exception):
 
 def _config(params: Params) -> dict[str, Any]:
     """The settings a stored set's rows depend on (the split dates act through the train split)."""
-    return {**params.features.model_dump(mode="json", exclude={"train_end", "val_end"}), "freq": params.data.freq}
+    return {**params.features.model_dump(mode="json", exclude={"train_start", "train_end", "val_end"}),
+            "freq": params.data.freq}
 
 
 def build(params: Params, out: Path) -> FeatureSet:
@@ -284,7 +287,7 @@ def _finish(params: Params, out: Path, scanned: Scan, plan: Plan, store: ColumnS
     else:
         lo, hi = splits["train"]
         mean, std = streamed_stats(lambda a, b: np.load(out / TRAIN, mmap_mode="r")[a:b].copy(),
-                                   tradable[lo : hi + 1][:, cols], k)
+                                   tradable[lo : hi + 1][:, cols], k, cfg.normalise == "pooled")
         (out / TRAIN).unlink()
         std = np.where(std > 1e-12, std, 1.0)
     arrays = {name: np.load(out / f"{name}.npy", mmap_mode="r") for name in ARRAYS}

@@ -1,5 +1,13 @@
 """Train-only normalisation statistics, fitted on the tradable train cells (docs/data.md, features).
 
+Per stock (``features.normalise: per_stock``), each symbol's indicators are z-scored with
+that symbol's own train mean and sd; **pooled**, with one mean and sd per indicator over every
+stock's train cells. Pooled suits scale-free indicators and a scorer shared across stocks: a
+per-stock mean of a cross-sectional score is the stock's average standing over the whole
+train window, so subtracting it moves a stock's inputs by what it would do later in that
+window (a look-ahead inside it) and, out of sample, by a past that no longer holds
+(docs/results.md).
+
 :func:`train_stats` is the definition, over a train split in memory. :func:`streamed_stats`
 gives the same numbers, bit for bit, from row blocks read one at a time, so a paper-scale
 train split (2 GB of float64) is never in memory: numpy sums a C-ordered ``[N, L]`` array
@@ -20,18 +28,19 @@ CELLS = 1 << 22
 """Train cells per block read (32 MB of float64)."""
 
 
-def train_stats(train: np.ndarray, tradable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def train_stats(train: np.ndarray, tradable: np.ndarray, pooled: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per ``[n, k]`` mean and std over the tradable train cells (``train`` ``[N, n, k]``,
     ``tradable`` ``[N, n]``); a symbol with no tradable train bar (listed later) takes the
-    pooled statistics of the symbols that have some."""
-    if tradable.all():
+    pooled statistics of the symbols that have some, and with ``pooled`` every symbol does."""
+    if tradable.all() and not pooled:
         return train.mean(axis=0), train.std(axis=0)
     cells = np.where(tradable[..., None], train, np.nan)
     seen = _seen(tradable)
     mean, std = np.zeros(train.shape[1:]), np.ones(train.shape[1:])
     mean[seen], std[seen] = np.nanmean(cells[:, seen], axis=0), np.nanstd(cells[:, seen], axis=0)
-    pooled = cells[:, seen].reshape(-1, train.shape[2])
-    mean[~seen], std[~seen] = np.nanmean(pooled, axis=0), np.nanstd(pooled, axis=0)
+    everyone = cells[:, seen].reshape(-1, train.shape[2])
+    own = ~seen if not pooled else np.ones_like(seen)
+    mean[own], std[own] = np.nanmean(everyone, axis=0), np.nanstd(everyone, axis=0)
     return mean, std
 
 
@@ -55,15 +64,15 @@ class Fold:
                                        axis=0)
 
 
-def streamed_stats(read: Callable[[int, int], np.ndarray], tradable: np.ndarray, k: int
+def streamed_stats(read: Callable[[int, int], np.ndarray], tradable: np.ndarray, k: int, pooled: bool = False
                    ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`train_stats` of the ``[N, n, k]`` train split that ``read(a, b)`` returns rows
     ``a..b−1`` of (two passes: the means, then the squared deviations)."""
     rows, n = tradable.shape
-    plain = bool(tradable.all())
+    plain = bool(tradable.all()) and not pooled
     seen = np.ones(n, bool) if plain else _seen(tradable)
     if (n * k if plain else min(int(seen.sum()) * k, k)) == 1:
-        return train_stats(read(0, rows), tradable)
+        return train_stats(read(0, rows), tradable, pooled)
     step = max(1, CELLS // max(n * k, 1))
     spans = [(a, min(a + step, rows)) for a in range(0, rows, step)]
     if plain:
@@ -105,5 +114,6 @@ def streamed_stats(read: Callable[[int, int], np.ndarray], tradable: np.ndarray,
     stds = {name: np.sqrt(np.divide(fold.total, counts[name])) for name, fold in squares.items()}
     mean, std = np.zeros((n, k)), np.ones((n, k))
     mean[seen], std[seen] = means["own"].reshape(-1, k), stds["own"].reshape(-1, k)
-    mean[~seen], std[~seen] = means["pooled"], stds["pooled"]
+    own = ~seen if not pooled else np.ones_like(seen)
+    mean[own], std[own] = means["pooled"], stds["pooled"]
     return mean, std

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ import torch
 from tasks.caching import current_version
 from tasks.config import Params
 from tasks.data import features
-from tasks.errors import ConfigError, MissingInput
+from tasks.errors import ConfigError, MissingInput, TrainingFailed
 from tasks.model import bundle, leaderboard
 from tasks.model.plan import Plan, checkpoint_dir, state_scales
 from tasks.model.scaleout import job_pool, job_runner
@@ -69,6 +70,11 @@ class TrainResult:
     """The learner of the best snapshot (a mixed tournament's may be ``sac``)."""
     ensemble: int = 1
     """Agents in the registered model (``registry.ensemble``)."""
+    evaluations: int = 0
+    """Validation evaluations the run made: the trials its choice was the best of."""
+    luck: float = 0.0
+    """The lead the best of those evaluations would have by luck alone (SR₀): how much of the
+    chosen policy's validation fitness to expect to lose on new bars."""
 
     @property
     def session_env_steps(self) -> int:
@@ -86,9 +92,11 @@ class TrainResult:
         steps = f"{self.env_steps:,} env steps"
         if self.resumed_env_steps:
             steps += f", {self.session_env_steps:,} of them after resuming"
+        luck = (f"; the best of {self.evaluations} evaluations would lead by {self.luck:.2f} by luck alone"
+                if self.evaluations > 1 else "")
         return (f"{self.start}; " if self.start else "") + (
             f"best validation {self.fitness} {self.best_fitness:.3f} ({where}), {steps} in "
-            f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device})"
+            f"{self.seconds:.0f}s ({self.mode} on {self.engine}, {self.device}){luck}"
             + (f"; the model is an ensemble of the top {self.ensemble}" if self.ensemble > 1 else ""))
 
 
@@ -245,10 +253,14 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
             result = execute(run, params, on_evaluated, folder)
         lines.flush()
     seconds = time.perf_counter() - started
+    if not math.isfinite(result.best_fitness):
+        raise TrainingFailed(f"train: no agent's policy kept a finite, positive account on the validation window "
+                             f"in {len(result.history)} evaluations (every one diverged): nothing to register")
     weights, meta = bundle.policy_bundle(params, fs, scales, data_version, result)
     summary = {"mode": evo.mode, "engine": params.train.engine, "device": str(device), "seconds": seconds,
                "best_fitness": result.best_fitness, **{k: v for k, v in result.cost.as_dict().items() if v is not None},
-               "resumed_env_steps": resumed_env_steps}  # of env_steps, those run before a resume
+               "resumed_env_steps": resumed_env_steps,  # of env_steps, those run before a resume
+               "evaluations": len(result.history), "luck": result.luck}  # the chosen one's expected shrinkage
     with atomic_dir(out) as staging:
         bundle.save(staging, weights, meta, result.best_hparams)
         board = leaderboard.table(result)
@@ -261,7 +273,7 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
                           result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
                           params.train.engine, out / PROFILE_FILES[2] if report is not None else None,
                           resumed_env_steps, str(fs.timestamps[plan.windows(fs)[1][1]])[:10], plan.start,
-                          result.best_algo, params.registry.ensemble)
+                          result.best_algo, params.registry.ensemble, len(result.history), result.luck)
     log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), trained.env_steps_per_second,
              result.cost.cpu_seconds)
     return trained

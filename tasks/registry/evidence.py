@@ -37,11 +37,15 @@ of the same edge would pass: Bailey & López de Prado's (2012) minimum track rec
 from __future__ import annotations
 
 import math
+import os
 import warnings
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 import pandas as pd
 from scipy.stats import norm
 
@@ -51,6 +55,11 @@ MIN_BARS = 10
 """Fewer paired returns than this are no evidence at all: the test fails closed."""
 FLAT = 1e-12
 """A return series whose standard deviation is below this never varies: it has no Sharpe."""
+CHUNK_CELLS = 1 << 17
+"""Resampled bars per chunk of the bootstrap (:func:`circular_starts`): each of a chunk's
+arrays is 1 MiB, within a core's cache, so the test's memory does not grow with its resamples."""
+THREADS = min(4, os.cpu_count() or 1)
+"""Threads the bootstrap's chunks are computed on (numpy releases the GIL in its loops)."""
 
 
 @dataclass(frozen=True)
@@ -152,9 +161,12 @@ def _sharpe_difference(model: np.ndarray, benchmark: np.ndarray) -> tuple[np.nda
         var = second - mean * mean
         with np.errstate(divide="ignore", invalid="ignore"):
             cube = var * np.sqrt(var)
-            psis.append((second / cube) * (x - mean) - (mean / (2.0 * cube)) * (square - second))
+            # (second / cube) * (x - mean) - (mean / (2 cube)) * (square - second), in place
+            psi = np.multiply(second / cube, np.subtract(x, mean))
+            np.multiply(mean / (2.0 * cube), np.subtract(square, second, out=square), out=square)
+            psis.append(np.subtract(psi, square, out=psi))
             ratios.append((mean / np.sqrt(var))[..., 0])
-    return ratios[0] - ratios[1], psis[0] - psis[1]
+    return ratios[0] - ratios[1], np.subtract(psis[0], psis[1], out=psis[0])
 
 
 def persistent_se(psi: np.ndarray) -> np.ndarray:
@@ -182,13 +194,33 @@ def block_length(psi: np.ndarray) -> int:
     return int(round(min(max(chosen if math.isfinite(chosen) else 1.0, 1.0), psi.size / 3)))
 
 
+def circular_starts(bars: int, block: int, resamples: int, seed: int,
+                    rows: int | None = None) -> Iterator[np.ndarray]:
+    """Each resample's block starts, ``[rows, blocks]``, in consecutive chunks of at most
+    ``rows`` resamples (default: about :data:`CHUNK_CELLS` resampled bars a chunk). One
+    generator draws them chunk after chunk, which gives the very numbers of one draw of them
+    all (numpy's generator keeps its stream, and its spare 32-bit half, between calls), so
+    memory is bounded by a chunk while the resamples, and the verdict, stay those of one array."""
+    blocks = -(-bars // block)
+    rows = max(1, CHUNK_CELLS // max(bars, 1)) if rows is None else rows
+    rng = np.random.default_rng(seed)
+    for done in range(0, resamples, rows):
+        yield rng.integers(0, bars, size=(min(rows, resamples - done), blocks), dtype=np.int64)
+
+
+def circular_chunks(bars: int, block: int, resamples: int, seed: int,
+                    rows: int | None = None) -> Iterator[np.ndarray]:
+    """:func:`circular_indices` a chunk of :func:`circular_starts` at a time: ``[rows, bars]``."""
+    offsets = np.arange(block, dtype=np.int64)
+    for starts in circular_starts(bars, block, resamples, seed, rows):
+        yield ((starts[:, :, None] + offsets) % bars).reshape(len(starts), -1)[:, :bars]
+
+
 def circular_indices(bars: int, block: int, resamples: int, seed: int) -> np.ndarray:
     """``[resamples, bars]`` circular-block resamples, drawn as ``arch``'s
     ``CircularBlockBootstrap(block, ..., seed=seed).update_indices()`` draws them one by one
     (the same numbers), as one array."""
-    blocks = -(-bars // block)
-    starts = np.random.default_rng(seed).integers(0, bars, size=(resamples, blocks), dtype=np.int64)
-    return ((starts[:, :, None] + np.arange(block, dtype=np.int64)) % bars).reshape(resamples, -1)[:, :bars]
+    return np.concatenate(list(circular_chunks(bars, block, resamples, seed)))
 
 
 def _p(replicates: np.ndarray, observed: float) -> float:
@@ -217,17 +249,49 @@ def paired_test(model: np.ndarray, benchmark: np.ndarray, name: str, *, per_year
     scale = math.sqrt(per_year * (bars - 1) / bars)  # annualised, and each Sharpe's sd with ddof 1 as trainers.common.metrics
     point, psi = _sharpe_difference(*excess)
     observed, se = float(point) * scale, float(persistent_se(psi)) * scale
-    index = circular_indices(bars, block_length(psi), resamples, seed)
-    replicated, replicated_psi = _sharpe_difference(*excess[:, index])
-    error = (replicated - point) * scale  # the estimate's error, as the bootstrap sees it
-    with np.errstate(divide="ignore", invalid="ignore"):
-        studentised = error / (persistent_se(replicated_psi) * scale)
+    error, studentised = _replicates(excess, point, scale, block_length(psi), resamples, seed)
     edge = observed - margin
     p_value = max(_p(error, edge), _p(studentised, edge / se))
     basic = np.quantile(error, [1.0 - alpha, alpha])
     student = np.quantile(np.nan_to_num(studentised, nan=np.inf), [1.0 - alpha, alpha]) * se
     low, high = observed - max(float(basic[0]), float(student[0])), observed - min(float(basic[1]), float(student[1]))
     return Evidence(name, bars, observed, low, high, p_value, se, margin, alpha)
+
+
+def _replicates(excess: np.ndarray, point: float, scale: float, block: int, resamples: int,
+                seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each resample's error of the Sharpe difference, as the bootstrap sees it (annualised),
+    and that error over the resample's own standard error (the studentised statistic),
+    ``[resamples]`` each.
+
+    The resamples are drawn a chunk at a time (:func:`circular_starts`) and each chunk's blocks
+    are copied straight from a circular view of the pair (no index array), on up to
+    :data:`THREADS` threads, with at most two chunks a thread in flight. Every number is
+    computed row by row, so neither the chunks nor the threads change a bit, and a year of
+    minute bars needs a few chunks' memory, not ``resamples × bars`` of it (docs/operations.md,
+    the gate)."""
+    bars = excess.shape[1]
+    circle = sliding_window_view(np.concatenate((excess, excess[:, : block - 1]), axis=1), block, axis=1)
+    error, studentised = np.empty(resamples), np.empty(resamples)
+
+    def chunk(done: int, starts: np.ndarray) -> None:
+        replicated, replicated_psi = _sharpe_difference(*circle[:, starts].reshape(2, len(starts), -1)[..., :bars])
+        rows = slice(done, done + len(starts))
+        error[rows] = (replicated - point) * scale
+        with np.errstate(divide="ignore", invalid="ignore"):
+            studentised[rows] = error[rows] / (persistent_se(replicated_psi) * scale)
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        pending: deque[Future[None]] = deque()
+        done = 0
+        for starts in circular_starts(bars, block, resamples, seed):
+            if len(pending) >= 2 * THREADS:
+                pending.popleft().result()
+            pending.append(pool.submit(chunk, done, starts))
+            done += len(starts)
+        for future in pending:
+            future.result()
+    return error, studentised
 
 
 def binding(evidence: Sequence[Evidence]) -> Evidence:

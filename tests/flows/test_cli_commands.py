@@ -94,7 +94,8 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
         "✓ features 384 bars x 4 symbols x 10 indicators; train 2020-06-25..2021-03-31, "
         "validation 2021-04-01..2021-08-31, test 2021-09-01..2021-12-31")  # 505 sessions less 121 of warm-up
     assert re.search(r"✓ train best validation sharpe -?\d+\.\d{3} \(agent \d, generation \d\), [\d,]+ env steps in "
-                     r"\d+s \(generational on multiplexed, cpu\)$", command("train"))
+                     r"\d+s \(generational on multiplexed, cpu\); the best of \d+ evaluations would lead by "
+                     r"\d+\.\d\d by luck alone$", command("train"))
     tested = command("backtest")
     assert "Backtest 2021-09-01 to 2021-12-31" in tested and "buy-and-hold" in tested
     assert tested.endswith("✓ backtest plot data/backtest/equity.png")

@@ -193,6 +193,29 @@ BUGS = {
             "    out.unlink(missing_ok=True)\n    writer = BarsWriter(out, freq)\n",
             ("tests/tasks/data/test_validate.py::"
              "test_the_last_validated_set_stays_readable_until_the_new_one_replaces_it",)),
+    51: Bug("a flat benchmark is not named as the test's fault", "tasks/registry/evidence.py",
+            "for label, values in ((arm, model), (name, benchmark)):", "for label, values in ((arm, model),):",
+            ("tests/tasks/registry/test_evidence.py::test_a_flat_benchmark_is_named_as_the_fault",)),
+    52: Bug("the gate's minimum of 10 bars counted on account values (9 returns get tested)",
+            "tasks/registry/evidence.py", "if model.size < MIN_BARS:", "if model.size + 1 < MIN_BARS:",
+            ("tests/tasks/registry/test_evidence.py::test_the_minimum_counts_returns_not_account_values",)),
+    53: Bug("the stationary bootstrap's block length used for the circular bootstrap", "tasks/registry/evidence.py",
+            'optimal_block_length(psi)["circular"]', 'optimal_block_length(psi)["stationary"]',
+            ("tests/tasks/registry/test_evidence.py::test_the_block_length_is_the_circular_bootstraps",)),
+    54: Bug("the bootstrap's chunks drawn from a fresh generator each (other resamples than one draw)",
+            "tasks/registry/evidence.py", "        starts = rng.integers(",
+            "        rng = np.random.default_rng(seed)\n        starts = rng.integers(",
+            ("tests/tasks/registry/test_evidence.py::"
+             "test_the_resamples_drawn_in_chunks_are_the_resamples_drawn_at_once",)),
+    55: Bug("a diverged agent's NaN curve scores a Sharpe of 0 and wins selection in a losing year",
+            "trainers/common/metrics.py", "    if not (np.isfinite(values).all() and (values > 0).all()):",
+            "    if False:",
+            ("tests/trainers/test_evolution.py::"
+             "test_a_diverged_agent_is_never_selected_even_when_every_healthy_agent_loses",)),
+    56: Bug("the registered policy is the best snapshot whatever its lead (the winner's curse uncounted)",
+            "trainers/evolution.py", ">= pop.best[order[0]][0] - luck:", ">= pop.best[order[0]][0]:",
+            ("tests/trainers/test_evolution.py::"
+             "test_the_final_population_is_chosen_unless_a_snapshot_leads_it_by_more_than_luck",)),
 }
 
 

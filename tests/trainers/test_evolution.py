@@ -5,10 +5,11 @@ import pytest
 import torch
 
 from trainers.common.evaluate import run_policy
-from trainers.common.metrics import FITNESS, sharpe
+from trainers.common.metrics import FITNESS, fitness, sharpe
 from trainers.common.nets import Actor
 from trainers.common.state import state_dim
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
+from trainers.common.jobs import AgentRecord
 from trainers.evolution import Evolution, WarmStart, run_serially
 from trainers.ppo.multiplex import run_multiplexed
 from trainers.selection import explore, initial_population, select
@@ -256,3 +257,61 @@ def test_a_shared_policy_population_evolves_and_reports_each_generations_best(ru
     assert [s.best_fitness for s in seen] == sorted(s.best_fitness for s in seen)
     assert seen[-1].best_fitness == result.best_fitness
     assert run.state.states[0]["learners"][0]["actor"]["net.0.weight"].shape[1] == data.n_features + 2
+
+
+def test_a_diverged_agent_is_never_selected_even_when_every_healthy_agent_loses():
+    """A NaN account once read as a Sharpe of 0: in a year when every healthy agent's Sharpe
+    is negative, the broken agent scored best and was registered. Its fitness is −inf now,
+    so it is ranked last, never snapshotted, and the best is a healthy agent."""
+    data = market(t=60, seed=3)
+    data.close[30:] *= torch.linspace(1.0, 0.5, 30, dtype=torch.float64).unsqueeze(1)  # a falling validation year
+    data.open[30:] *= torch.linspace(1.0, 0.5, 30, dtype=torch.float64).unsqueeze(1)
+    env = EnvConfig(initial_cash=10_000.0, episode_len=8, min_episode_len=4, action="weights")
+    ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,))
+    cfg = EvolutionConfig(population=3, generations=2, iterations_per_generation=1, quantile=0.34, eval_interval=1,
+                          search_space={})
+    run = Evolution(data, scales(data, env), env, ppo, cfg, (0, 29), (29, 59), 252.0)
+    broken = run.state.states[1]["learners"][0]["actor"]
+    for name in broken:
+        broken[name] = torch.full_like(broken[name], math.nan)
+    result = run.run(runner=run_multiplexed)
+    healthy = [r.fitness for r in result.history if r.agent != 1 or r.generation > 0]
+    assert [r.fitness for r in result.history if (r.generation, r.agent) == (0, 1)] == [-math.inf]
+    assert run.state.parents.get(1) is not None  # ranked last, it was replaced by a healthy agent's copy
+    assert max(healthy) < 0 and math.isfinite(result.best_fitness)
+    assert all(torch.isfinite(w).all() for w in result.best_actor.values())
+    assert fitness("sharpe", np.array([100.0, 99.0, math.nan, 98.0]), 252.0) == -math.inf
+    assert fitness("sharpe", np.array([100.0, 99.0, 0.0, 98.0]), 252.0) == -math.inf
+
+
+def chosen_by_luck(best: list[float], last: list[float], history: list[float], select: str = "final"):
+    """``Evolution.best()`` on a hand-set state: each agent's best snapshot fitness, its last
+    (final) fitness, and every evaluation's fitness (their spread is the luck)."""
+    data = market(t=60)
+    env = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
+    ppo = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=1, net_dims=(8,))
+    cfg = EvolutionConfig(population=2, generations=3, iterations_per_generation=1, search_space={}, select=select)
+    run = Evolution(data, scales(data, env), env, ppo, cfg, (0, 39), (39, 59), 252.0)
+    pop = run.state
+    pop.generation = 3
+    pop.best = [(f, 1, {"tag": torch.tensor([float(i)])}) for i, f in enumerate(best)]
+    pop.last = list(last)
+    pop.history = [AgentRecord(0, 0, 1, f, {}, None) for f in history]
+    return run.best()
+
+
+def test_the_final_population_is_chosen_unless_a_snapshot_leads_it_by_more_than_luck():
+    """Evaluations 0, 1, 2, 3: sd 1.291; the best of 4 such would lead by 1.291 x
+    (0.4228 x Φ⁻¹(3/4) + 0.5772 x Φ⁻¹(1 − 1/(4e))) = 1.291 x (0.4228 x 0.6745 + 0.5772 x 1.3285)
+    = 1.291 x 1.0520 = 1.358 by luck alone."""
+    history = [0.0, 1.0, 2.0, 3.0]
+    near = chosen_by_luck(best=[3.0, 1.0], last=[2.5, 2.2], history=history)  # a lead of 0.5: luck
+    assert near.luck == pytest.approx(1.2909944 * 1.0520, abs=2e-3)
+    assert (near.best_agent, near.best_fitness, near.best_generation) == (0, 2.5, 2)
+    assert "tag" not in near.best_actor  # the final policy, not the snapshot
+    assert [leader.fitness for leader in near.leaders] == [2.5, 2.2]
+    far = chosen_by_luck(best=[1.0, 3.5], last=[2.0, 1.9], history=history)  # a lead of 1.5: beyond luck
+    assert (far.best_agent, far.best_fitness, far.best_generation) == (1, 3.5, 1)
+    assert torch.equal(far.best_actor["tag"], torch.tensor([1.0]))
+    published = chosen_by_luck(best=[3.0, 1.0], last=[2.5, 2.2], history=history, select="snapshot")
+    assert (published.best_agent, published.best_fitness, published.best_generation) == (0, 3.0, 1)

@@ -393,6 +393,14 @@ class MarketEnv:
         marked at the close of ``stop`` (where the env would close it out). With ``env.overnight:
         flatten`` and a session's last bar s in (t, ``stop``], the holding is sold at close s
         instead, and that sale's cost counts too.
+
+        With ``env.reward: excess`` the credit is relative to the market, as that reward is: each
+        share's gain is counted over what the same money would have made in the equal-weight
+        market over the same holding period (the mean of the stocks' exit over fill prices), so
+        buying more of every stock earns nothing by itself and only the allocation across stocks
+        is credited. With the absolute credit, every stock's score is pushed up in a rising
+        market until ``tanh`` saturates and the ranking between stocks is flattened away
+        (docs/training.md, per-stock credit).
         """
         data, t1 = self.data, stop
         last = data.close.shape[0] - 1
@@ -404,13 +412,27 @@ class MarketEnv:
         held = fill.shares - base.shares
         traded = fill.sold + fill.bought - base.sold - base.bought
         earned = held * (mark - fill.price) - traded * fill.price * self.cfg.cost_pct
+        exit_price = mark
         if self.flattens:  # each account sells its whole holding at close s, at a cost
             s = self.data.next_session_end().index_select(0, self.t + 1)
             flat = (s <= t1).unsqueeze(1)
             close = data.close.index_select(0, s.clamp(max=last))
             earned = torch.where(flat, held * (close * (1.0 - self.cfg.cost_pct) - fill.price)
                                  - traded * fill.price * self.cfg.cost_pct, earned)
+            exit_price = torch.where(flat, close, mark)
+        if self.cfg.reward == "excess":
+            earned = earned - held * fill.price * (self._market_growth(exit_price / fill.price) - 1.0)
         return (earned * self.cfg.reward_scale).to(torch.float32)
+
+    def _market_growth(self, growth: torch.Tensor) -> torch.Tensor:
+        """``[E, 1]`` the equal-weight market's growth over a holding period: the mean of the
+        stocks' ``growth`` ``[E, n]`` (exit over fill price), over the stocks tradable at the
+        bar decided at in a ragged universe."""
+        if self.data.tradable is None:
+            return growth.mean(dim=1, keepdim=True)
+        live = self.data.tradable.index_select(0, self.t)
+        total = torch.where(live, growth, 0.0).sum(dim=1, keepdim=True)
+        return total / live.sum(dim=1, keepdim=True).clamp(min=1).to(growth.dtype)
 
     def resize(self, num_envs: int) -> None:
         """Grow or shrink the batch to ``num_envs`` (Nitro's actor scaling, nitro §5.3): the

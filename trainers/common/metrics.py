@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -44,6 +45,17 @@ FITNESS = {"sharpe": sharpe, "sortino": sortino, "cumulative_return": cumulative
 """The evaluator's fitness functions of an account-value curve (finrl-podracer.txt §4.2)."""
 
 
+def fitness(name: str, values: np.ndarray, per_year: float) -> float:
+    """The evaluator's ``name`` fitness of an account-value curve, failing closed: a curve with
+    a value that is not finite or not positive (a diverged agent's) scores −inf, so the
+    selector ranks it last and no snapshot of it is ever kept. Read as a Sharpe, such a curve
+    would score 0, above every healthy agent in a year when all of them lose."""
+    values = np.asarray(values, dtype=np.float64)
+    if not (np.isfinite(values).all() and (values > 0).all()):
+        return -math.inf
+    return FITNESS[name](values, per_year)
+
+
 def max_drawdown(values: np.ndarray) -> float:
     """Largest peak-to-trough loss, as a negative fraction (0 if the curve never falls)."""
     peaks = np.maximum.accumulate(values)
@@ -72,3 +84,42 @@ def performance(values: np.ndarray, per_year: float, risk_free: float = 0.0) -> 
         "max_drawdown": drawdown,
         "calmar": annual / abs(drawdown) if drawdown < 0 else 0.0,
     }
+
+
+EULER_GAMMA = 0.5772156649015329
+
+
+def expected_max_sharpe(trial_sharpes: np.ndarray) -> float:
+    """The Sharpe ratio the best of N trials reaches by luck alone, when none has a true edge
+    and their estimates spread as ``trial_sharpes`` do (Bailey & López de Prado 2014, eq. of
+    SR₀: the expected maximum of N normal draws, ``√V · ((1 − γ) Φ⁻¹(1 − 1/N) + γ Φ⁻¹(1 − 1/(N e)))``).
+    In the units of the Sharpes given; 0 for fewer than two trials."""
+    trials = np.asarray(trial_sharpes, dtype=np.float64)
+    trials = trials[np.isfinite(trials)]
+    if trials.size < 2:
+        return 0.0
+    z = NormalDist().inv_cdf
+    n = trials.size
+    return float(trials.std(ddof=1) * ((1 - EULER_GAMMA) * z(1 - 1 / n) + EULER_GAMMA * z(1 - 1 / (n * math.e))))
+
+
+def deflated_sharpe(returns: np.ndarray, trial_sharpes: np.ndarray, per_year: float) -> float:
+    """The deflated Sharpe ratio of the chosen strategy's per-bar ``returns`` (Bailey & López de
+    Prado 2014): the probability that its true Sharpe exceeds what the best of the N trials
+    (their annualised Sharpes ``trial_sharpes``) would reach by luck, given the record's length,
+    skewness and kurtosis. Near 1: the choice survives its own selection; near 0.5 or below: it
+    does not. NaN for fewer than 3 returns or flat ones (no Sharpe to deflate)."""
+    r = np.asarray(returns, dtype=np.float64)
+    if r.size < 3 or not np.isfinite(r).all() or r.std() < 1e-12:
+        return math.nan
+    centred, sd = r - r.mean(), r.std()
+    return deflated(r.mean() / r.std(ddof=1), expected_max_sharpe(np.asarray(trial_sharpes) / math.sqrt(per_year)),
+                    r.size, float((centred**3).mean() / sd**3), float((centred**4).mean() / sd**4))
+
+
+def deflated(sharpe: float, luck: float, bars: int, skew: float, kurtosis: float) -> float:
+    """Φ((SR − SR₀)·√(T − 1) / √(1 − γ₃·SR + (γ₄ − 1)/4·SR²)): the deflated Sharpe ratio from
+    per-bar Sharpes (``sharpe``; ``luck`` the expected best of the trials, SR₀), the record's
+    ``bars`` and its skewness and (non-excess) kurtosis."""
+    spread = 1 - skew * sharpe + (kurtosis - 1) / 4 * sharpe**2
+    return float(NormalDist().cdf((sharpe - luck) * math.sqrt(bars - 1) / math.sqrt(max(spread, 1e-12))))

@@ -48,6 +48,15 @@ class Learner:
     obs: torch.Tensor | None = None
     seed: int = 0
     """The seed of ``generator``: where its stream restarts when a saved state does not fit it."""
+    average: Actor | None = None
+    """The average of the actor's weights over its iterations (``ppo.average``); None before any."""
+    averaged: int = 0
+    """Iterations folded into ``average``."""
+
+    @property
+    def policy(self) -> Actor:
+        """The actor this learner hands on: its average with ``ppo.average``, else its last weights."""
+        return self.average if self.average is not None else self.actor
 
     @classmethod
     def fresh(cls, state_dim: int, action_dim: int, cfg: PPOConfig, seed: int, device: torch.device,
@@ -71,11 +80,13 @@ class Learner:
         self.actor.load_state_dict(other.actor.state_dict())
         self.critic.load_state_dict(other.critic.state_dict())
         self.optimizer = copy.deepcopy(other.optimizer)
+        self.average, self.averaged = copy.deepcopy(other.average), other.averaged
         self.set_hparams(other.cfg.hparams())
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(), "optimizer": self.optimizer,
-                "hparams": self.cfg.hparams(), "rng": self.generator.get_state(), "obs": self.obs}
+                "hparams": self.cfg.hparams(), "rng": self.generator.get_state(), "obs": self.obs,
+                "average": None if self.average is None else self.average.state_dict(), "averaged": self.averaged}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])
@@ -85,6 +96,17 @@ class Learner:
         restore(self.generator, state["rng"], self.seed)
         obs = state["obs"]
         self.obs = None if obs is None else obs.to(self.actor.log_std.device).clone()
+        self.average, self.averaged = None, int(state.get("averaged", 0))
+        if state.get("average") is not None:
+            self.average = copy.deepcopy(self.actor)
+            self.average.load_state_dict(state["average"])
+
+
+def policy_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The policy's weights in a :meth:`PPOAgent.state_dict`: its first learner's average when
+    it keeps one (``ppo.average``), else its last weights (copies)."""
+    learner = state["learners"][0]
+    return copy.deepcopy(learner["average"] if learner.get("average") is not None else learner["actor"])
 
 
 class PPOAgent:
@@ -125,8 +147,13 @@ class PPOAgent:
 
     @property
     def actor(self) -> Actor:
-        """The agent's policy (after an iteration every learner holds the same one)."""
+        """The agent's last weights (after an iteration every learner holds the same ones)."""
         return self.learners[0].actor
+
+    @property
+    def policy(self) -> Actor:
+        """The agent's policy: its averaged weights with ``ppo.average``, else :attr:`actor`."""
+        return self.learners[0].policy
 
     @property
     def samples_per_iteration(self) -> int:

@@ -21,7 +21,7 @@ from trainers import profiler
 from trainers.common.cost import CostLedger
 from trainers.common.evaluate import run_policies
 from trainers.common.jobs import AgentJob, JobSetting, evaluation_due, fresh, record, stopped
-from trainers.common.metrics import FITNESS
+from trainers.common.metrics import fitness
 from trainers.common.nets import Actor
 from trainers.ppo.agent import PPOAgent
 from trainers.ppo.nitro import BoostScore, actor_convexity, next_env_count
@@ -67,6 +67,7 @@ class Multiplexed:
             if len(self.rows[i]) > 1:
                 with profiler.operation("fuse"):
                     self.ppo.fuse(self.rows[i])
+        self.ppo.advance_average(rows)
         return [rollouts[rows.index(self.rows[i][0])] for i in group]
 
     def boost(self, jobs: Sequence[AgentJob], group: Sequence[int], rollouts: Sequence[Rollout]) -> None:
@@ -78,22 +79,22 @@ class Multiplexed:
             job.hparams = {**job.hparams, "num_envs": float(agent.cfg.num_envs)}
 
     def evaluate(self) -> list[float]:
-        """Every agent's fitness on the validation window, in one pass of N accounts (§4.2)."""
+        """Every agent's policy's fitness on the validation window, in one pass of N accounts (§4.2)."""
         s = self.setting
         self.ppo.check_capacity()  # the evaluation reads the device anyway
-        nets = self.ppo.nets.sub([rows[0] for rows in self.rows])
+        nets = self.ppo.policy_nets().sub([rows[0] for rows in self.rows])
 
         def policy(states: torch.Tensor) -> torch.Tensor:
             return torch.tanh(nets.mean(states.unsqueeze(1))).squeeze(1)
 
         curves = run_policies(policy, s.data, s.scales, s.env_cfg, s.val_window, accounts=len(self.agents),
                               compile=s.runtime.compile)
-        return [FITNESS[s.fitness](curves[:, i], s.per_year) for i in range(curves.shape[1])]
+        return [fitness(s.fitness, curves[:, i], s.per_year) for i in range(curves.shape[1])]
 
     def actor_state(self, i: int) -> dict[str, torch.Tensor]:
-        """Agent ``i``'s actor weights (unpadded copies), e.g. for a snapshot."""
+        """Agent ``i``'s policy weights (unpadded copies; averaged with ``ppo.average``), e.g. for a snapshot."""
         actor = copy.deepcopy(self.agents[i].actor)
-        self.ppo.nets.write_back(self.rows[i][0], actor)
+        self.ppo.policy_nets().write_back(self.rows[i][0], actor)
         return actor.state_dict()
 
     def finish(self) -> list[dict]:

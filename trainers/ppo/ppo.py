@@ -44,6 +44,7 @@ from trainers.common.env import FinalStates, MarketEnv
 from trainers.common.truncation import place
 from trainers.config import PPOConfig, RuntimeConfig
 from trainers.ppo.agent import Learner
+from trainers.ppo.averaging import WeightAverage
 from trainers.ppo.batched import BatchedAdam, BatchedNets, Layout
 from trainers.ppo.schedule import Group, Slot
 
@@ -180,6 +181,10 @@ class PPO:
         self._hparams = {name: self.hparam(name) for name in ("clip", "entropy_coef")}
         self._indices: dict[tuple[int, ...], torch.Tensor] = {}
         self._groups: dict[tuple, Group] = {}
+        self.average = None if not cfg.average else WeightAverage(
+            self.nets, [lrn.policy for lrn in self.learners], [lrn.critic for lrn in self.learners],
+            [lrn.averaged for lrn in self.learners], cfg.average)
+        """The learners' averaged actors (``ppo.average``), advanced by :meth:`advance_average`."""
 
     def hparam(self, name: str, dtype: torch.dtype = torch.float32,
                group: Sequence[int] | None = None) -> torch.Tensor:
@@ -317,6 +322,16 @@ class PPO:
         self.adam.step(nets, grads, self._everyone, self.cfg.max_grad_norm, rows=self.index(self._everyone),
                        active=active)
 
+    def advance_average(self, rows: Sequence[int]) -> None:
+        """Fold the learners ``rows``' current weights into their averages (after an iteration,
+        and after its fusion, so an agent's learners keep one average)."""
+        if self.average is not None:
+            self.average.advance(self.index(rows))
+
+    def policy_nets(self) -> BatchedNets:
+        """The model whose actors are the learners' policies: averaged with ``ppo.average``."""
+        return self.nets if self.average is None else self.average.policy()
+
     def by_width(self, group: Sequence[int], active: list[int]) -> list[list[int]]:
         """``active`` in groups of similar width (grouped batched matmuls): a group's widest
         learner is at most ``WIDTH_SPREAD`` times its narrowest, so padding wastes little."""
@@ -360,6 +375,8 @@ class PPO:
         for i, learner in enumerate(self.learners):
             self.nets.write_back(i, learner.actor, learner.critic)
             learner.optimizer = self.adam.state_of(i)
+            if self.average is not None:
+                learner.average, learner.averaged = self.average.actor(i, learner.actor), int(self.average.counts[i])
 
 
 def normalised(advantages: torch.Tensor, layout: Layout) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from trainers import profiler
 from trainers.common.evaluate import run_policies
 from trainers.common.jobs import AgentJob, JobSetting, evaluation_due, fresh, record, stopped
-from trainers.common.metrics import FITNESS
+from trainers.common.metrics import fitness
 from trainers.sac.sac import SACAgent
 
 
@@ -41,4 +41,4 @@ def evaluate(actor: torch.nn.Module, setting: JobSetting) -> float:
     """One deterministic policy's fitness on the validation window (§4.2's evaluator)."""
     curve = run_policies(actor, setting.data, setting.scales, setting.env_cfg, setting.val_window, accounts=1,
                          compile=setting.runtime.compile)
-    return FITNESS[setting.fitness](curve[:, 0], setting.per_year)
+    return fitness(setting.fitness, curve[:, 0], setting.per_year)

@@ -37,23 +37,37 @@ def test_differences_are_paired_by_seed_and_stay_in_their_market():
 
 
 def test_the_targets_decide_met_and_not_met_at_their_thresholds():
-    # champion − B&H: 0.25, 0.5, 0.75 (mean 0.5, t = 0.5 / (0.25 / √3) = 3.46); momentum − B&H: 0.5
-    base = {"buy-and-hold": [0.0, 0.0, 0.0], "vanilla": [0.5, 0.5, 0.5], "oracle": [2.0, 2.0, 2.0]}
-    assert [ok for _, _, ok in targets(rows({**base, "champion": [0.25, 0.5, 0.75], "momentum": [0.5, 0.5, 0.5]}))] \
-        == [True, False, False]  # ≥ momentum with t ≥ 3; not halfway to the oracle (1.25); not above vanilla
-    # a hair below momentum's mean fails the first target
-    below = targets(rows({**base, "champion": [0.25, 0.5, 0.75], "momentum": [0.51, 0.51, 0.51]}))
-    assert below[0][2] is False
+    # champion − ewm_40 rule: −0.10 on every seed (exactly the slack); champion − momentum: 0.25, 0.5, 0.75
+    # (mean 0.5, t = 0.5 / (0.25 / √3) = 3.46); champion − vanilla: −0.25, 0, 0.25 (mean 0)
+    base = {"buy-and-hold": [0.0] * 3, "vanilla": [0.5] * 3, "momentum": [0.0] * 3, "filter": [1.0] * 3}
+    champion = [0.25, 0.5, 0.75]
+    got = targets(rows({**base, "champion": champion, "ewm_40 rule": [0.35, 0.6, 0.85]}))
+    assert [name.split(":")[1].split(",")[0].strip() for name, _, _ in got] == [
+        "champion − B&H ≥ ewm_40 rule − B&H − 0.10", "champion − momentum > 0", "champion − vanilla > 0"]
+    assert [ok for _, _, ok in got] == [True, True, False]
+    trailing = targets(rows({**base, "champion": champion, "ewm_40 rule": [0.36, 0.61, 0.86]}))
+    assert trailing[0][2] is False  # 0.11 behind the rule
 
 
-def test_the_null_target_fails_when_an_arm_beats_buy_and_hold_beyond_noise():
+def test_compute_buys_return_when_16x_beats_1x_or_reaches_the_filter():
+    base = {"buy-and-hold": [0.0] * 3, "filter": [1.0] * 3, "champion": [0.4, 0.5, 0.6]}
+    rising = targets(rows({**base, "champion 16x": [0.6, 0.8, 0.9]}))[-1]  # +0.2, +0.3, +0.3: t = 9.8
+    assert rising[0].startswith("learnable: compute buys return") and rising[2] is True
+    flat = targets(rows({**base, "champion 16x": [0.4, 0.6, 0.6]}))[-1]  # 0, +0.1, 0: t = 1; 0.47 below the filter
+    assert flat[2] is False
+    ceiling = targets(rows({**base, "filter": [0.6, 0.6, 0.6], "champion 16x": [0.4, 0.6, 0.6]}))[-1]
+    assert ceiling[2] is True  # 16x − filter = −0.07: at the ceiling
+
+
+def test_the_null_targets_fail_when_an_arm_beats_buy_and_hold_beyond_noise():
     calm = {"buy-and-hold": [0.0] * 4, "champion": [0.1, -0.1, 0.2, -0.2], "vanilla": [0.0, 0.1, -0.1, 0.05],
             "momentum": [0.3, -0.3, 0.1, -0.1]}
-    assert [ok for _, _, ok in targets(rows(calm, market="null"))] == [True, True]
-    leaky = {**calm, "champion": [0.5, 0.6, 0.55, 0.52]}
-    assert [ok for _, _, ok in targets(rows(leaky, market="null"))] == [False, False]
-    costly = {**calm, "momentum": [-0.5, -0.6, -0.55, -0.52]}  # loses beyond noise: no leak, but |t| > 2
-    assert [ok for _, _, ok in targets(rows(costly, market="null"))] == [True, False]
+    for market in ("null", "martingale"):
+        assert [ok for _, _, ok in targets(rows(calm, market=market))] == [True]
+        leaky = {**calm, "champion": [0.5, 0.6, 0.55, 0.52]}
+        assert [ok for _, _, ok in targets(rows(leaky, market=market))] == [False]
+        costly = {**calm, "momentum": [-0.5, -0.6, -0.55, -0.52]}  # loses beyond noise: no edge, no leak
+        assert [ok for _, _, ok in targets(rows(costly, market=market))] == [True]
 
 
 def test_report_lists_the_arms_and_counts_promotions():
@@ -71,10 +85,12 @@ def test_the_gate_table_counts_promotions_strictly_above_each_margin():
     assert "| null | 1 of 2 | 0 of 2 | 0 of 2 |" in table
 
 
-def test_a_mean_at_momentums_level_with_t_below_3_is_not_met():
-    # champion − B&H: 0.1, 0.5, 0.9: mean 0.5 = momentum's, but t = 0.5 / (0.4 / √3) = 2.17
-    got = targets(rows({"buy-and-hold": [0.0] * 3, "momentum": [0.5] * 3, "champion": [0.1, 0.5, 0.9]}))
-    assert got[0][2] is False and "t = +2.17" in got[0][1]
+def test_a_champion_ahead_of_momentum_with_t_below_2_is_not_met():
+    # champion − momentum: 0.1, 0.5, 0.9: mean 0.5, t = 0.5 / (0.4 / √3) = 2.17; 0.0, 0.5, 1.0: t = 1.73
+    got = targets(rows({"buy-and-hold": [0.0] * 3, "momentum": [0.5] * 3, "champion": [0.6, 1.0, 1.4]}))
+    assert got[0][2] is True and "t = +2.17" in got[0][1]
+    got = targets(rows({"buy-and-hold": [0.0] * 3, "momentum": [0.5] * 3, "champion": [0.5, 1.0, 1.5]}))
+    assert got[0][2] is False and "t = +1.73" in got[0][1]
 
 
 def test_the_arm_table_shows_the_training_window_sharpe_and_a_dash_for_older_runs():

@@ -111,6 +111,9 @@ def test_a_resumed_runs_summary_rates_only_the_steps_it_ran():
                                  "79,584 of them after resuming in 9s (generational on multiplexed, cpu)")
     fresh = TrainResult(Path("m"), 1.5, 2, 3, {}, env_steps=1_000, seconds=4.0, device="cpu")
     assert fresh.env_steps_per_second == 250.0 and "after resuming" not in fresh.describe()
+    chosen = TrainResult(Path("m"), 1.5, 2, 3, {}, env_steps=1_000, seconds=4.0, device="cpu", evaluations=128,
+                         luck=0.314)
+    assert chosen.describe().endswith("cpu); the best of 128 evaluations would lead by 0.31 by luck alone")
 
 
 def test_training_logs_one_line_per_generation_once_its_evaluations_are_in(tiny, caplog):

@@ -15,6 +15,7 @@ from tasks.registry.evidence import (
     Evidence,
     against,
     block_length,
+    circular_chunks,
     circular_indices,
     evidence_line,
     paired_test,
@@ -173,6 +174,54 @@ def test_bad_or_flat_returns_fail_closed(model, fault):
     e = paired_test(model, bench, "buy_and_hold", per_year=YEAR, margin=-1000, arm="agent")
     assert (e.fault, e.passed, e.p_value, e.more_bars()) == (fault, False, 1.0, None)
     assert e.summary() == f"vs buy-and-hold: no test, {fault}"
+
+
+def test_a_flat_benchmark_is_named_as_the_fault():
+    """The benchmark's flat returns, not the model's, are what make the test impossible."""
+    model = market(30, 9)
+    e = paired_test(model, np.zeros(30), "buy_and_hold", per_year=YEAR, margin=-1000, arm="agent")
+    assert e.fault == "buy_and_hold: its returns never vary over the 30 bars, so it has no Sharpe" and not e.passed
+
+
+def test_the_minimum_counts_returns_not_account_values():
+    """Ten account values are nine returns: too few to test; eleven are ten: tested."""
+    ten, eleven = (against(curve_of(agent=GOOD[:n], buy_and_hold=HOLD[:n]), "agent",
+                           RegistryParams(gate_resamples=199, gate_margin=-1000), YEAR)[0] for n in (10, 11))
+    assert (ten.bars, ten.fault, ten.passed) == (9, "only 9 bars (the test needs at least 10)", False)
+    assert (eleven.bars, eleven.fault, eleven.passed) == (10, None, True)
+
+
+def test_the_block_length_is_the_circular_bootstraps():
+    """Politis & White give the circular and the stationary bootstrap different block
+    lengths; the test draws circular blocks, so it takes the circular one."""
+    from arch.bootstrap import optimal_block_length
+
+    rng = np.random.default_rng(3)
+    psi = np.zeros(400)
+    for t in range(1, 400):  # persistent enough that the two lengths differ by more than rounding
+        psi[t] = 0.8 * psi[t - 1] + rng.normal()
+    lengths = optimal_block_length(psi).iloc[0]
+    assert round(lengths["circular"]) != round(lengths["stationary"])
+    assert block_length(psi) == round(lengths["circular"])
+
+
+def test_the_resamples_drawn_in_chunks_are_the_resamples_drawn_at_once():
+    """Memory bounded by a chunk, not by resamples x bars (a year of minute bars), with the
+    very same indices, so the verdict does not depend on the chunk size."""
+    whole = circular_indices(1000, 7, 300, seed=4)
+    for rows in (1, 7, 64, 300):
+        chunks = list(circular_chunks(1000, 7, 300, seed=4, rows=rows))
+        assert max(len(c) for c in chunks) == rows and np.array_equal(np.concatenate(chunks), whole)
+
+
+def test_the_verdict_does_not_depend_on_the_chunk_size(monkeypatch):
+    from tasks.registry import evidence
+
+    bench = market(500, 12)
+    model = bench + np.random.default_rng(13).normal(0.0004, 0.003, 500)
+    whole = paired_test(model, bench, "buy_and_hold", per_year=YEAR, resamples=401, seed=2)
+    monkeypatch.setattr(evidence, "CHUNK_CELLS", 500 * 3)  # 3 resamples a chunk
+    assert paired_test(model, bench, "buy_and_hold", per_year=YEAR, resamples=401, seed=2) == whole
 
 
 def test_the_resamples_are_arch_circular_blocks():

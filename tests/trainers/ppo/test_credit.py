@@ -46,6 +46,19 @@ def test_each_stock_is_credited_what_its_trade_earned_to_the_next_open_less_the_
     assert env.shares.tolist() == [[5.0, 3.0]]  # the account follows the sampled action, not the baseline
 
 
+def test_with_the_excess_reward_each_share_is_credited_over_the_equal_weight_markets_growth():
+    """The same trades as above, each counted over what its money made in the market: from the
+    fill (105, 52) to the mark (115, 58) the stocks grow by 115/105 and 58/52, the equal-weight
+    market by their mean. Buying more of every stock earns nothing by itself."""
+    env = two_stocks()
+    env.cfg = dataclasses.replace(CFG, reward="excess")
+    market = (115 / 105 + 58 / 52) / 2 - 1
+    a = 3 * (115 - 105) - 3 * 105 * 0.01 - 3 * 105 * market  # 3 more A than the baseline
+    b = 3 * (58 - 52) - 3 * 52 * 0.01 - 3 * 52 * market
+    assert credit(env, [0.5, 0.3], [0.2, 0.0]) == exactly([a, b])
+    assert a < 0 < b  # A grew less than the market, B more: A's extra shares lose their credit
+
+
 def test_holdings_from_before_the_step_cancel_and_the_last_bar_is_marked_at_its_close():
     env = two_stocks()
     env.step(torch.tensor([[0.5, 0.3]]))

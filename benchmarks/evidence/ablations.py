@@ -1,0 +1,338 @@
+"""Where the learner's edge is lost: ablations on the development seeds (docs/results.md, where the edge was lost).
+
+Each arm is ``params.yaml`` with a few overrides (:data:`ARMS`). For every arm and market seed
+the evolution trains as the pipeline's does, and its champion (the best validation snapshot)
+is scored on the training, validation and test windows, each **less buy-and-hold's Sharpe on
+the same window**, so the gap between in sample and out of sample shows arm by arm. The
+``vanilla`` arm is one agent trained for the shipped run's env steps (its policy at the end).
+
+Beside the arms, per seed, what needs no RL, traded through the agents' own action (weights
+every 5 bars, tilt 1, 1% band; ``benchmarks/archive/ceiling.py``): the ``ewm_40`` ranking, the
+least-squares scorer fitted on the training window to the agents' own (normalised) inputs (a
+perfect optimiser of a linear scorer in sample), and the filter that knows the generator.
+
+**Selection**, from the shipped arm's run: the registered policy (the final population's best
+unless an earlier snapshot led it beyond luck, ``evolution.select``), the best validation
+snapshot of all generations (the paper's evaluator), the best of the final population, its
+mean allocation, and the final agent with the best *training* Sharpe; with the run's number of
+evaluations, the lead the best of them would have by luck alone (SR₀) and the registered
+policy's deflated Sharpe ratio (Bailey & López de Prado 2014; ``trainers/common/metrics.py``).
+
+Development seeds only; the designs chosen here run once on fresh seeds in
+``benchmarks.evidence.results``.
+
+    .venv/bin/python -m benchmarks.evidence.ablations --seeds 100-109 --jobs 2 --json docs/results/dev/ablations.json
+    .venv/bin/python -m benchmarks.evidence.ablations --report docs/results/dev/ablations.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.common import ROOT, Market, build_market, seeds_of
+from benchmarks.evidence.results_report import paired
+
+SNAPSHOT = "evolution.select=snapshot"
+"""The selection of the learner before this study: the best validation snapshot of all generations."""
+BEFORE = ["features.normalise=per_stock", "env.reward=value", "ppo.average=0", SNAPSHOT]
+"""The learner as it stood before this study (docs/results-archive.md), against today's params.yaml."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    overrides: list[str]
+    what: str
+    reference: str = "shipped"
+    """The arm its test edge is paired with: the shipped learner, or for the arms that change one
+    thing of the learner selecting its best snapshot, that learner."""
+
+
+AVERAGED = "+ averaged policy"
+ARMS: dict[str, Arm] = {
+    "before": Arm(BEFORE, "the learner before this study: per-stock normalisation, absolute credit, the last "
+                          "iterate, the best snapshot"),
+    "+ pooled normalisation": Arm(["env.reward=value", "ppo.average=0", SNAPSHOT], "one train mean and sd per feature"),
+    "+ market-relative credit": Arm(["ppo.average=0", SNAPSHOT], "each stock credited over the equal-weight market"),
+    AVERAGED: Arm([SNAPSHOT], "the policy is the average of the weights (ppo.average)"),
+    "shipped": Arm([], "+ the final population unless a snapshot leads it beyond luck (evolution.select): "
+                       "params.yaml"),
+    "no averaging": Arm(["ppo.average=0"], "the shipped learner with the last iterate as its policy"),
+    "joint credit": Arm(["ppo.credit=joint", SNAPSHOT], "one GAE advantage for the whole action", AVERAGED),
+    "noise x e": Arm(["ppo.init_log_std=-1.5", SNAPSHOT], "exploration noise e^-1.5 (shipped e^-2.5)", AVERAGED),
+    "noise / e": Arm(["ppo.init_log_std=-3.5", SNAPSHOT], "exploration noise e^-3.5", AVERAGED),
+    "scorer 4": Arm(["ppo.net_dims=[4]", "evolution.search_space.net_width=[2,6]", SNAPSHOT], "a 4-unit scorer",
+                    AVERAGED),
+    "scorer 16": Arm(["ppo.net_dims=[16]", "evolution.search_space.net_width=[8,24]", SNAPSHOT], "a 16-unit scorer",
+                     AVERAGED),
+    "last 3 years": Arm(["features.train_start=2019-01-01", SNAPSHOT], "train on 2019-2021 only (half the history)",
+                        AVERAGED),
+    "average 32": Arm(["ppo.average=32", SNAPSHOT], "a shorter average: about 32 iterations", AVERAGED),
+    "16 generations": Arm(["evolution.generations=16", SNAPSHOT], "half the shipped generations", AVERAGED),
+    "augmented: 4 bootstraps": Arm([], "4 more training histories, block-resampled from the training window's "
+                                       "returns"),
+    "4 more histories": Arm([], "4 more training histories drawn from the embedded market's generator (a "
+                                "diagnostic: no real market offers them)"),
+}
+REFERENCE = "shipped"
+LADDER = ("before", "+ pooled normalisation", "+ market-relative credit", AVERAGED, "shipped")
+WINDOWS = ("train", "val", "test")
+MORE = {"augmented: 4 bootstraps": ("bootstrap", 4), "4 more histories": ("generator", 4)}
+"""The arms that train on more history than the market's own (:func:`augmented`)."""
+BLOCK = 63
+"""Bars per block of the bootstrap: longer than the latent drift's half-life (23 bars), so a
+block keeps the trends the agents learn from."""
+
+
+def edges(m: Market, policy: Any) -> dict[str, float]:
+    """``policy``'s Sharpe less buy-and-hold's on each window."""
+    from trainers.common.evaluate import buy_and_hold
+    from trainers.common.metrics import performance
+
+    out = {}
+    for name, window in zip(WINDOWS, (m.train, m.val, m.test)):
+        hold = performance(buy_and_hold(m.data, m.params.env, window), m.per_year)["sharpe"]
+        out[name] = m.metrics(policy, window)["sharpe"] - hold
+    return out
+
+
+def held(m: Market, scores: torch.Tensor) -> dict[str, float]:
+    """A ranking traded through the agents' weights action (:func:`benchmarks.rules.held_ranking`),
+    less buy-and-hold."""
+    from benchmarks.rules import held_ranking
+    from trainers.common.evaluate import buy_and_hold
+    from trainers.common.metrics import performance
+
+    out = {}
+    for name, window in zip(WINDOWS, (m.train, m.val, m.test)):
+        hold = performance(buy_and_hold(m.data, m.params.env, window), m.per_year)["sharpe"]
+        out[name] = performance(held_ranking(m.data, m.params.env, window, scores), m.per_year)["sharpe"] - hold
+    return out
+
+
+def references(m: Market) -> list[dict[str, Any]]:
+    """What needs no RL, per window: the ewm_40 rule, the least-squares scorer, the filter."""
+    from benchmarks.archive.ceiling import linear_fit
+    from benchmarks.evidence.results import oracle_scores
+    from tasks.data.momentum import ewm_return
+    from tasks.data.synthetic import filtered_drift
+
+    fitted = torch.tensor(m.data.features.double().numpy() @ linear_fit(m.data, m.train, 5))
+    rows = {"ewm_40 rule": torch.tensor(ewm_return(m.data.close.numpy(), 40)), "least-squares scorer": fitted,
+            "filter": oracle_scores(m.params, m.fs, filtered_drift)}
+    return [{"arm": name, **held(m, scores)} for name, scores in rows.items()]
+
+
+def selection(m: Market, evo: Any, result: Any) -> list[dict[str, Any]]:
+    """The shipped run's other ways to choose, each with its edges, and the registered choice's
+    luck (SR₀ of the run's evaluations) and the deflated Sharpe of its validation record."""
+    from trainers.algorithms import ALGORITHMS
+    from trainers.common.evaluate import run_policy
+    from trainers.common.metrics import deflated_sharpe
+    from trainers.ensemble import Ensemble
+
+    pop = evo.state
+    finals = [m.actor(ALGORITHMS["ppo"].actor_weights(state), h) for state, h in zip(pop.states, pop.hparams)]
+    scored = [edges(m, a) for a in finals]
+    best = max(range(len(pop.best)), key=lambda i: pop.best[i][0])
+    snapshot = m.actor(pop.best[best][2], evo._hparams_at(pop.best[best][1], best))
+    chosen = m.actor(result.best_actor, result.best_hparams)
+    values = run_policy(chosen, m.data, m.scales, m.params.env, m.val)
+    trials = np.array([r.fitness for r in result.history])
+    return [{"arm": "selection: the registered policy", **edges(m, chosen), "trials": len(trials),
+             "luck": result.luck, "dsr": deflated_sharpe(np.diff(values) / values[:-1], trials, m.per_year),
+             "final": result.best_generation == len({r.generation for r in result.history}) - 1},
+            {"arm": "selection: the best validation snapshot", **edges(m, snapshot)},
+            {"arm": "selection: the final population's best", **max(scored, key=lambda e: e["val"])},
+            {"arm": "selection: the final population's mean allocation",
+             **edges(m, Ensemble(finals, m.params.env.action))},
+            {"arm": "selection: the final agent best in sample", **max(scored, key=lambda e: e["train"])}]
+
+
+def more_history(m: Market, how: str, count: int, seed: int) -> list[np.ndarray]:
+    """``count`` histories of ``[bars, n, 2]`` log returns (overnight gap, intraday move) as long as
+    ``m``'s warm-up and training window: block-resampled from ``m``'s own training window
+    (``bootstrap``: blocks of :data:`BLOCK` bars, every stock's bars together), or drawn afresh
+    from the embedded market's generator with other seeds (``generator``)."""
+    from tasks.data.synthetic_daily import daily_market
+
+    bars = m.train[1] + m.params.features.warmup
+    if how == "generator":
+        d = m.params.data
+        markets = [daily_market(d.symbols, d.start, d.end, d.signal, 1_000_000 + 1000 * seed + j) for j in range(count)]
+        return [np.stack((np.log(k.open[1:bars + 1] / k.close[:bars]),
+                          np.log(k.close[1:bars + 1] / k.open[1:bars + 1])), axis=-1) for k in markets]
+    close, opens = m.data.close.numpy(), m.data.open.numpy()
+    own = np.stack((np.log(opens[1:m.train[1] + 1] / close[:m.train[1]]),
+                    np.log(close[1:m.train[1] + 1] / opens[1:m.train[1] + 1])), axis=-1)
+    rng = np.random.default_rng(seed)
+    blocks = -(-bars // BLOCK)
+    return [np.concatenate([own[s : s + BLOCK] for s in rng.integers(0, len(own) - BLOCK, blocks)])[:bars]
+            for _ in range(count)]
+
+
+def augmented(m: Market, histories: list[np.ndarray]) -> Market:
+    """``m`` with ``histories`` of returns traded before its first bar, as prices that run on
+    from one another into it, and its training window stretched back over them; validation and
+    test stay ``m``'s own. The histories' indicators are computed from their own prices (their
+    first ``features.warmup`` bars give the history and are dropped) and normalised with ``m``'s
+    statistics; ``m``'s own bars keep theirs."""
+    from tasks.data.momentum import feature
+    from trainers.common.env import MarketData
+    from trainers.common.state import normalise_features
+
+    returns = np.concatenate(histories)
+    log_close = np.cumsum(returns.sum(axis=-1), axis=0)
+    log_open = log_close - returns[..., 1]
+    warm = m.params.features.warmup
+    shift = np.log(m.data.open[0].numpy()) - log_close[-1]  # the last history closes at the market's first open
+    close, opens = np.exp(log_close + shift), np.exp(log_open + shift)
+    raw = np.stack([feature(close, name) for name in m.fs.feature_names], axis=-1)[warm:]
+    feats = torch.as_tensor(normalise_features(raw, m.fs.mean, m.fs.std))
+    data = MarketData(torch.cat((torch.as_tensor(opens[warm:]), m.data.open)),
+                      torch.cat((torch.as_tensor(close[warm:]), m.data.close)), torch.cat((feats, m.data.features)))
+    extra = len(close) - warm
+    return replace(m, data=data, train=(0, m.train[1] + extra), val=(m.val[0] + extra, m.val[1] + extra),
+                   test=(m.test[0] + extra, m.test[1] + extra))
+
+
+def run_arm(job: tuple[str, int, list[str]]) -> list[dict[str, Any]]:
+    """Train one arm on one market seed; the shipped arm adds the vanilla agent, the selection
+    rules and the references."""
+    from trainers.config import EvolutionConfig
+    from trainers.evolution import Evolution
+    from trainers.ppo.multiplex import run_multiplexed
+
+    arm, seed, overrides = job
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        m = build_market(Path(tmp), "learnable", seed, [*ARMS[arm].overrides, *overrides])
+    own = m
+    if arm in MORE:
+        m = augmented(m, more_history(m, *MORE[arm], seed))
+    started = time.perf_counter()
+    evo = Evolution(m.data, m.scales, m.params.env, m.params.ppo, m.params.evolution, m.train, m.val, m.per_year)
+    result = evo.run(runner=run_multiplexed)
+    rows = [{"arm": arm, **edges(m, m.actor(result.best_actor, result.best_hparams)), "env_steps": result.env_steps,
+             "seconds": time.perf_counter() - started, "fitness": result.best_fitness}]
+    if m is not own:  # the train edge on the market's own training window, as every other arm's
+        rows[0]["train"] = edges(own, own.actor(result.best_actor, result.best_hparams))["train"]
+    if arm == REFERENCE:
+        ppo = m.params.ppo
+        single = EvolutionConfig(population=1, generations=1, iterations_per_generation=max(1, math.ceil(
+            result.env_steps / (ppo.num_envs * ppo.horizon))), eval_interval=m.params.evolution.eval_interval,
+            quantile=0.0, search_space={}, seed=seed)
+        alone = Evolution(m.data, m.scales, m.params.env, ppo, single, m.train, m.val, m.per_year)
+        done = alone.run(runner=run_multiplexed)
+        from trainers.algorithms import ALGORITHMS
+
+        rows.append({"arm": "vanilla", **edges(m, m.actor(ALGORITHMS["ppo"].actor_weights(alone.state.states[0]),
+                                                           ppo.hparams())), "env_steps": done.env_steps})
+        rows += selection(m, evo, result) + references(m)
+    for row in rows:
+        row["seed"] = seed
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    """The arms' edges per window, and each arm's test edge paired with the shipped arm's by seed."""
+    by = {(r["arm"], r["seed"]): r for r in rows}
+    seeds = sorted({r["seed"] for r in rows})
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    lines = [f"Development seeds {seeds[0]}–{seeds[-1]} (n = {len(seeds)}); Sharpe less buy-and-hold's on the same "
+             "window, mean ± sd over seeds; the last column is paired by seed with the arm named there.", "",
+             "| arm | train | validation | test | test − reference (t) |", "|---|---|---|---|---|"]
+
+    def cell(values: list[float]) -> str:
+        return f"{np.mean(values):+.2f} ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else "-"
+
+    for arm in arms:
+        own = [by[(arm, s)] for s in seeds if (arm, s) in by]
+        ref = ARMS[arm].reference if arm in ARMS else REFERENCE
+        vs = [by[(arm, s)]["test"] - by[(ref, s)]["test"] for s in seeds if (arm, s) in by and (ref, s) in by]
+        lines.append(f"| {arm} | " + " | ".join(cell([r[w] for r in own]) for w in WINDOWS)
+                     + (f" | − {ref}: {paired(vs)} |" if arm != ref and vs else " | |"))
+    lines += ["", "Each step of the ladder against the one before it, test edge paired by seed:", ""]
+    for a, b in zip(LADDER, LADDER[1:]):
+        vs = [by[(b, s)]["test"] - by[(a, s)]["test"] for s in seeds if (a, s) in by and (b, s) in by]
+        lines.append(f"- {b} − {a}: {paired(vs)}")
+    best = [by[(a, s)] for a in arms for s in seeds if a == "selection: the registered policy" and (a, s) in by]
+    if best:
+        shrink = [r["val"] - r["test"] for r in best]
+        finals = sum(bool(r["final"]) for r in best)
+        lines += ["", f"The shipped run registered the final population's best on {finals} of {len(best)} seeds. "
+                  f"The registered policy's validation edge shrinks on test by {cell(shrink)}. Its run scored "
+                  f"{np.mean([r['trials'] for r in best]):.0f} snapshots on validation; with their spread, the best of "
+                  f"that many would lead by {cell([r['luck'] for r in best])} in Sharpe with no edge at all (SR₀, the "
+                  f"expected shrinkage of a lucky best), and its deflated Sharpe ratio (the chance that its Sharpe "
+                  f"beats that luck) is {cell([r['dsr'] for r in best])}."]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Each arm's mean train, validation and test edge over buy-and-hold (± s.e. over seeds):
+    the gap between in sample and out of sample, arm by arm."""
+    from matplotlib.figure import Figure
+
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    figure = Figure(figsize=(11, 0.32 * len(arms) + 1.2), layout="constrained")
+    axes = figure.add_subplot(1, 1, 1)
+    y = np.arange(len(arms))
+    for k, window in enumerate(WINDOWS):
+        values = [[r[window] for r in rows if r["arm"] == arm] for arm in arms]
+        means = [np.mean(v) for v in values]
+        errors = [np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0.0 for v in values]
+        axes.barh(y + (k - 1) * 0.27, means, 0.27, xerr=errors, label=window, color=f"C{k}", capsize=2)
+    axes.axvline(0, color="grey", linewidth=0.6)
+    axes.set_yticks(y, arms, fontsize=8)
+    axes.invert_yaxis()
+    axes.set(xlabel="Sharpe less buy-and-hold's (development seeds, mean ± s.e.)")
+    axes.legend(fontsize=8, loc="best")
+    figure.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-109"), help="development seeds only")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--set", "-s", dest="overrides", action="append", default=[],
+                        help="a params.yaml override for every arm (KEY=VALUE), e.g. -s evolution.generations=2")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--report", type=Path, nargs="+", help="print the report of earlier --json runs")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "ablations.png",
+                        help="where the report's plot goes")
+    args = parser.parse_args()
+    if args.report:
+        rows = [r for p in args.report for r in json.loads(p.read_text())["rows"]]
+        print(report(rows))
+        plot(rows, args.plot)
+        return
+    started = time.perf_counter()
+    jobs = [(arm, seed, args.overrides) for arm in args.arms for seed in args.seeds]
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        rows = [r for part in pool.imap(run_arm, jobs) for r in part]
+    result = {"command": " ".join([".venv/bin/python -m benchmarks.evidence.ablations", *sys.argv[1:]]),
+              "minutes": (time.perf_counter() - started) / 60, "rows": rows,
+              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    print(report(rows))
+    plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -261,19 +261,23 @@ def report(rows: list[dict[str, Any]]) -> str:
     for arm in arms:
         own = [by[(arm, s)] for s in seeds if (arm, s) in by]
         ref = ARMS[arm].reference if arm in ARMS else REFERENCE
+        if not any((ref, s) in by for s in seeds):  # a run without the shipped arm: its rows came with this one
+            ref = AVERAGED
         vs = [by[(arm, s)]["test"] - by[(ref, s)]["test"] for s in seeds if (arm, s) in by and (ref, s) in by]
         lines.append(f"| {arm} | " + " | ".join(cell([r[w] for r in own]) for w in WINDOWS)
-                     + (f" | − {ref}: {paired(vs)} |" if arm != ref and vs else " | |"))
+                     + (" | |" if arm == ref or not vs else f" | = {ref} on every seed |" if not any(vs)
+                        else f" | − {ref}: {paired(vs)} |"))
     lines += ["", "Each step of the ladder against the one before it, test edge paired by seed:", ""]
     for a, b in zip(LADDER, LADDER[1:]):
         vs = [by[(b, s)]["test"] - by[(a, s)]["test"] for s in seeds if (a, s) in by and (b, s) in by]
         lines.append(f"- {b} − {a}: {paired(vs)}")
-    best = [by[(a, s)] for a in arms for s in seeds if a == "selection: the registered policy" and (a, s) in by]
+    best = [r for r in rows if "luck" in r]  # the registered policy's row of each run of the shipped arm
     if best:
         shrink = [r["val"] - r["test"] for r in best]
-        finals = sum(bool(r["final"]) for r in best)
-        lines += ["", f"The shipped run registered the final population's best on {finals} of {len(best)} seeds. "
-                  f"The registered policy's validation edge shrinks on test by {cell(shrink)}. Its run scored "
+        finals = [bool(r["final"]) for r in best if "final" in r]
+        lines += ["", (f"The shipped run registered the final population's best on {sum(finals)} of {len(finals)} "
+                       "seeds. " if finals else f"The run registered {best[0]['arm'].removeprefix('selection: ')}. ")
+                  + f"The registered policy's validation edge shrinks on test by {cell(shrink)}. Its run scored "
                   f"{np.mean([r['trials'] for r in best]):.0f} snapshots on validation; with their spread, the best of "
                   f"that many would lead by {cell([r['luck'] for r in best])} in Sharpe with no edge at all (SR₀, the "
                   f"expected shrinkage of a lucky best), and its deflated Sharpe ratio (the chance that its Sharpe "

@@ -8,8 +8,9 @@ and ``arch-demo`` (2 real indices, 1999–2018; test 2016–2018; the seed varie
 only). Arms, all with the same next-open fills and 0.2% costs:
 
 * **champion**: params.yaml's evolution (``evolution.seed`` = the seed); the model the
-  pipeline would register (its best validation snapshot). With ``--compute K`` the run has K
-  times the generations, and its row is ``champion Kx`` (the compute curve);
+  pipeline would register (``evolution.select``: the final population's best unless an earlier
+  snapshot led it beyond luck). With ``--compute K`` the run has K times the generations, and
+  its row is ``champion Kx`` (the compute curve);
 * **vanilla**: one agent with the PPO defaults for as many env steps, its policy at the end;
 * **momentum**: the top third by trailing 20-bar return, equal weight, rebalanced weekly;
 * **ewm_40 rule**: the ranking by ``ewm_40``, one of the agents' own inputs with no fitting,
@@ -23,12 +24,12 @@ only). Arms, all with the same next-open fills and 0.2% costs:
 Each row also has the arm's Sharpe on the training window, to tell an agent that did not
 find the signal in sample from one that found it and did not generalise. Also a learning
 curve: the champion's test Sharpe after each generation against env steps and wall time.
-Development uses seeds 100–109; the evidence is seeds 7–16, run once.
+Development uses seeds 100–109 (``benchmarks.evidence.ablations``); the evidence for today's
+learner is seeds 30–39, run once (docs/results.md):
 
-    .venv/bin/python -m benchmarks.evidence.results --seeds 100-103 --markets learnable --json docs/results/dev/dev.json
-    .venv/bin/python -m benchmarks.evidence.results --seeds 104-107 --markets learnable --json docs/results/dev/dev-b.json
-    .venv/bin/python -m benchmarks.evidence.results --seeds 7-16 --markets learnable null arch-demo --json docs/results/evidence.json
-    .venv/bin/python -m benchmarks.evidence.results --merge docs/results/evidence.json --dev docs/results/dev/dev.json docs/results/dev/dev-b.json
+    .venv/bin/python -m benchmarks.evidence.results --seeds 30-39 --markets learnable --jobs 2 --json docs/results/fresh-learnable.json
+    .venv/bin/python -m benchmarks.evidence.results --seeds 30-39 --markets learnable --compute 4 --jobs 2 --json docs/results/fresh-compute4.json
+    .venv/bin/python -m benchmarks.evidence.results --merge docs/results/fresh-*.json
 """
 
 from __future__ import annotations

@@ -1,0 +1,60 @@
+"""The ablations' report and their longer histories (benchmarks/evidence/ablations.py): each arm
+paired by seed with its own reference, the ladder step by step, and a market stretched back over
+more histories whose own bars and windows are untouched."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.common import Market
+from benchmarks.evidence.ablations import AVERAGED, augmented, report
+from trainers.common.env import MarketData
+
+
+def rows(arm: str, tests: list[float], train: float = 0.0) -> list[dict]:
+    return [{"arm": arm, "seed": seed, "train": train, "val": 0.0, "test": t} for seed, t in enumerate(tests)]
+
+
+def test_each_arm_is_paired_with_its_reference_by_seed_and_the_ladder_step_by_step():
+    text = report(rows("shipped", [1.0, 2.0, 3.0]) + rows("no averaging", [0.0, 2.0, 3.0])
+                  + rows(AVERAGED, [1.0, 1.0, 1.0]) + rows("joint credit", [0.0, 0.0, 4.0])
+                  + rows("vanilla", [1.0, 2.0, 3.0]))
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    # no averaging − shipped: −1, 0, 0 → mean −0.33, sd 0.58, t = −0.33 / (0.58 / √3) = −1.00
+    assert lines["no averaging"].endswith("| − shipped: -0.33 ± 0.58 (t = -1.00) |")
+    # joint credit is a change of the averaged learner: −1, −1, +3 against it
+    assert lines["joint credit"].endswith("| − + averaged policy: 0.33 ± 2.31 (t = +0.25) |")
+    assert lines["vanilla"].endswith("| = shipped on every seed |")
+    assert "- shipped − + averaged policy: 1.00 ± 1.00 (t = +1.73)" in text
+
+
+def test_without_the_shipped_arm_the_shipped_runs_rows_pair_with_the_averaged_learner():
+    text = report(rows(AVERAGED, [1.0, 1.0]) + rows("vanilla", [2.0, 3.0]))
+    assert "| vanilla | +0.00 ± 0.00 | +0.00 ± 0.00 | +2.50 ± 0.71 | − + averaged policy: 1.50 ± 0.71 (t = +3.00) |" \
+        in text
+
+
+@pytest.fixture
+def market() -> Market:
+    bars, n = 40, 2
+    close = torch.tensor(np.exp(np.cumsum(np.full((bars, n), 0.01), axis=0)))
+    data = MarketData(close * 0.999, close, torch.zeros(bars, n, 1))
+    params = SimpleNamespace(features=SimpleNamespace(warmup=5))
+    fs = SimpleNamespace(feature_names=["ret_5"], mean=np.zeros((n, 1)), std=np.ones((n, 1)))
+    return Market(params, fs, data, None, (0, 20), (20, 30), (30, 40), 252.0)
+
+
+def test_more_histories_run_on_into_the_market_which_keeps_its_own_bars_and_windows(market):
+    histories = [np.full((25, 2, 2), 0.002), np.full((25, 2, 2), -0.001)]  # [bars, n, (gap, move)]
+    m = augmented(market, histories)
+    extra = 50 - 5  # the histories' bars less the warm-up their first indicators need
+    assert (m.train, m.val, m.test) == ((0, 20 + extra), (20 + extra, 30 + extra), (30 + extra, 40 + extra))
+    assert torch.equal(m.data.close[extra:], market.data.close) and torch.equal(m.data.open[extra:], market.data.open)
+    assert torch.equal(m.data.features[extra:], market.data.features)
+    # the last history bar closes at the market's first open, and each history bar moves as its returns say
+    assert math.isclose(float(m.data.close[extra - 1, 0]), float(market.data.open[0, 0]), rel_tol=1e-12)
+    assert math.isclose(float(m.data.close[1, 0] / m.data.close[0, 0]), math.exp(0.004), rel_tol=1e-12)
+    assert math.isclose(float(m.data.close[-41, 0] / m.data.open[-41, 0]), math.exp(-0.001), rel_tol=1e-12)

@@ -80,10 +80,10 @@ ARMS: dict[str, Arm] = {
                         AVERAGED),
     "average 32": Arm(["ppo.average=32", SNAPSHOT], "a shorter average: about 32 iterations", AVERAGED),
     "16 generations": Arm(["evolution.generations=16", SNAPSHOT], "half the shipped generations", AVERAGED),
-    "augmented: 4 bootstraps": Arm([], "4 more training histories, block-resampled from the training window's "
-                                       "returns"),
-    "4 more histories": Arm([], "4 more training histories drawn from the embedded market's generator (a "
-                                "diagnostic: no real market offers them)"),
+    "augmented: 4 bootstraps": Arm([SNAPSHOT], "4 more training histories, block-resampled from the training "
+                                               "window's returns", AVERAGED),
+    "4 more histories": Arm([SNAPSHOT], "4 more training histories drawn from the embedded market's generator (a "
+                                        "diagnostic: no real market offers them)", AVERAGED),
 }
 REFERENCE = "shipped"
 LADDER = ("before", "+ pooled normalisation", "+ market-relative credit", AVERAGED, "shipped")
@@ -207,14 +207,14 @@ def augmented(m: Market, histories: list[np.ndarray]) -> Market:
                    test=(m.test[0] + extra, m.test[1] + extra))
 
 
-def run_arm(job: tuple[str, int, list[str]]) -> list[dict[str, Any]]:
+def run_arm(job: tuple[str, int, list[str], bool]) -> list[dict[str, Any]]:
     """Train one arm on one market seed; the shipped arm adds the vanilla agent, the selection
-    rules and the references."""
+    rules and the references unless ``bare``."""
     from trainers.config import EvolutionConfig
     from trainers.evolution import Evolution
     from trainers.ppo.multiplex import run_multiplexed
 
-    arm, seed, overrides = job
+    arm, seed, overrides, bare = job
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         m = build_market(Path(tmp), "learnable", seed, [*ARMS[arm].overrides, *overrides])
@@ -228,7 +228,7 @@ def run_arm(job: tuple[str, int, list[str]]) -> list[dict[str, Any]]:
              "seconds": time.perf_counter() - started, "fitness": result.best_fitness}]
     if m is not own:  # the train edge on the market's own training window, as every other arm's
         rows[0]["train"] = edges(own, own.actor(result.best_actor, result.best_hparams))["train"]
-    if arm == REFERENCE:
+    if arm == REFERENCE and not bare:
         ppo = m.params.ppo
         single = EvolutionConfig(population=1, generations=1, iterations_per_generation=max(1, math.ceil(
             result.env_steps / (ppo.num_envs * ppo.horizon))), eval_interval=m.params.evolution.eval_interval,
@@ -314,6 +314,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[],
                         help="a params.yaml override for every arm (KEY=VALUE), e.g. -s evolution.generations=2")
+    parser.add_argument("--bare", action="store_true",
+                        help="the shipped arm's own row only: no vanilla agent, selection rows or references")
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--report", type=Path, nargs="+", help="print the report of earlier --json runs")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "ablations.png",
@@ -325,7 +327,7 @@ def main() -> None:
         plot(rows, args.plot)
         return
     started = time.perf_counter()
-    jobs = [(arm, seed, args.overrides) for arm in args.arms for seed in args.seeds]
+    jobs = [(arm, seed, args.overrides, args.bare) for arm in args.arms for seed in args.seeds]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         rows = [r for part in pool.imap(run_arm, jobs) for r in part]
     result = {"command": " ".join([".venv/bin/python -m benchmarks.evidence.ablations", *sys.argv[1:]]),

@@ -53,7 +53,7 @@ SCRIPTS = {"data": "perf/data.py", "train": "perf/train.py", "nitro": "archive/n
            "population": "perf/population.py", "broker": "perf/broker.py", "cycle": "perf/cycle.py",
            "ceiling": "archive/ceiling.py", "selection": "archive/selection.py", "paper": "perf/paper.py",
            "train_freq": "archive/train_freq.py", "gpu": "perf/gpu_report.py", "wrds": "perf/wrds.py",
-           "heal": "perf/heal.py"}
+           "heal": "perf/heal.py", "gate-stats": "perf/gate_stats.py"}
 
 
 @pytest.mark.parametrize("key", sorted(SCRIPTS))

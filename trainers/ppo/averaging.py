@@ -5,7 +5,7 @@ the last of them: Polyak & Juditsky's (1992) average of stochastic-approximation
 stochastic weight averaging (Izmailov et al. 2018) applies to networks. With a constant
 learning rate the iterates wander around what the data can tell, and on one market history the
 directions it cannot tell apart wander furthest; their average keeps what the updates agree on
-(docs/results.md, where the edge is lost, measures it against the last iterate).
+(docs/training.md, weight averaging, says what it has been measured to do).
 
 After the agent's ``k``-th iteration the average moves ``1 / min(k, window)`` of the way to the
 new weights: the plain mean of the first ``window`` iterates, then an exponential average

@@ -57,6 +57,10 @@ def test_compute_buys_return_when_16x_beats_1x_or_reaches_the_filter():
     assert flat[2] is False
     ceiling = targets(rows({**base, "filter": [0.6, 0.6, 0.6], "champion 16x": [0.4, 0.6, 0.6]}))[-1]
     assert ceiling[2] is True  # 16x − filter = −0.07: at the ceiling
+    fewer = targets(rows({**base, "champion 4x": [0.6, 0.8, 0.9], "champion 16x": [0.4, 0.6, 0.6]}))[-1]
+    assert fewer[1].startswith("16x − 1x +0.03") and fewer[2] is False  # the most compute decides, not any
+    only4 = targets(rows({**base, "champion 4x": [0.6, 0.8, 0.9]}))[-1]
+    assert only4[0].startswith("learnable: compute buys return: 4x − 1x") and only4[2] is True
 
 
 def test_the_null_targets_fail_when_an_arm_beats_buy_and_hold_beyond_noise():
@@ -154,3 +158,18 @@ def test_a_merge_of_two_runs_holding_the_same_seed_is_an_error_naming_both():
         raise AssertionError("the overlapping seed was merged")
     rest = {**rerun, "rows": [{**r, "seed": 2} for r in rerun["rows"]]}
     assert "(seeds 0–2, 2 min on this machine)" in report([first, rest])
+
+
+def test_the_compute_plot_compares_its_arms_on_the_seeds_they_share(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: drawn.append(figure))
+    from benchmarks.evidence.results_report import plot_compute
+
+    both = rows({"buy-and-hold": [0.0] * 3, "champion": [0.5, 0.5, 3.5]})
+    four = [r for r in rows({"champion 4x": [0.7, 0.7]})]  # seeds 0 and 1 only
+    plot_compute(both + four, tmp_path / "compute.png")
+    axes = drawn[0].axes[0]
+    assert axes.get_title().endswith("2 seeds")
+    assert list(axes.lines[0].get_ydata()) == [0.5, 0.7]  # seed 2's 3.5 is not in the 1x point

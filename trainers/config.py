@@ -69,7 +69,7 @@ class PPOConfig:
     credit: Literal["joint", "per_stock"] = "joint"
     """``joint``: one GAE(λ) advantage for the whole action (the paper's). ``per_stock``:
     each stock's action gets its own advantage, the env's difference reward
-    (:meth:`trainers.common.env.MarketEnv._credit`), and its own clipped ratio; the critic still
+    (:func:`trainers.common.credit.per_stock_credit`), and its own clipped ratio; the critic still
     learns the GAE returns."""
 
     def __post_init__(self) -> None:

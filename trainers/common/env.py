@@ -42,6 +42,7 @@ from typing import NamedTuple
 import torch
 
 from trainers._checks import require
+from trainers.common.credit import per_stock_credit
 from trainers.common.draws import draw_on, restore
 from trainers.common.market import MarketData  # the env's callers import it from here too
 from trainers.common.orders import Fill, execute_orders
@@ -380,59 +381,8 @@ class MarketEnv:
 
     def _credit(self, fill: Fill, base: Fill, stop: torch.Tensor) -> torch.Tensor:
         """``[E, n]`` per-stock credit of the step just filled (``self.t`` still the bar decided
-        at): a difference reward (Wolpert & Tumer 2002; COMA's counterfactual, Foerster et al.
-        2018). For each stock, what ``fill`` earned over the holding period its action decides
-        (its fill price at t+1 to the next decision's fill, the open after ``stop``), less its trading cost, minus
-        the same for ``base``, the baseline action filled from the same account. Holdings from
-        before the step earn the same in both and cancel, so only the difference in shares
-        traded counts; one stock's credit barely moves when another stock's action does,
-        which is the point: each score gets its own signal instead of one portfolio reward
-        shared by all n (docs/training.md).
-
-        Where that open is past the data, or the stock has no tradable bar there, the holding is
-        marked at the close of ``stop`` (where the env would close it out). With ``env.overnight:
-        flatten`` and a session's last bar s in (t, ``stop``], the holding is sold at close s
-        instead, and that sale's cost counts too.
-
-        With ``env.reward: excess`` the credit is relative to the market, as that reward is: each
-        share's gain is counted over what the same money would have made in the equal-weight
-        market over the same holding period (the mean of the stocks' exit over fill prices), so
-        buying more of every stock earns nothing by itself and only the allocation across stocks
-        is credited. With the absolute credit, every stock's score is pushed up in a rising
-        market until ``tanh`` saturates and the ranking between stocks is flattened away
-        (docs/training.md, per-stock credit).
-        """
-        data, t1 = self.data, stop
-        last = data.close.shape[0] - 1
-        t2 = (t1 + 1).clamp(max=last)
-        ahead = (t1 < last).unsqueeze(1)
-        if data.tradable is not None:
-            ahead = ahead & data.tradable.index_select(0, t2)
-        mark = torch.where(ahead, data.open.index_select(0, t2), data.close.index_select(0, t1))
-        held = fill.shares - base.shares
-        traded = fill.sold + fill.bought - base.sold - base.bought
-        earned = held * (mark - fill.price) - traded * fill.price * self.cfg.cost_pct
-        exit_price = mark
-        if self.flattens:  # each account sells its whole holding at close s, at a cost
-            s = self.data.next_session_end().index_select(0, self.t + 1)
-            flat = (s <= t1).unsqueeze(1)
-            close = data.close.index_select(0, s.clamp(max=last))
-            earned = torch.where(flat, held * (close * (1.0 - self.cfg.cost_pct) - fill.price)
-                                 - traded * fill.price * self.cfg.cost_pct, earned)
-            exit_price = torch.where(flat, close, mark)
-        if self.cfg.reward == "excess":
-            earned = earned - held * fill.price * (self._market_growth(exit_price / fill.price) - 1.0)
-        return (earned * self.cfg.reward_scale).to(torch.float32)
-
-    def _market_growth(self, growth: torch.Tensor) -> torch.Tensor:
-        """``[E, 1]`` the equal-weight market's growth over a holding period: the mean of the
-        stocks' ``growth`` ``[E, n]`` (exit over fill price), over the stocks tradable at the
-        bar decided at in a ragged universe."""
-        if self.data.tradable is None:
-            return growth.mean(dim=1, keepdim=True)
-        live = self.data.tradable.index_select(0, self.t)
-        total = torch.where(live, growth, 0.0).sum(dim=1, keepdim=True)
-        return total / live.sum(dim=1, keepdim=True).clamp(min=1).to(growth.dtype)
+        at; :func:`trainers.common.credit.per_stock_credit`)."""
+        return per_stock_credit(self.data, self.cfg, fill, base, self.t, stop, self.flattens)
 
     def resize(self, num_envs: int) -> None:
         """Grow or shrink the batch to ``num_envs`` (Nitro's actor scaling, nitro §5.3): the

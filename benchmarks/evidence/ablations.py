@@ -84,6 +84,10 @@ ARMS: dict[str, Arm] = {
                                                "window's returns", AVERAGED),
     "4 more histories": Arm([SNAPSHOT], "4 more training histories drawn from the embedded market's generator (a "
                                         "diagnostic: no real market offers them)", AVERAGED),
+    "ewm_40 only": Arm(["features.indicators=[ewm_40_xs]"], "the rule's input alone: can PPO reach the rule?"),
+    "no volatility": Arm(["features.indicators=[ewm_20_xs,ewm_40_xs]"], "the two trends without vol_20"),
+    "scorer 4, final": Arm(["ppo.net_dims=[4]", "evolution.search_space.net_width=[2,6]"],
+                           "a 4-unit scorer, the shipped selection"),
 }
 REFERENCE = "shipped"
 LADDER = ("before", "+ pooled normalisation", "+ market-relative credit", AVERAGED, "shipped")

@@ -1,0 +1,85 @@
+"""The live watch's statistics (tasks/registry/decay.py) against hand-computed values: the CUSUM
+path, Siegmund's threshold, the promise and its floor, the faults that fail it closed, and the
+false alarms of repeated looks on simulated records."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tasks.registry.decay import OVERSHOOT, Promise, cusum, threshold, watch
+
+YEAR = 252.0
+
+
+def test_the_cusum_path_by_hand():
+    # reference 1, spread 2, slack 0.5: increments (1 - a)/2 - 0.5 = -a/2: 0.5, 0.5, -1.5, 1.0
+    active = np.array([-1.0, -1.0, 3.0, -2.0])
+    assert cusum(active, 1.0, 2.0, 0.5).tolist() == [0.5, 1.0, 0.0, 1.0]
+
+
+def test_the_threshold_gives_the_asked_average_run_length_by_siegmunds_formula():
+    for slack, bars in ((0.05, 2520.0), (0.25, 252.0), (0.5, 50.0)):
+        b = threshold(slack, bars) + OVERSHOOT
+        x = 2 * slack * b
+        assert (math.exp(x) - x - 1) / (2 * slack**2) == pytest.approx(bars, rel=1e-9)
+    assert threshold(0.1, 10 * 252) > threshold(0.1, 252)  # rarer false alarms need a higher threshold
+
+
+def test_the_promise_is_the_active_returns_mean_and_prewhitened_standard_error():
+    rng = np.random.default_rng(0)
+    bench = rng.normal(0.0, 0.01, 500)
+    active = rng.normal(0.001, 0.002, 500)
+    p = Promise.of(bench + active, bench)
+    assert p.mean == pytest.approx(active.mean(), abs=1e-15) and p.bars == 500
+    assert p.se == pytest.approx(active.std() / math.sqrt(500), rel=0.15)  # independent bars: about sd / √n
+    assert p.spread == pytest.approx(p.se * math.sqrt(500))
+
+
+def record(bars: int, mean: float, seed: int, spread: float = 0.004) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    bench = rng.normal(0.0003, 0.01, bars)
+    return bench + rng.normal(mean, spread, bars), bench
+
+
+PROMISE = Promise(mean=0.0005, se=0.004 / math.sqrt(252), bars=252)  # an information ratio of about 2
+
+
+def test_a_champion_that_keeps_its_promise_holds_and_one_that_turns_over_is_caught():
+    held = watch(*record(504, 0.0005, 1), PROMISE, tolerance=0.25, years=10, per_year=YEAR)
+    assert not held.decayed and not held.collapsed and held.line.startswith("watch over 504 bars: holds")
+    turned = watch(*record(504, -0.0005, 2), PROMISE, tolerance=0.25, years=10, per_year=YEAR)
+    assert turned.decayed and turned.collapsed and turned.line.startswith("watch over 504 bars: severe decay")
+    assert turned.decay.alarm is not None and turned.decay.alarm <= turned.severe.alarm  # the promise is the higher bar
+
+
+def test_the_tolerance_lowers_the_promises_floor():
+    """A record that runs at half its promise decays against a tight floor and holds within a
+    loose one."""
+    live = record(756, 0.00025, 3)
+    tight = watch(*live, PROMISE, tolerance=0.0, years=1, per_year=YEAR, alpha=0.5)
+    loose = watch(*live, PROMISE, tolerance=1.0, years=1, per_year=YEAR, alpha=0.5)
+    assert tight.decay.reference > loose.decay.reference
+    assert tight.decayed and not loose.decayed
+
+
+@pytest.mark.parametrize(("broken", "fault"), [
+    (np.r_[np.full(20, 0.001), np.nan, np.full(9, 0.001)], "champion: return nan at bar 20"),
+    (np.full(5, 0.001), "only 5 bars since the promotion (the watch needs at least 10)"),
+])
+def test_a_bad_record_fails_closed_and_never_alarms(broken, fault):
+    w = watch(broken, np.zeros(broken.size), PROMISE, tolerance=0.25, years=10, per_year=YEAR)
+    assert (w.fault, w.decayed, w.collapsed) == (fault, False, False)
+    assert w.line.endswith(f"no test, {fault}")
+    nan_promise = watch(*record(50, 0.0, 4), Promise(math.nan, 0.001, 252), tolerance=0.25, years=10, per_year=YEAR)
+    assert nan_promise.fault.startswith("its promise cannot be read") and not nan_promise.collapsed
+
+
+def test_repeated_looks_at_a_healthy_record_alarm_about_as_rarely_as_asked():
+    """Every bar is a look. 200 healthy records of two years each, at the floor of the promise:
+    with a false alarm asked for once in 2 years, about 1 − e^(−1) = 63% of them alarm within
+    the two years (the run length is about exponential; measured 126 of 200)."""
+    floor_mean = PROMISE.mean - 1.6448536 * PROMISE.se  # alpha 0.05, tolerance 0: the reference itself
+    alarms = sum(watch(*record(504, floor_mean, 100 + i), PROMISE, tolerance=0.0, years=2, per_year=YEAR).decayed
+                 for i in range(200))
+    assert 0.5 * 200 <= alarms <= 0.75 * 200

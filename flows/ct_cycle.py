@@ -102,18 +102,21 @@ def _name_lease() -> None:
 
 
 @flow(name="ct-cycle")
-def ct_cycle(params: Params | None = None, data_version: str | None = None) -> CycleSummary:
+def ct_cycle(params: Params | None = None, data_version: str | None = None,
+             decayed: str | None = None) -> CycleSummary:
     """Retrain on new bars and challenge the champion on the newest window.
 
     ``data_version`` is the version a ``podracer.data.arrived`` event announced; the cycle
     works on what ``data/raw/`` holds when it starts (a later arrival is its own cycle).
+    ``decayed`` is the watch's line of a champion found decaying (``podracer.champion.decayed``,
+    docs/operations.md, the watch): the cycle then runs on the data it has, new bars or not.
     """
     params = params or load_params()
     with _hold_slot():
         check_tracking(params.registry)
         champion = champion_task.with_options(**RETRIED)(params)
         ingested = ingest_task(params, latest=True)
-        why = nothing_new(params, ingested, champion.data_version if champion else None)
+        why = None if decayed else nothing_new(params, ingested, champion.data_version if champion else None)
         if why:
             return CycleSummary(ingested.data_version, why)
         validate_task(params)

@@ -9,6 +9,7 @@ bad value is refused (HTTP 409) before any run starts (docs/operations.md).
 | ``rlops-pipeline/manual`` | the whole pipeline | the UI or ``prefect deployment run`` |
 | ``ct-cycle/nightly`` | the CT cycle | cron ``schedule.retrain_cron`` in ``schedule.timezone`` |
 | ``ct-cycle/on-new-data`` | the CT cycle | the event ``podracer.data.arrived`` (new bars landed) |
+| ``ct-cycle/on-decay`` | the CT cycle, new bars or not | the event ``podracer.champion.decayed`` (the live watch) |
 | ``trade/session`` | one trading cycle | cron ``schedule.trade_cron`` (market days) |
 
 A new champion is delivered by the runner itself (:func:`listen_promotions`): it subscribes to
@@ -73,6 +74,7 @@ def deployments(params: Params) -> list[RunnerDeployment]:
     from flows.delivery import trade_session
     from flows.pipeline import rlops_pipeline
     from tasks.data.arrivals import ARRIVED
+    from tasks.delivery.client.watch import DECAYED
 
     config = {"params": params.model_dump(mode="json")}
     common = {"enforce_parameter_schema": True, "tags": [TAG]}
@@ -93,6 +95,13 @@ def deployments(params: Params) -> list[RunnerDeployment]:
                 parameters={"data_version": "{{ event.payload.data_version }}"})],
             description=f"The continuous-training cycle, started by a `{ARRIVED}` event (new bars, or bars no "
                         "cycle has finished on, announced again by the runner's data poll)."),
+        ct_cycle.to_deployment(
+            name="on-decay", parameters=config, concurrency_limit=1, **common,
+            triggers=[DeploymentEventTrigger(
+                name="champion decayed", expect={DECAYED}, match={"prefect.resource.id": "podracer.model.*"},
+                parameters={"decayed": "{{ event.payload.line }}"})],
+            description=f"The continuous-training cycle at once, new bars or not, when the champion's live watch "
+                        f"finds decay (`{DECAYED}`; docs/operations.md, the watch)."),
         trade_session.to_deployment(
             name="session", parameters=config, schedule=Cron(schedule.trade_cron, timezone=tz), **common,
             description=f"One trading cycle of the champion at `{schedule.trade_cron}` ({tz})."),

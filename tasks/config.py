@@ -252,6 +252,17 @@ class CTParams(Section):
         return self
 
 
+class WatchParams(Section):
+    """The champion's live watch (``tasks/registry/decay.py``, docs/operations.md, the watch)."""
+
+    tolerance: float = Field(0.25, ge=0.0, description="annualised information ratio the live record may fall "
+                             "short of the promise's lower bound before it counts as decay")
+    years: float = Field(10.0, gt=0.0, description="mean years between false alarms of a record that sits exactly "
+                         "at a reference (the CUSUM's average run length)")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="one-sided level of the promise's lower bound: the "
+                         "gate's estimate of the edge less its uncertainty")
+
+
 class ScheduleParams(Section):
     """When the deployments run by themselves (cron, in ``timezone``)."""
 
@@ -291,6 +302,7 @@ class Params(Section):
     trade: TradeParams = TradeParams()
     services: ServicesParams = ServicesParams()
     ct: CTParams = CTParams()
+    watch: WatchParams = WatchParams()
     schedule: ScheduleParams = ScheduleParams()
 
     @model_validator(mode="after")

@@ -18,8 +18,12 @@ below the reference and is reset by bars above it, so it answers "has the mean d
 some bar?" whatever bar the drop began at, which a running test of the whole record since the
 promotion does slowly. ``σ`` is the active return's long-run standard deviation (its standard
 error times √bars, prewhitened as the gate's is), so persistence does not make the
-statistic drift up by itself; ``k`` is half the shift to be found fastest: from the reference
-to the promised edge turned over (``−μ̂``), in ``σ`` units. The threshold ``h`` is set so that a record whose mean sits exactly at the
+statistic drift up by itself; ``k`` is half the shift each test is to find fastest, in ``σ``
+units: for decay, from the promise's floor to an edge gone (a record no better than
+buy-and-hold, ``a = 0``); for severe decay, from buy-and-hold to the promised edge turned over
+(``−μ̂``). A promise whose floor is at or below buy-and-hold leaves the decay test the
+smallest shift (:data:`MIN_SHIFT`): it cannot tell decay from noise, and the severe test is
+the one that binds. The threshold ``h`` is set so that a record whose mean sits exactly at the
 reference raises a false alarm once in ``years`` on average: Siegmund's (1985) approximation of
 the average run length, ``ARL ≈ (e^{2kb} − 2kb − 1)/(2k²)`` with ``b = h + 1.166``, solved for
 ``h``. How often it does on simulated and market series, and how late it finds a planted change,
@@ -33,12 +37,18 @@ an alarm and says why in its line.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from scipy.stats import norm
 
 from tasks.registry.evidence import MIN_BARS, data_fault, persistent_se
+from tasks.registry.tags import PROMISE_BARS, PROMISE_MEAN, PROMISE_SE
+
+HOLD = "buy_and_hold"
+"""The benchmark's column in a backtest's curve."""
 
 OVERSHOOT = 1.166
 """Siegmund's correction for the CUSUM's overshoot of its boundary, in σ units."""
@@ -60,6 +70,30 @@ class Promise:
         """From the gate window's per-bar simple returns of the champion and buy-and-hold."""
         active = np.asarray(model, dtype=np.float64) - np.asarray(benchmark, dtype=np.float64)
         return cls(float(active.mean()), float(persistent_se(active - active.mean())), int(active.size))
+
+    @classmethod
+    def of_curve(cls, curve: pd.DataFrame, arm: str) -> Promise:
+        """From a backtest's curve (account values per bar, one column per arm): ``arm``
+        against ``buy_and_hold``, as the gate compared them. A value that is not finite or
+        not positive gives a promise that cannot be read (its watch fails closed)."""
+        values = curve[[arm, HOLD]].astype(float)
+        if data_fault({c: values[c].to_numpy() for c in values.columns}, "account value") is not None:
+            return cls(math.nan, math.nan, len(values) - 1)
+        returns = values.pct_change().iloc[1:]
+        return cls.of(returns[arm].to_numpy(), returns[HOLD].to_numpy())
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> Promise:
+        """From a version's tags (:meth:`tags`); a version registered without them has a
+        promise that cannot be read, so its watch fails closed and says so."""
+        try:
+            return cls(float(tags[PROMISE_MEAN]), float(tags[PROMISE_SE]), int(tags[PROMISE_BARS]))
+        except (KeyError, ValueError):
+            return cls(math.nan, math.nan, 0)
+
+    def tags(self) -> dict[str, str]:
+        """The version tags the watch reads it back from (``repr``: exact floats)."""
+        return {PROMISE_MEAN: repr(self.mean), PROMISE_SE: repr(self.se), PROMISE_BARS: str(self.bars)}
 
     @property
     def spread(self) -> float:
@@ -157,10 +191,9 @@ def watch(model: np.ndarray, benchmark: np.ndarray, promise: Promise, *, toleran
         return Watch(bars, None, None, fault)
     active, spread = model - benchmark, promise.spread
     floor = promise.mean - norm.ppf(1.0 - alpha) * promise.se - tolerance * spread / math.sqrt(per_year)
-    flipped = -abs(promise.mean)  # the change each statistic is tuned to find fastest: the edge turned over
-    tests = []
-    for name, reference in (("its promise", floor), ("buy-and-hold", 0.0)):
-        slack = max((reference - flipped) / spread, MIN_SHIFT) / 2.0
+    tests = []  # each reference and the record it is tuned to find fastest: the edge gone, the edge turned over
+    for name, reference, target in (("its promise", floor, 0.0), ("buy-and-hold", 0.0, -abs(promise.mean))):
+        slack = max((reference - target) / spread, MIN_SHIFT) / 2.0
         h = threshold(slack, years * per_year)
         path = cusum(active, reference, spread, slack)
         crossed = np.flatnonzero(path > h)

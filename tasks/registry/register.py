@@ -33,6 +33,7 @@ from tasks.model.backtest import BacktestResult, load_result
 from tasks.model.leaderboard import LEADERBOARD, PLOT, log_nested_runs
 from tasks.model.train import PROFILE_FILES, SUMMARY, TrainResult
 from tasks.registry.aliases import CHALLENGER, CHAMPION, DATA_VERSION, SHADOW
+from tasks.registry.decay import Promise
 from tasks.registry.decision import Decision
 from tasks.registry.gate import GateVerdict, gate_report
 from tasks.registry.serving import policy_input
@@ -112,7 +113,8 @@ def pipeline_candidate(params: Params, tested: BacktestResult | None = None,
         decision=verdict.decision, since=tested.end, cutoff=str(fs.timestamps[fs.splits["validation"][1]])[:10],
         run_name=f"pipeline {date.today()} data {meta.data_version[:8]}", origin="pipeline",
         report=verdict.report_markdown,
-        artifacts=(*(("backtest", path) for path in tested.files), *(("gate", path) for path in verdict.files)))
+        artifacts=(*(("backtest", path) for path in tested.files), *(("gate", path) for path in verdict.files)),
+        tags=tuple(Promise.of_curve(tested.curve, "agent").tags().items()))
 
 
 def cycle_candidate(data_version: str, challenger: TrainResult, tested: BacktestResult,
@@ -125,7 +127,7 @@ def cycle_candidate(data_version: str, challenger: TrainResult, tested: Backtest
         run_name=f"ct {date.today()} data {data_version[:8]}", origin="ct", report=verdict.report_markdown,
         artifacts=tuple(("gate", path) for path in (*verdict.files, *tested.files)),
         tags=(("eval_window", f"{tested.start}..{tested.end}"), ("champion_seen_bars", str(tested.seen)),
-              ("warm_start", challenger.start)),
+              ("warm_start", challenger.start), *Promise.of_curve(tested.curve, "challenger").tags().items()),
     )
 
 
@@ -179,8 +181,9 @@ def log_coverage(features_dir: Path) -> dict[str, float]:
 def register(params: Params, candidate: Candidate | None = None) -> RegisterResult:
     """Log the run and register the model; carry out the gate's decision.
 
-    The version carries its gate verdict, reason, data version, data cutoff and learner
-    (``algorithm``: ppo, sac or ensemble, with an ensemble's ``members``) as tags and
+    The version carries its gate verdict, reason, data version, data cutoff, learner
+    (``algorithm``: ppo, sac or ensemble, with an ensemble's ``members``) and promise (its
+    active return over buy-and-hold on the judged window, the live watch's reference) as tags and
     its gate report as its description. The ``podracer.complete`` tag is written last: a
     version without it was cut off half-way (say, the tracking server died) and the next
     registration deletes it, so no half-registered version survives.

@@ -181,7 +181,7 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         pids = [r["pid"] for r in p.recorded()]
         assert [r["name"] for r in p.recorded()] == SERVICES
         for flow, name in (("rlops-pipeline", "manual"), ("ct-cycle", "nightly"), ("ct-cycle", "on-new-data"),
-                           ("trade", "session")):
+                           ("ct-cycle", "on-decay"), ("trade", "session")):
             deployment = requests.get(f"{p.api}/deployments/name/{flow}/{name}", timeout=READ).json()
             assert deployment["enforce_parameter_schema"] is True, (flow, name)
             assert "params" in deployment["parameter_openapi_schema"]["properties"]

@@ -5,7 +5,8 @@
 with the champion, docs/operations.md); then the shadow, if a version carries the alias,
 trades the same bar in its own account (docs/delivery.md, Shadow accounts). :func:`deliver`
 runs it in a session of its own (``podracer deliver``, the pipeline's last stage, the
-``deliver`` flow, ``podracer trade --once``); the live loop (:mod:`tasks.delivery.client.live`) runs it on every new bar. With
+``deliver`` flow, ``podracer trade --once``); the live loop (:mod:`tasks.delivery.client.live`) runs it on every new bar.
+After the champion's cycle its live watch looks at its record (:func:`watch_champion`). With
 the local broker the latest bar's orders are ``accepted`` and fill at the next session's
 open, when that bar arrives (docs/delivery.md).
 """
@@ -15,16 +16,23 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import requests
 from alpaca.common.exceptions import APIError
 
+from mlflow.exceptions import MlflowException
+
 from tasks.config import Params
+from tasks.data import features
 from tasks.delivery.client.loop import CycleResult, NoChampion, message
 from tasks.delivery.client.session import Session, trading_session
+from tasks.delivery.client.watch import Look, bar_keys, look, restart, safe_line
 from tasks.errors import PodracerError
 from tasks.registry.aliases import SHADOW, alias_version
+from tasks.registry.webhook import prefect_emit
 from tasks.storage import write_atomic
 
 log = logging.getLogger("podracer.trade")
@@ -52,10 +60,15 @@ def cycle(session: Session) -> CycleResult:
         result: CycleResult | None = session.loop.cycle()
         missing = None
     except NoChampion as err:
-        result, missing = None, err
+        safe = safe_line(session.loop.params)
+        result, missing = None, NoChampion(f"{err}; {safe}") if safe else err
     if result is not None:
-        write_atomic(delivered_file(session.loop.params), json.dumps(
+        params = session.loop.params
+        if result.version != delivered_version(params):  # its first bar as champion: its watch starts here
+            restart(params, result.version, result.bar)
+        write_atomic(delivered_file(params), json.dumps(
             {"version": result.version, "bar": result.bar, "orders": len(result.orders), "at": time.time()}))
+        watch_champion(session)
     shadow = shadow_cycle(session)
     if result is not None:
         result.shadow = shadow
@@ -66,6 +79,21 @@ def cycle(session: Session) -> CycleResult:
     log.warning("no champion traded (no version has alias 'champion'); shadow version %s traded bar %s in "
                 "its own account", shadow.version, shadow.bar)
     return shadow
+
+
+def watch_champion(session: Session, emit: Callable[[dict[str, Any]], None] | None = None) -> Look | None:
+    """The champion's live watch after its cycle (:mod:`tasks.delivery.client.watch`): its
+    journal record against its promise and buy-and-hold. A watch that cannot look (the registry
+    or the broker does not answer) logs one warning: the delivery stands, and the next cycle
+    looks again at the longer record."""
+    params = session.loop.params
+    try:
+        fs = features.load(params.dirs.features)
+        return look(params, session.loop.journal.cycles(), bar_keys(fs.timestamps, params.data.freq), fs.prices,
+                    lambda: session.client.close_all_positions(cancel_orders=True), emit or prefect_emit)
+    except (PodracerError, APIError, requests.RequestException, MlflowException) as err:
+        log.warning("the champion's watch did not look: %s", err)
+        return None
 
 
 def shadow_cycle(session: Session) -> CycleResult | None:

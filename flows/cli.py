@@ -401,13 +401,14 @@ def _registry_lines(cfg: Params, rows: list) -> list[str]:
     """The registry's aliases and, under them, the shadow's version, record and paper equity
     (docs/delivery.md, Shadow accounts); nothing when there is no registry yet."""
     from tasks.delivery.client import standing
-    from tasks.delivery.keys import SHADOW
+    from tasks.delivery.keys import CHAMPION, SHADOW
 
     aliases = standing.registry_aliases(cfg.registry)
     if not aliases:
         return []
     lines = [f"[bold]registry[/] {cfg.registry.model_name}: "
              + ", ".join(f"{alias} version {version}" for alias, version in sorted(aliases.items()))]
+    lines += ["  " + escape(line) for line in standing.watch_lines(cfg.registry, aliases.get(CHAMPION))]
     if SHADOW in aliases:
         broker = next((s.url for s, _, healthy in rows if s.name == "broker" and healthy),
                       f"http://127.0.0.1:{cfg.broker.port}")

@@ -257,8 +257,9 @@ class WatchParams(Section):
 
     tolerance: float = Field(0.25, ge=0.0, description="annualised information ratio the live record may fall "
                              "short of the promise's lower bound before it counts as decay")
-    years: float = Field(10.0, gt=0.0, description="mean years between false alarms of a record that sits exactly "
-                         "at a reference (the CUSUM's average run length)")
+    years: float = Field(2.0, gt=0.0, description="mean years between false alarms of a record that sits exactly "
+                         "at a reference (the CUSUM's average run length); 2 keeps false rollbacks of a champion "
+                         "whose edge holds under 0.1 a year (docs/results.md, the watch)")
     alpha: float = Field(0.05, gt=0.0, lt=1.0, description="one-sided level of the promise's lower bound: the "
                          "gate's estimate of the edge less its uncertainty")
 

@@ -20,7 +20,8 @@ Beside the watch, a **naive** monitor that repeats a fixed-α one-sided t-test o
 mean against the same floor at every bar: the looks it does not count are why the watch is a
 CUSUM with a threshold set for a run length (shared/DESIGN.md §10).
 
-    .venv/bin/python -m benchmarks.evidence.decay --seed 70 --json docs/results/decay.json
+    .venv/bin/python -m benchmarks.evidence.decay --seed 70 --json docs/results/decay.json     # fresh, run once
+    .venv/bin/python -m benchmarks.evidence.decay --seed 170 --json docs/results/dev/decay-dev.json  # development
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import chi2, norm
 
+from tasks.config import WatchParams
 from tasks.registry.decay import Promise, watch
 
 
@@ -111,7 +113,7 @@ def scenario(c: Config, kind: str, ir: float, phi: float, tolerance: float, arl:
     rng = np.random.default_rng(seed)
     after = {"holds": None, "flip": -ir, "zero": 0.0}[kind]
     found = {"decay": [], "severe": [], "naive": []}
-    lost: list[float] = []
+    lost: dict[str, list[float]] = {"decay": [], "severe": []}
     for _ in range(c.records):
         promise, model, bench = record(rng, c, ir, phi, after)
         w = watch(model, bench, promise, tolerance=tolerance, years=arl, per_year=c.per_year)
@@ -120,8 +122,10 @@ def scenario(c: Config, kind: str, ir: float, phi: float, tolerance: float, arl:
         found["decay"].append(w.decay.alarm)
         found["severe"].append(w.severe.alarm)
         found["naive"].append(naive_alarm(model - bench, w.decay.reference))
-        if after is not None and w.decay.alarm is not None and w.decay.alarm >= c.change:
-            lost.append(-float((model - bench)[c.change:w.decay.alarm + 1].sum()))
+        for test in lost:
+            alarm = getattr(w, test).alarm
+            if after is not None and alarm is not None and alarm >= c.change:
+                lost[test].append(-float((model - bench)[c.change:alarm + 1].sum()))
     bars = int(c.years * c.per_year)
     out: dict = {"config": c.name, "scenario": kind, "ir": ir, "phi": phi, "tolerance": tolerance, "arl_years": arl,
                  "records": c.records}
@@ -132,11 +136,14 @@ def scenario(c: Config, kind: str, ir: float, phi: float, tolerance: float, arl:
             continue
         early = sum(a is not None and a < c.change for a in alarms)
         delays = np.array([a - c.change if a is not None else np.inf for a in alarms if a is None or a >= c.change])
-        out[test] = {"false_before_change": early, "median": float(np.quantile(delays, 0.5, method="inverted_cdf")) if delays.size else math.nan,
-                     "p90": float(np.quantile(delays, 0.9, method="inverted_cdf")) if delays.size else math.nan,
+        def q(p: float) -> float:
+            return float(np.quantile(delays, p, method="inverted_cdf")) if delays.size else math.nan
+
+        out[test] = {"false_before_change": early, "median": q(0.5), "p90": q(0.9),
                      "missed": int(np.isinf(delays).sum())}
-    if lost:
-        out["decay"]["median_lost"] = float(np.median(lost))
+    for test, given_up in lost.items():
+        if given_up:
+            out[test]["median_lost"] = float(np.median(given_up))
     return out
 
 
@@ -150,7 +157,8 @@ def table(rows: list[dict]) -> str:
             if r["scenario"] == "holds":
                 cell = f"{x['per_year']:.3f} [{x['low']:.3f}, {x['high']:.3f}] ({x['alarms']} in {x['years']:.0f} y)"
             else:
-                cell = (f"{x['median']:.0f}, {x['p90']:.0f} ({x['median'] / c.session:.1f}, {x['p90'] / c.session:.1f}); "
+                sessions = f"{x['median'] / c.session:.1f}, {x['p90'] / c.session:.1f}"
+                cell = (f"{x['median']:.0f}, {x['p90']:.0f} ({sessions}); "
                         f"{x['false_before_change']} before the change, {x['missed']} never")
             lost = f"{100 * x['median_lost']:.2f}%" if "median_lost" in x else ""
             lines.append(f"| {r['config']} | {r['scenario']} | {test} | {cell} | {lost} |")
@@ -163,8 +171,11 @@ def main() -> None:
     parser.add_argument("--scenarios", nargs="+", default=["holds", "flip", "zero"])
     parser.add_argument("--ir", type=float, default=1.5, help="the champion's true annualised information ratio")
     parser.add_argument("--phi", type=float, default=0.1, help="AR(1) persistence of the active return")
-    parser.add_argument("--tolerance", type=float, default=0.25, help="information ratio the promise may fall short by")
-    parser.add_argument("--arl", type=float, default=10.0, help="years between false alarms at each reference")
+    shipped = WatchParams()
+    parser.add_argument("--tolerance", type=float, default=shipped.tolerance,
+                        help="information ratio the promise may fall short by (default: params' watch.tolerance)")
+    parser.add_argument("--arl", type=float, default=shipped.years,
+                        help="years between false alarms at each reference (default: params' watch.years)")
     parser.add_argument("--seed", type=int, default=70)
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()

@@ -75,7 +75,10 @@ class Promise:
     def of_curve(cls, curve: pd.DataFrame, arm: str) -> Promise:
         """From a backtest's curve (account values per bar, one column per arm): ``arm``
         against ``buy_and_hold``, as the gate compared them. A value that is not finite or
-        not positive gives a promise that cannot be read (its watch fails closed)."""
+        not positive, or a curve without either column, gives a promise that cannot be read
+        (its watch fails closed)."""
+        if arm not in curve.columns or HOLD not in curve.columns:
+            return cls(math.nan, math.nan, max(len(curve) - 1, 0))
         values = curve[[arm, HOLD]].astype(float)
         if data_fault({c: values[c].to_numpy() for c in values.columns}, "account value") is not None:
             return cls(math.nan, math.nan, len(values) - 1)

@@ -45,8 +45,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
 from scipy.stats import norm
 
 from tasks.config import RegistryParams
@@ -246,7 +246,8 @@ def paired_test(model: np.ndarray, benchmark: np.ndarray, name: str, *, per_year
     if fault is not None:
         return refused(name, bars, fault, margin, alpha)
     excess = np.stack([model, benchmark]) - risk_free / per_year
-    scale = math.sqrt(per_year * (bars - 1) / bars)  # annualised, and each Sharpe's sd with ddof 1 as trainers.common.metrics
+    # annualised, and each Sharpe's sd with ddof 1 as trainers.common.metrics
+    scale = math.sqrt(per_year * (bars - 1) / bars)
     point, psi = _sharpe_difference(*excess)
     observed, se = float(point) * scale, float(persistent_se(psi)) * scale
     error, studentised = _replicates(excess, point, scale, block_length(psi), resamples, seed)

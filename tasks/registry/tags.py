@@ -22,3 +22,5 @@ the latest look, its verdict (holds, decay, severe decay, fault), its line, and 
 did about it."""
 SAFE = "safe_policy"
 """A registered-model tag: set while no version trades because the watch went flat, with why."""
+DRIFT = "drift_line"
+"""The champion's input drift, one line (:mod:`tasks.data.drift`): a warning, never an action."""

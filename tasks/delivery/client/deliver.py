@@ -5,8 +5,8 @@
 with the champion, docs/operations.md); then the shadow, if a version carries the alias,
 trades the same bar in its own account (docs/delivery.md, Shadow accounts). :func:`deliver`
 runs it in a session of its own (``podracer deliver``, the pipeline's last stage, the
-``deliver`` flow, ``podracer trade --once``); the live loop (:mod:`tasks.delivery.client.live`) runs it on every new bar.
-After the champion's cycle its live watch looks at its record (:func:`watch_champion`). With
+``deliver`` flow, ``podracer trade --once``); the live loop (:mod:`tasks.delivery.client.live`) runs it on every
+new bar. After the champion's cycle its live watch looks at its record (:func:`watch_champion`). With
 the local broker the latest bar's orders are ``accepted`` and fill at the next session's
 open, when that bar arrives (docs/delivery.md).
 """
@@ -22,14 +22,13 @@ from typing import Any
 
 import requests
 from alpaca.common.exceptions import APIError
-
 from mlflow.exceptions import MlflowException
 
 from tasks.config import Params
 from tasks.data import features
 from tasks.delivery.client.loop import CycleResult, NoChampion, message
 from tasks.delivery.client.session import Session, trading_session
-from tasks.delivery.client.watch import Look, bar_keys, look, restart, safe_line
+from tasks.delivery.client.watch import Look, bar_keys, input_drift, look, restart, safe_line
 from tasks.errors import PodracerError
 from tasks.registry.aliases import SHADOW, alias_version
 from tasks.registry.webhook import prefect_emit
@@ -83,14 +82,18 @@ def cycle(session: Session) -> CycleResult:
 
 def watch_champion(session: Session, emit: Callable[[dict[str, Any]], None] | None = None) -> Look | None:
     """The champion's live watch after its cycle (:mod:`tasks.delivery.client.watch`): its
-    journal record against its promise and buy-and-hold. A watch that cannot look (the registry
+    journal record against its promise and buy-and-hold, and its input drift. A watch that cannot look (the registry
     or the broker does not answer) logs one warning: the delivery stands, and the next cycle
     looks again at the longer record."""
     params = session.loop.params
     try:
         fs = features.load(params.dirs.features)
-        return look(params, session.loop.journal.cycles(), bar_keys(fs.timestamps, params.data.freq), fs.prices,
+        keys = bar_keys(fs.timestamps, params.data.freq)
+        seen = look(params, session.loop.journal.cycles(), keys, fs.prices,
                     lambda: session.client.close_all_positions(cancel_orders=True), emit or prefect_emit)
+        if seen is not None:
+            input_drift(params, seen.version, fs.features, fs.feature_names, keys)
+        return seen
     except (PodracerError, APIError, requests.RequestException, MlflowException) as err:
         log.warning("the champion's watch did not look: %s", err)
         return None

@@ -1,4 +1,5 @@
-"""The shadow as ``podracer status`` shows it: its version, its live record and its paper equity.
+"""The shadow and the champion's watch as ``podracer status`` shows them: the shadow's version,
+live record and paper equity; the champion's latest look (docs/operations.md, the watch).
 
 The record is the CT cycle's, written as tags on the shadow's registry version
 (``tasks/registry/shadow.py``; until a cycle has tested it, only ``shadow_since``); the
@@ -21,7 +22,7 @@ from tasks.delivery.keys import SHADOW, Keys, key_file, key_vars, load_keys
 from tasks.errors import ConfigError
 from tasks.health import answers
 from tasks.registry.store import tracking_uri
-from tasks.registry.tags import BARS, DIFF, P_VALUE, SINCE
+from tasks.registry.tags import BARS, DIFF, DRIFT, P_VALUE, SAFE, SINCE, WATCH_ACTION, WATCH_LINE
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -80,6 +81,29 @@ def registry_aliases(registry: RegistryParams) -> dict[str, str]:
         return {alias: str(v) for alias, v in store.get_registered_model(registry.model_name).aliases.items()}
     except MlflowException:
         return {}
+
+
+def watch_lines(registry: RegistryParams, champion: str | None) -> list[str]:
+    """The champion's live watch as its version's tags hold it (its latest look and what the
+    watch did), and the safe policy while no version trades; nothing without a store."""
+    store = _client(registry)
+    if store is None:
+        return []
+    from mlflow.exceptions import MlflowException
+
+    try:
+        safe = store.get_registered_model(registry.model_name).tags.get(SAFE)
+        tags = store.get_model_version(registry.model_name, champion).tags if champion else {}
+    except MlflowException:
+        return []
+    lines = [f"safe policy: {safe}"] if safe else []
+    if champion:
+        lines.append(tags.get(WATCH_LINE, f"champion version {champion}: not watched yet (no recorded trading cycle)"))
+    if tags.get(WATCH_ACTION):
+        lines.append(f"watch action: {tags[WATCH_ACTION]}")
+    if tags.get(DRIFT):
+        lines.append(("warning: " if "large shift" in tags[DRIFT] else "") + tags[DRIFT])
+    return lines
 
 
 def paper_equity(url: str, keys: Keys) -> float | None:

@@ -1,4 +1,4 @@
-"""The champion watched live: after each trading cycle, its paper record is tested for decay (docs/operations.md, the watch).
+"""The champion watched live: after each trading cycle its paper record is tested for decay (docs/operations.md).
 
 The **record** is the champion account's own: the equity the journal recorded after each of
 the version's cycles (read from the broker, never replayed), from the bar it started trading
@@ -27,6 +27,9 @@ look is written on the version (``watch_bars``, ``watch_verdict``, ``watch_line`
 
 A record that cannot be tested (a NaN equity, too few bars, a version registered without a
 promise) fails closed: the look is written with its reason and nothing acts on it.
+
+Beside the record, the champion's **input drift** (:func:`input_drift`): how far its live
+bars' features have moved from those it trained on, a warning line that never acts.
 """
 
 from __future__ import annotations
@@ -39,11 +42,13 @@ from typing import Any
 import numpy as np
 
 from tasks.config import Params
+from tasks.data.drift import drift_line, feature_drift
 from tasks.delivery.client.bar_keys import bar_key
 from tasks.registry.aliases import CHAMPION, PREVIOUS, alias_version, promote
 from tasks.registry.decay import Promise, Watch, watch
 from tasks.registry.store import client as store_client
 from tasks.registry.tags import (
+    DRIFT,
     MAX_TAG,
     SAFE,
     WATCH_ACTION,
@@ -52,6 +57,7 @@ from tasks.registry.tags import (
     WATCH_SINCE,
     WATCH_VERDICT,
 )
+from tasks.registry.versions import CUTOFF
 from trainers.common.metrics import periods_per_year
 
 log = logging.getLogger("podracer.watch")
@@ -160,6 +166,26 @@ def look(params: Params, cycles: Sequence[Mapping[str, Any]], keys: Sequence[str
         store.set_model_version_tag(name, version, WATCH_ACTION, f"{action}: {w.line}"[:MAX_TAG])
         log.warning("%s", result.line)
     return result
+
+
+def input_drift(params: Params, version: str, features: np.ndarray, names: list[str],
+                keys: Sequence[str]) -> str | None:
+    """The champion's input drift (:mod:`tasks.data.drift`): each feature's PSI between the bars
+    it trained and was selected on (up to its ``data_cutoff``) and its live bars (from
+    ``watch_since``), written on its version as ``drift_line``. A warning only: nothing acts on
+    it. None when either window is empty."""
+    store, name = store_client(params.registry), params.registry.model_name
+    tags = store.get_model_version(name, version).tags
+    cutoff, since = tags.get(CUTOFF), tags.get(WATCH_SINCE)
+    if cutoff is None or since is None:
+        return None
+    seen = sum(1 for k in keys if k[:10] <= cutoff)
+    first = next((i for i, k in enumerate(keys) if k >= since), len(keys))
+    if seen == 0 or first >= len(keys):
+        return None
+    line = drift_line(feature_drift(features, names, slice(0, seen), slice(first, None)), len(keys) - first)
+    store.set_model_version_tag(name, version, DRIFT, line[:MAX_TAG])
+    return line
 
 
 def healthy(params: Params, version: str | None) -> bool:

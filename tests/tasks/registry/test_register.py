@@ -8,7 +8,9 @@ import shutil
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from tasks.config import Params
@@ -34,7 +36,8 @@ def trained(folder: str, cutoff: str, start: str) -> TrainResult:
 def test_a_cycle_candidate_carries_the_decision_and_names_its_window():
     tested = BacktestResult({"challenger": {"sharpe": 1.0}, "champion": {"sharpe": 0.5},
                              "buy_and_hold": {"sharpe": 0.2}}, "2022-01-03", "2022-01-31", Path("bt"),
-                            pd.DataFrame(), seen=4)
+                            pd.DataFrame({"challenger": 100.0 * 1.01 ** np.arange(13), "champion": 100.0,
+                                          "buy_and_hold": 100.0}), seen=4)
     decision = Decision("shadow", (Evidence("champion", 20, 0.5, -0.2, 1.2, 0.2, 0.4),))
     verdict = GateVerdict(decision, "## report", Path("r/gate.md"), Path("r/tearsheet.html"))
     challenger = trained("challenger", "2021-12-31", "warm start from the champion")
@@ -46,8 +49,12 @@ def test_a_cycle_candidate_carries_the_decision_and_names_its_window():
     assert plain.metrics == {"window_challenger": {"sharpe": 1.0}, "window_champion": {"sharpe": 0.5},
                              "window_buy_and_hold": {"sharpe": 0.2}}
     assert [path for _, path in plain.artifacts] == [Path("r/gate.md"), Path("r/tearsheet.html"), *tested.files]
-    assert dict(plain.tags) == {"eval_window": "2022-01-03..2022-01-31", "champion_seen_bars": "4",
-                                "warm_start": "warm start from the champion"}
+    tags = dict(plain.tags)
+    promise = {key: tags.pop(key) for key in ("promise_mean", "promise_se", "promise_bars")}
+    assert tags == {"eval_window": "2022-01-03..2022-01-31", "champion_seen_bars": "4",
+                    "warm_start": "warm start from the champion"}
+    # the live watch's reference: 1% a bar over a flat buy-and-hold, on 12 bars, with no spread
+    assert float(promise["promise_mean"]) == pytest.approx(0.01) and promise["promise_bars"] == "12"
 
 
 def test_the_pipeline_candidate_reads_the_backtest_and_gates_it_when_not_given(built_copy):

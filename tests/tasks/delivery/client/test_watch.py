@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from tasks.config import Params, RegistryParams
-from tasks.delivery.client.watch import DECAYED, HOLDS, live_record, look, restart
+from tasks.delivery.client.standing import watch_lines
+from tasks.delivery.client.watch import DECAYED, HOLDS, input_drift, live_record, look, restart
 from tasks.registry.aliases import CHAMPION, PREVIOUS, alias_version, promote
 from tasks.registry.decay import Promise
 from tasks.registry.store import client
 from tasks.registry.tags import SAFE, WATCH_ACTION, WATCH_SINCE, WATCH_VERDICT
+from tasks.registry.versions import CUTOFF
 
 
 def rows(version: str, bars: list[str], equity: list[float], state: str = "recorded") -> list[dict[str, Any]]:
@@ -168,3 +170,29 @@ def test_a_restart_begins_the_record_again_and_forgets_the_last_verdict(params):
     assert WATCH_VERDICT not in tags(params, "2") and tags(params, "2")[WATCH_SINCE] == "b00490"
     seen = look(params, *market(0.0005), calls.flatten, calls.emit)
     assert seen.watch.bars == 14 and seen.since == "b00490"  # b00490..b00504: 15 values, 14 returns
+
+
+def test_status_shows_the_latest_look_the_action_and_the_safe_policy(params):
+    assert watch_lines(params.registry, "2") == ["champion version 2: not watched yet (no recorded trading cycle)"]
+    look(params, *market(-0.0005, seed=2), Calls().flatten, Calls().emit)  # no healthy previous: flat
+    lines = watch_lines(params.registry, alias_version(params.registry, CHAMPION))
+    assert len(lines) == 1 and lines[0].startswith("safe policy: flat at bar")
+    assert "severe decay" in lines[0] and "champion version 2, since b00000: watch over" in lines[0]
+    shown = watch_lines(params.registry, "2")  # the decayed version's own page
+    assert shown[1].startswith("champion version 2, since b00000: watch over") and "severe decay" in shown[1]
+    assert shown[2].startswith("watch action: flat at bar")
+
+
+def test_the_input_drift_is_a_warning_on_the_champions_version_and_in_status(params):
+    store = client(params.registry)
+    keys = [f"2020-01-{d:02d}" for d in range(1, 31)]
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(30, 20, 2))
+    x[20:, :, 1] += 3.0  # vol_20 moves in the live bars
+    assert input_drift(params, "2", x, ["ewm_40_xs", "vol_20"], keys) is None  # no cutoff, no watch yet
+    store.set_model_version_tag(params.registry.model_name, "2", CUTOFF, "2020-01-15")
+    store.set_model_version_tag(params.registry.model_name, "2", WATCH_SINCE, "2020-01-21")
+    line = input_drift(params, "2", x, ["ewm_40_xs", "vol_20"], keys)
+    assert line.startswith("input drift over 10 live bars against the training window: large shift in vol_20")
+    assert watch_lines(params.registry, "2")[-1] == f"warning: {line}"
+    assert alias_version(params.registry, CHAMPION) == "2"  # it never acts

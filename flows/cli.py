@@ -264,19 +264,23 @@ def ct(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None: 
 def simulate(
     bars: Annotated[int, typer.Option("--bars", help="New bars a symbol after the last ingested one: sessions "
                                       "at data.freq 1d, minutes at 1min.")] = 5,
+    turn: Annotated[bool, typer.Option("--turn", help="Plant a regime change: every stock's trend turns over in "
+                                       "the new bars, so a momentum champion loses (docs/operations.md, the watch).")]
+    = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = [],  # noqa: B006
 ) -> None:
-    """Extend the embedded market by N bars (deterministic) as a new-data arrival, and announce it."""
+    """Extend the embedded market by N bars (deterministic) as a new-data arrival, and announce it; --turn plants
+    a regime change in them."""
     from tasks.data.arrivals import ARRIVED, emit_arrival
     from tasks.data.arrivals import simulate as stage
 
     cfg = _stage("config", lambda: _params(params, set_))
-    arrival = _stage("simulate", lambda: stage(cfg, bars))
+    arrival = _stage("simulate", lambda: stage(cfg, bars, turn))
     emitted = emit_arrival(cfg, arrival)
     added = (f"{arrival.sessions} session(s) {arrival.first}..{arrival.last}" if cfg.data.freq == "1d" else
              f"{bars} minute(s) {arrival.first}..{arrival.last} ({arrival.sessions} session(s))")
-    console.print(f"[green]✓ simulate[/] {added}, "
+    console.print(f"[green]✓ simulate[/] {added}{', trends turned over' if turn else ''}, "
                   f"{arrival.bars} bars appended to {cfg.dirs.raw}; data version {arrival.data_version} "
                   f"(was {arrival.previous_version}); "
                   + (f"event {ARRIVED} emitted" if emitted else "no Prefect server: no event (`podracer up` first)"))

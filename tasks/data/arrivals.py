@@ -257,12 +257,41 @@ def append_bars(params: Params, bars: pd.DataFrame) -> Arrival:
     return Arrival(len(bars), sessions, first, last_new, version, previous)
 
 
-def simulate(params: Params, bars: int) -> Arrival:
+def simulate(params: Params, bars: int, turn: bool = False) -> Arrival:
     """Extend the embedded market by ``bars`` new bars a symbol (NYSE sessions at ``1d``,
-    NYSE minutes at ``1min``) as a real data arrival."""
+    NYSE minutes at ``1min``) as a real data arrival; ``turn`` plants a regime change in them
+    (:func:`turned`)."""
     if bars < 1:
         raise ConfigError(f"simulate: --bars must be at least 1 (got {bars})")
-    return append_bars(params, future_bars(params, bars))
+    new = future_bars(params, bars)
+    if turn:
+        stored, names, _ = _stored_market(params)
+        closes = np.stack([stored[s][0]["close"].to_numpy()[-TURN_LOOKBACK:] for s in names], axis=1)
+        new = turned(new, closes)
+    return append_bars(params, new)
+
+
+TURN_HALFLIFE = 40
+TURN_LOOKBACK = 3 * TURN_HALFLIFE + 1
+"""Bars of each symbol's stored closes its trend is read from (``ewm_40``'s window)."""
+
+
+def turned(frame: pd.DataFrame, closes: np.ndarray) -> pd.DataFrame:
+    """The arrival ``frame`` (symbol-major, as :func:`future_bars` makes it) with each symbol's
+    trend turned over: its OHLC on the j-th new bar multiplied by ``exp(−m (j + 1))``, where
+    ``m`` is its trailing ``ewm_40`` trend (mean log return a bar) over ``closes`` ``[T, n]``.
+    A stock that was rising falls at the rate it rose, and the other way round, so a momentum
+    policy loses against buy-and-hold: the planted regime change the live watch must find
+    (docs/operations.md, the watch). Each ``simulate --turn`` reads the trends again, so a run
+    of them is a market whose trends revert."""
+    from tasks.data.momentum import ewm_return
+
+    trend = ewm_return(closes, TURN_HALFLIFE)[-1]
+    if not np.all(np.isfinite(trend)):
+        raise DataError(f"simulate --turn needs {TURN_LOOKBACK} stored bars a symbol to read its trend")
+    per_symbol = len(frame) // len(trend)
+    factor = np.exp(-np.repeat(trend, per_symbol) * np.tile(np.arange(1, per_symbol + 1), len(trend)))
+    return frame.assign(**{c: frame[c].to_numpy() * factor for c in PRICE_COLUMNS})
 
 
 def _dataset(params: Params) -> dict[str, str]:

@@ -5,6 +5,7 @@ import json
 import logging
 from datetime import date
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -12,6 +13,7 @@ from standins.tiny import tiny_params
 from tasks.caching import current_version
 from tasks.data.arrivals import (
     ARRIVED,
+    TURN_LOOKBACK,
     Arrival,
     _future_seed,
     append_bars,
@@ -19,9 +21,10 @@ from tasks.data.arrivals import (
     future_bars,
     polled_arrival,
     simulate,
+    turned,
     unprocessed,
 )
-from tasks.data.bars import read_parquet
+from tasks.data.bars import PRICE_COLUMNS, read_parquet
 from tasks.data.ingest import MANIFEST, ingest
 from tasks.data.synthetic_daily import daily_market
 from tasks.errors import ConfigError, DataError
@@ -178,3 +181,28 @@ def test_bars_no_cycle_finished_on_are_announced_again_only_after_something_was_
     event = polled_arrival(tiny, "v2", "v1")
     assert event["event"] == ARRIVED and event["resource"]["prefect.resource.id"] == "podracer.dataset.synthetic"
     assert event["payload"] == {"data_version": "v2", "previous_version": "v1", "source": "synthetic", "via": "poll"}
+
+
+def test_a_turn_reverses_each_symbols_trailing_trend_in_the_new_bars_by_hand():
+    # steady trends: +1% and -0.5% log a bar, so each one's ewm_40 trend is exactly that
+    closes = np.exp(np.arange(TURN_LOOKBACK)[:, None] * np.array([0.01, -0.005]))
+    frame = pd.DataFrame({"symbol": ["A"] * 3 + ["B"] * 3, **{c: np.full(6, 100.0) for c in PRICE_COLUMNS}})
+    out = turned(frame, closes)
+    expected = 100.0 * np.exp(-np.r_[0.01 * np.arange(1, 4), -0.005 * np.arange(1, 4)])
+    for c in PRICE_COLUMNS:
+        np.testing.assert_allclose(out[c].to_numpy(), expected, rtol=1e-12)
+    with pytest.raises(DataError, match="needs 121 stored bars"):
+        turned(frame, closes[:50])
+
+
+def test_simulate_turn_appends_the_same_bars_with_their_trends_turned_over(ingested):
+    params, _ = ingested
+    stored = _raw(params)
+    closes = np.stack([stored[stored.symbol == s]["close"].to_numpy()[-TURN_LOOKBACK:] for s in SYMBOLS], axis=1)
+    plain = future_bars(params, 3)
+    expected = turned(plain, closes)
+    assert not np.allclose(expected["close"].to_numpy(), plain["close"].to_numpy())
+    simulate(params, 3, turn=True)
+    after = _raw(params)
+    new = pd.concat([after[after.symbol == s].iloc[-3:] for s in SYMBOLS], ignore_index=True)
+    np.testing.assert_allclose(new["close"].to_numpy(), expected["close"].to_numpy(), rtol=1e-12)

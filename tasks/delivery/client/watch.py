@@ -64,6 +64,8 @@ log = logging.getLogger("podracer.watch")
 DECAYED = "podracer.champion.decayed"
 """The event a decayed champion emits; the ``ct-cycle/on-decay`` deployment runs a cycle on it."""
 HOLDS = "holds"
+DRIFT_BARS = 63
+"""Live bars (a quarter of sessions) before the input drift is reported."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,8 @@ def input_drift(params: Params, version: str, features: np.ndarray, names: list[
     """The champion's input drift (:mod:`tasks.data.drift`): each feature's PSI between the bars
     it trained and was selected on (up to its ``data_cutoff``) and its live bars (from
     ``watch_since``), written on its version as ``drift_line``. A warning only: nothing acts on
-    it. None when either window is empty."""
+    it. None before :data:`DRIFT_BARS` live bars: the features are trailing averages, so a few
+    bars of them are a few values, whose PSI would be noise."""
     store, name = store_client(params.registry), params.registry.model_name
     tags = store.get_model_version(name, version).tags
     cutoff, since = tags.get(CUTOFF), tags.get(WATCH_SINCE)
@@ -181,7 +184,7 @@ def input_drift(params: Params, version: str, features: np.ndarray, names: list[
         return None
     seen = sum(1 for k in keys if k[:10] <= cutoff)
     first = next((i for i, k in enumerate(keys) if k >= since), len(keys))
-    if seen == 0 or first >= len(keys):
+    if seen == 0 or len(keys) - first < DRIFT_BARS:
         return None
     line = drift_line(feature_drift(features, names, slice(0, seen), slice(first, None)), len(keys) - first)
     store.set_model_version_tag(name, version, DRIFT, line[:MAX_TAG])

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tasks.config import Params, RegistryParams
@@ -185,14 +186,16 @@ def test_status_shows_the_latest_look_the_action_and_the_safe_policy(params):
 
 def test_the_input_drift_is_a_warning_on_the_champions_version_and_in_status(params):
     store = client(params.registry)
-    keys = [f"2020-01-{d:02d}" for d in range(1, 31)]
+    keys = [str(d)[:10] for d in pd.bdate_range("2020-01-01", periods=200)]
     rng = np.random.default_rng(1)
-    x = rng.normal(size=(30, 20, 2))
-    x[20:, :, 1] += 3.0  # vol_20 moves in the live bars
+    x = rng.normal(size=(200, 20, 2))
+    x[137:, :, 1] += 3.0  # vol_20 moves in the live bars
     assert input_drift(params, "2", x, ["ewm_40_xs", "vol_20"], keys) is None  # no cutoff, no watch yet
-    store.set_model_version_tag(params.registry.model_name, "2", CUTOFF, "2020-01-15")
-    store.set_model_version_tag(params.registry.model_name, "2", WATCH_SINCE, "2020-01-21")
+    store.set_model_version_tag(params.registry.model_name, "2", CUTOFF, keys[100])
+    store.set_model_version_tag(params.registry.model_name, "2", WATCH_SINCE, keys[138])
+    assert input_drift(params, "2", x, ["ewm_40_xs", "vol_20"], keys) is None  # 62 live bars: too few to say
+    store.set_model_version_tag(params.registry.model_name, "2", WATCH_SINCE, keys[137])
     line = input_drift(params, "2", x, ["ewm_40_xs", "vol_20"], keys)
-    assert line.startswith("input drift over 10 live bars against the training window: large shift in vol_20")
+    assert line.startswith("input drift over 63 live bars against the training window: large shift in vol_20")
     assert watch_lines(params.registry, "2")[-1] == f"warning: {line}"
     assert alias_version(params.registry, CHAMPION) == "2"  # it never acts

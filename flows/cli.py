@@ -270,8 +270,7 @@ def simulate(
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = [],  # noqa: B006
 ) -> None:
-    """Extend the embedded market by N bars (deterministic) as a new-data arrival, and announce it; --turn plants
-    a regime change in them."""
+    """Extend the embedded market by N bars (deterministic) as a new-data arrival, and announce it."""
     from tasks.data.arrivals import ARRIVED, emit_arrival
     from tasks.data.arrivals import simulate as stage
 

@@ -10,6 +10,8 @@ from tasks.data import features
 from tasks.delivery.client import live
 from tasks.delivery.client.deliver import DELIVERED, deliver, delivered_version
 from tasks.delivery.client.local import local_broker
+from tasks.registry.store import client
+from tasks.registry.tags import WATCH_LINE, WATCH_SINCE, WATCH_VERDICT
 from tests.tasks.delivery.client.test_loop import champion
 
 BUY_ALL = [3.0, 3.0, 3.0, 3.0]
@@ -36,6 +38,10 @@ def test_deliver_starts_a_broker_when_none_answers_and_the_live_loop_records_the
     assert [i for i, _ in sent] == [o["client_order_id"] for o in result.orders]
     assert len({s for _, s in sent}) == 1 and sent[0][1] in ("accepted", "new")
     assert delivered_version(params) == version
+    # its first bar as champion starts its watch, which looks once the cycle is recorded
+    tags = client(params.registry).get_model_version(params.registry.model_name, version).tags
+    assert tags[WATCH_SINCE] == bar and tags[WATCH_VERDICT] == "fault"
+    assert tags[WATCH_LINE].endswith("no test, only 0 bars since the promotion (the watch needs at least 10)")
 
     (params.dirs.broker / DELIVERED).unlink()
     stop, shown = threading.Event(), []

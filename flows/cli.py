@@ -391,6 +391,8 @@ def status(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> No
     cfg = _stage("config", lambda: _params(params, set_, clients=False))
     rows = _stage("status", lambda: services.status(cfg, _broker_headers(cfg)))
     console.print(_services_table(rows) if rows else "no services recorded (start them with `podracer up`)")
+    for line in _service_addresses(rows):
+        console.print(line, soft_wrap=True, highlight=False)
     for service, _, _ in rows:
         if service.state == "gave up":  # the whole reason, on one line
             console.print(f"[bold red]✗ {service.name}:[/] {escape(service.reason)}", soft_wrap=True, highlight=False)
@@ -419,16 +421,22 @@ def _registry_lines(cfg: Params, rows: list) -> list[str]:
     return lines
 
 
+def _service_addresses(rows: list) -> list[str]:
+    """Each service's URL and log path, whole, one line each: a table column would cut them to
+    fit a narrow terminal, and a cut URL cannot be opened."""
+    return [f"  {escape(service.name)}: {escape(service.url)}  log {escape(service.log)}" for service, _, _ in rows]
+
+
 def _services_table(rows: list) -> Table:
-    """Each service, whether it answers now, and what the supervisor did with it."""
-    table = Table("service", "pid", "url", "state", "restarts", "last reason", "log", title="podracer services")
+    """Each service, whether it answers now, and what the supervisor did with it (its URL and
+    log path follow the table, whole: :func:`_service_addresses`)."""
+    table = Table("service", "pid", "state", "restarts", "last reason", title="podracer services")
     for service, running, healthy in rows:
         state = ("[green]answers[/]" if healthy else "[red]gave up[/]" if service.state == "gave up"
                  else f"[yellow]{service.state}[/]" if service.state in ("starting", "restarting")
                  else "[yellow]runs, not answering[/]" if running else "[red]stopped[/]")
         reason = service.reason if len(service.reason) <= 40 else service.reason[:39] + "…"
-        table.add_row(service.name, str(service.pid), service.url, state, str(service.restarts), escape(reason),
-                      service.log)
+        table.add_row(service.name, str(service.pid), state, str(service.restarts), escape(reason))
     return table
 
 

@@ -142,3 +142,24 @@ def test_trade_shows_the_shadows_orders_after_the_champions_and_says_when_no_cha
     assert alone.startswith("Shadow account: Paper orders for bar 2021-12-31 from models:/podracer-ppo/2")
     assert alone.endswith("no champion traded (no version has alias 'champion'): only the shadow traded, in its "
                           "own account")
+
+
+def test_status_shows_whole_urls_and_log_paths_in_an_80_column_terminal(tmp_path):
+    """`podracer status` of a recorded service (this process's PID, so it "runs"; nothing answers)."""
+    import json
+    from dataclasses import asdict
+
+    from tasks.services import STATE, Running
+
+    log = str(tmp_path / "data" / "services" / "a-rather-long-name-for-the-mlflow-tracking-server.log")
+    url = "http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
+    record = Running("mlflow", os.getpid(), url, log, "restarting", 2, "health check failed for 60 s: refused")
+    (tmp_path / "data" / "services").mkdir(parents=True)
+    (tmp_path / "data" / "services" / STATE).write_text(json.dumps([asdict(record)]))
+    shown = runner.invoke(app, ["status", "-p", "/nonexistent/params.yaml", "-s", f"data_dir={tmp_path / 'data'}",
+                                "-s", f"registry.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
+                          env={"COLUMNS": "80"}, terminal_width=80)
+    assert shown.exit_code == 0, shown.output
+    words = shown.output.split()
+    assert url in words and log in words, shown.output  # whole, not cut to fit a column
+    assert "restarting" in shown.output

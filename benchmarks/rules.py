@@ -15,7 +15,7 @@ import torch
 
 from trainers.common.env import MarketData
 from trainers.common.evaluate import market_fill
-from trainers.common.orders import orders, rebalance_orders
+from trainers.common.orders import orders, ranked, rebalance_orders
 from trainers.config import EnvConfig
 
 Orders = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -73,13 +73,13 @@ def tilted_portfolio(data: MarketData, cfg: EnvConfig, window: tuple[int, int], 
     at every ``every``-th close (:func:`scheduled_portfolio`)."""
 
     def decide(t: int, cash: torch.Tensor, shares: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        s, finite = scores[t], torch.isfinite(scores[t])
-        z = torch.zeros_like(s)  # a stock with no score yet (momentum's first bars) is neutral
-        if finite.sum() > 1:
-            z[finite] = (s[finite] - s[finite].mean()) / s[finite].std().clamp(min=1e-12)
-        action = torch.tanh(tilt * z).unsqueeze(0)
+        s, finite = scores[t].unsqueeze(0), torch.isfinite(scores[t]).unsqueeze(0)
+        # a stock with no score yet (momentum's first bars) is neutral
+        action = ranked(torch.where(finite, s, 0.0), tilt, finite).to(scores.dtype)
         live = None if data.tradable is None else data.tradable[t].unsqueeze(0)
-        return orders(cfg, action, cash, shares, data.close[t].unsqueeze(0), tradable=live)
+        return orders(plain, action, cash, shares, data.close[t].unsqueeze(0), tradable=live)
+
+    plain = replace(cfg, tilt=None)  # the action above is already the ranking's
 
     values, traded = scheduled_portfolio(data, cfg, window, decide, every)
     return values, traded * per_year / max(window[1] - window[0], 1)
@@ -90,7 +90,7 @@ def held_ranking(data: MarketData, cfg: EnvConfig, window: tuple[int, int], scor
     own action: target weights ``tanh(z)`` of the scores' cross-sectional z-score, every
     ``cfg.decide_every`` bars, with a 1% no-trade band (docs/results.md: the ``ewm_40`` rule
     and the filter, which need no fitting)."""
-    held = replace(cfg, action="weights", rebalance_band=0.01)
+    held = replace(cfg, action="weights", rebalance_band=0.01, tilt=None)
     return tilted_portfolio(data, held, window, scores, 1.0, cfg.decide_every)[0]
 
 

@@ -236,6 +236,12 @@ class EnvConfig:
     """``shares``: a ∈ (-1, 1)^n trades ``trunc(a · hmax)`` shares per stock (finrl-podracer
     §3, eq. 3). ``weights``: a is a target allocation, ``softmax(WEIGHT_LOGITS · a, 0)`` over
     the stocks and cash, reached in whole shares at the next open (hmax does not apply)."""
+    tilt: float | None = None
+    """``action: weights``. ``None``: the action is the allocation's logits over
+    ``WEIGHT_LOGITS``, as the agent gives them. A number τ: the action is a score, and the env
+    trades ``tanh(τ · z)`` of its cross-sectional z-score over the tradable stocks
+    (:func:`trainers.common.orders.ranked`), the mapping the ``ewm_40`` rule is traded through:
+    the agent learns the ranking, τ sets how concentrated the allocation is (docs/training.md)."""
     rebalance_band: float = 0.0
     """``action: weights``: an order smaller than this fraction of the account value is not
     sent (a no-trade band, :func:`trainers.common.orders.target_orders`); 0 trades every difference."""
@@ -262,6 +268,8 @@ class EnvConfig:
         require(0 <= self.cost_pct < 0.5, "cost_pct must be in [0, 0.5)")
         require(self.reward_scale > 0, "reward_scale must be > 0")
         require(0 <= self.rebalance_band < 1, "rebalance_band must be in [0, 1)")
+        require(self.tilt is None or (self.tilt > 0 and self.action == "weights"),
+                "tilt must be > 0, with action: weights (or null)")
         require(self.decide_every >= 1, "decide_every must be >= 1")
         require(self.min_episode_len >= 1, "min_episode_len must be >= 1")
         require(self.episode_len >= self.min_episode_len, "episode_len must be >= min_episode_len")

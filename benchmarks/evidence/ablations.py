@@ -86,6 +86,8 @@ ARMS: dict[str, Arm] = {
                                         "diagnostic: no real market offers them)", AVERAGED),
     "ewm_40 only": Arm(["features.indicators=[ewm_40_xs]"], "the rule's input alone: can PPO reach the rule?"),
     "no volatility": Arm(["features.indicators=[ewm_20_xs,ewm_40_xs]"], "the two trends without vol_20"),
+    "ranked scores": Arm(["env.tilt=1.0"], "the env trades tanh(z) of the action's cross-sectional z-score: the "
+                                           "agent learns the ranking, the rule's mapping sets the concentration"),
     "scorer 4, final": Arm(["ppo.net_dims=[4]", "evolution.search_space.net_width=[2,6]"],
                            "a 4-unit scorer, the shipped selection"),
 }

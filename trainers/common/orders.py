@@ -99,10 +99,24 @@ def orders(
     A stock that is not ``tradable`` (``[E, n]``, at the bar the action saw) is never bought
     and a position in it is sold."""
     if cfg.action == "weights":
-        sold, bought = target_orders(action, cash, shares, close, liquidate, tradable, cfg.rebalance_band)
+        target = action if cfg.tilt is None else ranked(action, cfg.tilt, tradable)
+        sold, bought = target_orders(target, cash, shares, close, liquidate, tradable, cfg.rebalance_band)
     else:
         sold, bought = intended_orders(action, shares, cfg.hmax, liquidate)
     return _untradable_sold(sold, bought, shares, tradable)
+
+
+def ranked(scores: torch.Tensor, tilt: float, scored: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``weights`` action ``tanh(tilt · z)`` of scores ``[E, n]``: ``z`` is each row's
+    cross-sectional z-score over the ``scored`` stocks (default: all), 0 elsewhere and where a
+    row has fewer than two of them (``env.tilt``; the held-ranking rules of ``benchmarks/rules.py``)."""
+    s = scores.to(torch.float64)
+    live = torch.ones_like(s, dtype=torch.bool) if scored is None else scored
+    count = live.sum(dim=-1, keepdim=True)
+    mean = torch.where(live, s, 0.0).sum(dim=-1, keepdim=True) / count.clamp(min=1)
+    var = torch.where(live, (s - mean) ** 2, 0.0).sum(dim=-1, keepdim=True) / (count - 1).clamp(min=1)
+    z = torch.where(live & (count > 1), (s - mean) / var.sqrt().clamp(min=1e-12), 0.0)
+    return torch.tanh(tilt * z)
 
 
 def held_orders(

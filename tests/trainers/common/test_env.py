@@ -1,11 +1,12 @@
 import dataclasses
+import math
 
 import pytest
 import torch
 
 from tests.trainers.helpers import market, ragged_market, scales
 from trainers.common.env import MarketData, MarketEnv
-from trainers.common.orders import execute_orders, orders, target_orders
+from trainers.common.orders import execute_orders, orders, ranked, target_orders
 from trainers.common.state import build_state, state_dim
 from trainers.config import EnvConfig
 
@@ -213,6 +214,25 @@ def test_orders_follow_the_configured_action():
     assert orders(EnvConfig(hmax=10), act, cash, flat, close)[1].tolist() == [[5.0, 5.0]]
     assert orders(EnvConfig(hmax=10, action="weights"), act, cash, flat, close)[1].tolist() == \
         target_orders(act, cash, flat, close)[1].tolist()
+
+
+def test_a_tilt_trades_the_ranking_of_the_action_by_hand():
+    # scores (1, 2, 3, 10) over tradable (T, T, T, F): mean 2, sd 1 -> z (-1, 0, 1, 0)
+    scores = torch.tensor([[1.0, 2.0, 3.0, 10.0]])
+    live = torch.tensor([[True, True, True, False]])
+    expected = [math.tanh(-0.5), 0.0, math.tanh(0.5), 0.0]
+    assert ranked(scores, 0.5, live).tolist()[0] == pytest.approx(expected, abs=1e-15)
+    assert ranked(scores * 7 + 3, 0.5, live).tolist()[0] == pytest.approx(expected, abs=1e-15)  # scale-free
+    assert ranked(torch.tensor([[4.0, 9.0]]), 1.0, torch.tensor([[True, False]])).tolist() == [[0.0, 0.0]]
+    cash, close = torch.tensor([1000.0], dtype=torch.float64), torch.tensor([[10.0, 20.0]], dtype=torch.float64)
+    flat, act = torch.zeros(1, 2, dtype=torch.float64), torch.tensor([[0.1, 0.3]])
+    # two stocks: z (-0.707, 0.707); tilt 2 -> the target's action tanh(±1.414), whatever the action's scale
+    tilted = orders(EnvConfig(action="weights", tilt=2.0), act, cash, flat, close)[1]
+    assert tilted.tolist() == target_orders(torch.tanh(torch.tensor([[-2.0, 2.0]]) / math.sqrt(2)), cash, flat,
+                                            close)[1].tolist()
+    assert tilted.tolist() != orders(EnvConfig(action="weights"), act, cash, flat, close)[1].tolist()
+    with pytest.raises(ValueError, match="tilt must be > 0, with action: weights"):
+        EnvConfig(action="shares", tilt=1.0)
 
 
 def test_a_decision_is_held_for_decide_every_bars_by_hand():

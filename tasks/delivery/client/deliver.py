@@ -63,11 +63,10 @@ def cycle(session: Session) -> CycleResult:
         result, missing = None, NoChampion(f"{err}; {safe}") if safe else err
     if result is not None:
         params = session.loop.params
-        if result.version != delivered_version(params):  # its first bar as champion: its watch starts here
-            restart(params, result.version, result.bar)
+        first = result.version != delivered_version(params)  # its first bar as champion: its watch starts here
         write_atomic(delivered_file(params), json.dumps(
             {"version": result.version, "bar": result.bar, "orders": len(result.orders), "at": time.time()}))
-        watch_champion(session)
+        watch_champion(session, (result.version, result.bar) if first else None)
     shadow = shadow_cycle(session)
     if result is not None:
         result.shadow = shadow
@@ -80,13 +79,17 @@ def cycle(session: Session) -> CycleResult:
     return shadow
 
 
-def watch_champion(session: Session, emit: Callable[[dict[str, Any]], None] | None = None) -> Look | None:
+def watch_champion(session: Session, started: tuple[str, str] | None = None,
+                   emit: Callable[[dict[str, Any]], None] | None = None) -> Look | None:
     """The champion's live watch after its cycle (:mod:`tasks.delivery.client.watch`): its
-    journal record against its promise and buy-and-hold, and its input drift. A watch that cannot look (the registry
-    or the broker does not answer) logs one warning: the delivery stands, and the next cycle
-    looks again at the longer record."""
+    journal record against its promise and buy-and-hold, and its input drift; ``started``, a
+    new champion's version and the bar it first traded, restarts its watch there. A watch that cannot look (the
+    registry or the broker does not answer) logs one warning: the delivery stands, and the next
+    cycle looks again at the longer record."""
     params = session.loop.params
     try:
+        if started is not None:
+            restart(params, *started)
         fs = features.load(params.dirs.features)
         keys = bar_keys(fs.timestamps, params.data.freq)
         seen = look(params, session.loop.journal.cycles(), keys, fs.prices,

@@ -20,6 +20,7 @@ from tasks.registry.decay import Promise
 from tasks.registry.store import client
 from tasks.registry.tags import SAFE, WATCH_ACTION, WATCH_SINCE, WATCH_VERDICT
 from tasks.registry.versions import CUTOFF
+from tests.tasks.registry.conftest import registry  # noqa: F401 - the fixture
 
 
 def rows(version: str, bars: list[str], equity: list[float], state: str = "recorded") -> list[dict[str, Any]]:
@@ -44,13 +45,9 @@ PROMISE = Promise(mean=0.0005, se=0.004 / math.sqrt(252), bars=252)  # an inform
 
 
 @pytest.fixture
-def params(tmp_path) -> Params:
-    """A store with versions 1..3, version 2 champion with its promise, version 1 before it."""
-    registry = RegistryParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", artifact_root=tmp_path / "artifacts")
+def params(registry: RegistryParams, tmp_path) -> Params:  # noqa: F811 - the imported fixture
+    """The registry tests' store (versions 1..3), version 2 champion with its promise, version 1 before it."""
     store = client(registry)
-    store.create_registered_model(registry.model_name)
-    for _ in range(3):
-        store.create_model_version(registry.model_name, source=str(tmp_path))
     for key, value in PROMISE.tags().items():
         store.set_model_version_tag(registry.model_name, "2", key, value)
     promote(registry, "1")

@@ -321,9 +321,6 @@ class Params(Section):
                                  "records one policy kind, and an ensemble may mix both learners")
         pool = (self.tournament.leaderboard_size * len(self.tournament.algorithms)
                 if self.evolution.mode == "tournament" else self.evolution.population)
-        if self.registry.ensemble > 1 and self.env.tilt is not None:
-            raise ValueError("registry.ensemble > 1 averages allocations, which env.tilt's ranking would rank again: "
-                             "use one or the other")
         if self.registry.ensemble > pool:
             raise ValueError(f"registry.ensemble {self.registry.ensemble} is more agents than the "
                              f"{self.evolution.mode} run keeps ({pool})")

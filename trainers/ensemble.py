@@ -37,6 +37,9 @@ class Ensemble(nn.Module):
       their *unmasked* allocations renormalised over the tradable stocks and cash, not the
       mean of their masked allocations (the two are equal when every stock trades).
     - ``shares``: the mean of the members' actions, a vote on each order's fraction of ``hmax``.
+
+    With ``env.tilt`` the env ranks whatever action it gets (:func:`trainers.common.orders.ranked`),
+    so a ``weights`` ensemble then trades the ranking of its members' mean allocation.
     """
 
     def __init__(self, members: Sequence[Actor], action: str):

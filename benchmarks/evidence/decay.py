@@ -16,9 +16,18 @@ is a look. Scenarios:
   never alarms counts as never), and the money lost is the active return given up over that
   delay against a champion stopped at the change (the safe policy holds the market).
 
-Beside the watch, a **naive** monitor that repeats a fixed-α one-sided t-test of the record's
-mean against the same floor at every bar: the looks it does not count are why the watch is a
-CUSUM with a threshold set for a run length (shared/DESIGN.md §10).
+Beside the watch, two other monitors of the same record, each tested against the watch on
+the same records:
+
+- a **naive** one that repeats a fixed-α one-sided t-test of the record's mean against the
+  decay floor at every bar: the looks it does not count are why the watch counts them;
+- a **mixture** one: Howard, Ramdas, McAuliffe & Sekhon's (2021) one-sided normal-mixture
+  confidence sequence for the record's mean active return (the boundary ``confseq`` computes;
+  the package itself publishes no wheel and its build needs Boost, so it cannot be pinned
+  here), which alarms when the sequence lies wholly below buy-and-hold: always valid over
+  every look, at level ``--mixture-alpha`` over the record's whole life. It tests the mean
+  since the promotion, so a change after a good year must first undo that year; a CUSUM
+  forgets it (Page 1954), which is why the watch is a CUSUM (docs/results.md, the watch).
 
     .venv/bin/python -m benchmarks.evidence.decay --seed 70 --json docs/results/decay.json     # fresh, run once
     .venv/bin/python -m benchmarks.evidence.decay --seed 170 --json docs/results/dev/decay-dev.json  # development
@@ -59,6 +68,8 @@ CONFIGS = {"daily": Config("daily", 252, 252, 200, 5.0, 252),
            "minute": Config("minute", 98_280, 98_280, 20, 5.0, 19_656, 390)}
 """Daily: a year's gate window, 200 records of 5 years (1,000 record-years). Minute: the paper's
 year of minute bars, 20 records of 5 years (100 record-years), the change after 50 sessions."""
+TARGET_SESSIONS = {"daily": 63, "minute": 5}
+"""The delay targets for a sign flip, in sessions: the mixture monitor's boundary is tightest there."""
 BENCH_SD, ACTIVE_SD = 0.01, 0.004
 """Per-bar standard deviations of buy-and-hold's daily return and of the active return (scaled
 by √(252/per_year) for other bar lengths)."""
@@ -101,6 +112,21 @@ def naive_alarm(active: np.ndarray, floor: float, alpha: float = 0.05) -> int | 
     return int(hits[0]) if hits.size else None
 
 
+def mixture_alarm(active: np.ndarray, spread: float, alpha: float, v_opt: float) -> int | None:
+    """The first bar (of at least 10) at which the one-sided normal-mixture boundary is crossed
+    by the record's shortfall below buy-and-hold, ``S_t = Σ −a_i / spread``: ``S_t ≥
+    √(2 (t + ρ) log(√((t + ρ)/ρ) / (2α) + 1))`` (Howard et al. 2021, the one-sided normal
+    mixture, with intrinsic time ``t`` in bars of unit variance), ``ρ`` chosen to make the
+    boundary tightest at ``v_opt`` bars."""
+    n = np.arange(1, active.size + 1, dtype=np.float64)
+    shortfall = np.cumsum(-active / spread)
+    log_term = math.log(1.0 / (2.0 * alpha))
+    rho = v_opt / (2.0 * log_term + math.log(1.0 + 2.0 * log_term))
+    bound = np.sqrt(2.0 * (n + rho) * np.log(np.sqrt((n + rho) / rho) / (2.0 * alpha) + 1.0))
+    hits = np.flatnonzero((shortfall >= bound) & (n >= 10))
+    return int(hits[0]) if hits.size else None
+
+
 def rate(alarms: int, years: float) -> dict[str, float]:
     """Alarms per record-year with the exact Poisson 95% interval."""
     lo = chi2.ppf(0.025, 2 * alarms) / 2 / years if alarms else 0.0
@@ -108,11 +134,13 @@ def rate(alarms: int, years: float) -> dict[str, float]:
             "high": chi2.ppf(0.975, 2 * alarms + 2) / 2 / years}
 
 
-def scenario(c: Config, kind: str, ir: float, phi: float, tolerance: float, arl: float, seed: int) -> dict:
-    """Every record of one scenario: the watch's and the naive monitor's alarms."""
+def scenario(c: Config, kind: str, ir: float, phi: float, tolerance: float, arl: float, seed: int,
+             mixture_alpha: float = 0.05) -> dict:
+    """Every record of one scenario: the watch's alarms and the naive and mixture monitors'."""
     rng = np.random.default_rng(seed)
     after = {"holds": None, "flip": -ir, "zero": 0.0}[kind]
-    found = {"decay": [], "severe": [], "naive": []}
+    found: dict[str, list[int | None]] = {"decay": [], "severe": [], "naive": [], "mixture": []}
+    v_opt = c.change + TARGET_SESSIONS[c.name] * c.session  # tightest where a flip should be called
     lost: dict[str, list[float]] = {"decay": [], "severe": []}
     for _ in range(c.records):
         promise, model, bench = record(rng, c, ir, phi, after)
@@ -122,13 +150,14 @@ def scenario(c: Config, kind: str, ir: float, phi: float, tolerance: float, arl:
         found["decay"].append(w.decay.alarm)
         found["severe"].append(w.severe.alarm)
         found["naive"].append(naive_alarm(model - bench, w.decay.reference))
+        found["mixture"].append(mixture_alarm(model - bench, promise.spread, mixture_alpha, v_opt))
         for test in lost:
             alarm = getattr(w, test).alarm
             if after is not None and alarm is not None and alarm >= c.change:
                 lost[test].append(-float((model - bench)[c.change:alarm + 1].sum()))
     bars = int(c.years * c.per_year)
     out: dict = {"config": c.name, "scenario": kind, "ir": ir, "phi": phi, "tolerance": tolerance, "arl_years": arl,
-                 "records": c.records}
+                 "mixture_alpha": mixture_alpha, "records": c.records}
     for test, alarms in found.items():
         if after is None:
             exposure = sum((a + 1 if a is not None else bars) for a in alarms) / c.per_year
@@ -152,7 +181,9 @@ def table(rows: list[dict]) -> str:
              "| median active return lost |", "|---|---|---|---|---|"]
     for r in rows:
         c = CONFIGS[r["config"]]
-        for test in ("decay", "severe", "naive"):
+        for test in ("decay", "severe", "naive", "mixture"):
+            if test not in r:  # a row written before the mixture monitor was measured
+                continue
             x = r[test]
             if r["scenario"] == "holds":
                 cell = f"{x['per_year']:.3f} [{x['low']:.3f}, {x['high']:.3f}] ({x['alarms']} in {x['years']:.0f} y)"
@@ -176,13 +207,16 @@ def main() -> None:
                         help="information ratio the promise may fall short by (default: params' watch.tolerance)")
     parser.add_argument("--arl", type=float, default=shipped.years,
                         help="years between false alarms at each reference (default: params' watch.years)")
+    parser.add_argument("--mixture-alpha", type=float, default=0.05,
+                        help="level of the mixture monitor's confidence sequence over a record's life")
     parser.add_argument("--seed", type=int, default=70)
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     started, rows = time.perf_counter(), []
     for name in args.configs:
         for k, kind in enumerate(args.scenarios):
-            rows.append(scenario(CONFIGS[name], kind, args.ir, args.phi, args.tolerance, args.arl, args.seed + k))
+            rows.append(scenario(CONFIGS[name], kind, args.ir, args.phi, args.tolerance, args.arl, args.seed + k,
+                                 args.mixture_alpha))
             print(f"{name} {kind} done ({time.perf_counter() - started:.0f} s)", flush=True)
     print(table(rows))
     if args.json:

@@ -88,6 +88,7 @@ bench:
 	@echo "  python -m benchmarks.archive.selection   the best validation snapshot vs ensembles of snapshots"
 	@echo "  python -m benchmarks.archive.nitro       Nitro's boosted env counts vs static at an equal budget"
 	@echo "  python -m benchmarks.archive.train_freq  env steps/s on minute bars beside daily"
+	@echo "history: python -m benchmarks.history   every run's row as tables (docs/history/README.md)"
 
 bench-data: $(STAMP)
 	$(BIN)/python -m benchmarks.perf.data

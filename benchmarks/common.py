@@ -9,15 +9,18 @@ The pipeline's modules are imported inside these functions: a benchmark's measur
 process imports this module to record, and its peak memory must not include the pipeline;
 the device script, on a machine without the pipeline's packages, imports :func:`commit`.
 
-**Sections.** A section sits between ``<!-- benchmark: KEY -->`` and ``<!-- end: KEY -->``;
-a run replaces its latest reading and appends one row to the table under ``### History``
-(docs/benchmarks.md shows the layout). A row starts with the date and :func:`commit`, the
-commit the figures were measured on, so the history reads in time order with real hashes.
-A section not yet in the file is appended.
+**Sections and history.** A section sits between ``<!-- benchmark: KEY -->`` and
+``<!-- end: KEY -->``; a run replaces it with its latest reading and its own row, and appends
+that row to ``docs/history/KEY.csv`` (one file per benchmark, one row per run, in time order;
+docs/benchmarks.md, How a reading is kept). A row starts with the date and :func:`commit`, the
+commit the figures were measured on. A section not yet in the file is appended.
+A run also rewrites ``docs/history/README.md``, every CSV as a table (:func:`history_page`;
+``python -m benchmarks.history`` rewrites it by hand).
 """
 
 from __future__ import annotations
 
+import csv
 import re
 import subprocess
 from dataclasses import dataclass
@@ -37,8 +40,9 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root: params.yaml and docs/ are read and written here."""
 DOCS = ROOT / "docs" / "benchmarks.md"
-HEAD = "# Benchmarks\n\nEach benchmark in `benchmarks/` keeps a section here: its latest reading, then a row per run.\n"
-HISTORY = "### History"
+HEAD = "# Benchmarks\n\nEach benchmark in `benchmarks/` keeps a section here: its latest reading and its row.\n"
+HISTORY = "history"
+"""The folder beside docs/benchmarks.md that holds one CSV per benchmark, a row per run."""
 
 ARCH_DEMO = ["data.source=arch-demo", "data.start=1999-01-01", "data.end=2018-12-31",
              "features.train_end=2012-12-31", "features.val_end=2015-12-31"]
@@ -137,12 +141,12 @@ def build_market(root: Path, market: str, seed: int, overrides: list[str]) -> Ma
 
 @dataclass(frozen=True)
 class Reading:
-    """One run of a benchmark: its latest-reading text and its row of the history table."""
+    """One run of a benchmark: its latest-reading text and its row of the history (docs/history/KEY.csv)."""
 
     key: str  # the section's marker, e.g. "ceiling"
     title: str  # the section's heading
     latest: str  # markdown: the command that reproduces it, the machine, the tables
-    columns: tuple[str, ...]  # the history table's header: "date", "commit", then the benchmark's own
+    columns: tuple[str, ...]  # the history CSV's header: "date", "commit", then the benchmark's own
     row: tuple[str, ...]  # this run's cells, in the order of ``columns``: now(), commit(), ...
 
 
@@ -174,32 +178,102 @@ def table_line(cells: tuple[str, ...] | list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def history_rows(section: str) -> list[str]:
-    """The rows (header and separator left out) of the history table in ``section``."""
-    if HISTORY not in section:
-        return []
-    lines = [line for line in section.split(HISTORY, 1)[1].splitlines() if line.startswith("|")]
-    return lines[2:]
+def history_file(key: str, page: Path = DOCS) -> Path:
+    """The CSV that holds every run's row of ``key``'s section of ``page``."""
+    return page.parent / HISTORY / f"{key}.csv"
 
 
-def section(reading: Reading, rows: list[str]) -> str:
-    """The section's text: the latest reading, then the history with this run's row last
-    (rows are appended, so the table stays in time order)."""
+def read_history(path: Path) -> tuple[list[str], list[list[str]]]:
+    """A history CSV's header and rows (both empty when there is no file)."""
+    if not path.exists():
+        return [], []
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    return (rows[0], rows[1:]) if rows else ([], [])
+
+
+def append_history(path: Path, columns: tuple[str, ...], row: tuple[str, ...]) -> None:
+    """Append ``row`` to the CSV at ``path``, its header first when the file is new. When a
+    benchmark's columns change, the file is rewritten once under the old columns followed by the
+    new ones, each old row blank in the columns it never had: no reading is lost."""
+    header, rows = read_history(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if header == list(columns) or not header:
+        with path.open("a", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            if not header:
+                writer.writerow(columns)
+            writer.writerow(row)
+        return
+    union = header + [c for c in columns if c not in header]
+    by_name = dict(zip(columns, row, strict=True))
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(union)
+        writer.writerows(old + [""] * (len(union) - len(old)) for old in rows)
+        writer.writerow([by_name.get(c, "") for c in union])
+
+
+HISTORY_PAGE = "README.md"
+"""The page in the history folder that tables every CSV beside it."""
+HISTORY_TOP = ("# Benchmark history\n\nEvery run of every benchmark, one table per file of this folder, oldest "
+               "row first. Written from the CSVs beside it by each run, or by `python -m benchmarks.history`; edit "
+               "those, not this page. Each benchmark's latest reading is in [benchmarks.md](../benchmarks.md).")
+
+
+def history_table(path: Path) -> str:
+    """One CSV as a markdown table under its key's heading, with a link to the file."""
+    header, rows = read_history(path)
+    lines = [f"## {path.stem}", "", f"[`{path.name}`]({path.name}), runs: {len(rows)}.", ""]
+    if header:
+        lines += [table_line([cell(c) for c in header]), table_line(["---"] * len(header))]
+        lines += [table_line([cell(c) for c in row + [""] * (len(header) - len(row))]) for row in rows]
+    return "\n".join(lines)
+
+
+def history_page(folder: Path) -> str:
+    """The index page of ``folder``: a contents line, then every CSV's table, by name."""
+    files = sorted(folder.glob("*.csv"))
+    contents = " · ".join(f"[{p.stem}](#{p.stem.lower()})" for p in files)
+    return "\n\n".join([HISTORY_TOP, contents, *(history_table(p) for p in files)]) + "\n"
+
+
+def write_history_page(folder: Path) -> Path:
+    """Rewrite ``folder``'s index page from its CSVs; the page written."""
+    page = folder / HISTORY_PAGE
+    page.write_text(history_page(folder))
+    return page
+
+
+def section(reading: Reading, page: Path = DOCS) -> str:
+    """The section's text: the latest reading, then this run's row and a link to every run's."""
     if len(reading.row) != len(reading.columns):
         raise ValueError(f"{reading.key}: {len(reading.row)} cells for {len(reading.columns)} columns")
+    link = history_file(reading.key, page).relative_to(page.parent).as_posix()
     return "\n".join([
-        f"## {reading.title}", f"<!-- benchmark: {reading.key} -->", "", reading.latest.strip(), "", HISTORY, "",
-        table_line(reading.columns), table_line(["---"] * len(reading.columns)), *rows,
+        f"## {reading.title}", f"<!-- benchmark: {reading.key} -->", "", reading.latest.strip(), "",
+        f"This run's row; every run's, in time order: [{link}]({link}).", "",
+        table_line(reading.columns), table_line(["---"] * len(reading.columns)),
         table_line([cell(c) for c in reading.row]), f"<!-- end: {reading.key} -->"])
 
 
+def find_section(text: str, key: str) -> re.Match[str] | None:
+    """``key``'s section of a page's ``text``, heading to end marker."""
+    return re.search(rf"^## [^\n]*\n<!-- benchmark: {re.escape(key)} -->\n.*?<!-- end: {re.escape(key)} -->",
+                     text, re.S | re.M)
+
+
 def record(reading: Reading, path: Path = DOCS) -> None:
-    """Replace ``reading.key``'s latest reading in ``path`` and append its history row."""
+    """Replace ``reading.key``'s section of ``path`` with this run's, append its row to the
+    section's history CSV (:func:`history_file`) and rewrite the history's page."""
     text = path.read_text() if path.exists() else HEAD
-    found = re.search(rf"^## [^\n]*\n<!-- benchmark: {re.escape(reading.key)} -->\n.*?"
-                      rf"<!-- end: {re.escape(reading.key)} -->", text, re.S | re.M)
+    new = section(reading, path)
+    found = find_section(text, reading.key)
     if found:
-        text = text[:found.start()] + section(reading, history_rows(found.group())) + text[found.end():]
+        text = text[:found.start()] + new + text[found.end():]
     else:
-        text = text.rstrip("\n") + "\n\n" + section(reading, []) + "\n"
+        text = text.rstrip("\n") + "\n\n" + new + "\n"
+    history = history_file(reading.key, path)
+    append_history(history, reading.columns, tuple(str(c) for c in reading.row))
+    write_history_page(history.parent)
     path.write_text(text)

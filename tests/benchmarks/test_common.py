@@ -1,17 +1,24 @@
-"""A benchmark's section of docs/benchmarks.md (benchmarks/common.py): the latest reading is
-replaced, the history gains one row, and the other sections stay as they were; and the commit a
-row is stamped with."""
+"""A benchmark's section of docs/benchmarks.md and its history CSV (benchmarks/common.py): a run
+replaces its own section with its latest reading and row, appends exactly one row to
+docs/history/KEY.csv, and leaves the other sections as they were; and the commit a row is
+stamped with."""
 
+import csv
 import re
 import subprocess
 
 import pytest
 
-from benchmarks.common import DOCS, ROOT, Reading, commit, record, seeds_of
+from benchmarks.common import DOCS, ROOT, Reading, commit, history_file, read_history, record, seeds_of
 
 
 def reading(key: str, latest: str, row: tuple[str, ...]) -> Reading:
     return Reading(key, f"The {key} benchmark", latest, ("date", "figure"), row)
+
+
+def rows(path) -> list[list[str]]:
+    with path.open(newline="") as f:
+        return list(csv.reader(f))
 
 
 def test_a_new_section_is_appended_and_a_rerun_replaces_its_latest_reading_and_adds_a_row(tmp_path):
@@ -19,24 +26,47 @@ def test_a_new_section_is_appended_and_a_rerun_replaces_its_latest_reading_and_a
     docs.write_text("# Benchmarks\n\nintro\n")
     record(reading("data", "Latest: monday.\n\n| a |\n|---|\n| 1 |", ("monday", "1.0 s")), docs)
     record(reading("train", "Latest: monday.", ("monday", "5x")), docs)
+    train_before = docs.read_text().split("## The train benchmark")[1]
     record(reading("data", "Latest: tuesday.\n\n| a |\n|---|\n| 2 |", ("tuesday", "0.9 s")), docs)
     text = docs.read_text()
     assert text.startswith("# Benchmarks\n\nintro\n")
     assert text.count("## The data benchmark") == 1 and "Latest: monday.\n\n| a |" not in text
     data = text.split("<!-- benchmark: data -->")[1].split("<!-- end: data -->")[0]
     assert data.strip().splitlines()[0] == "Latest: tuesday."
-    assert data.split("### History")[1].strip().splitlines() == [
-        "| date | figure |", "| --- | --- |", "| monday | 1.0 s |", "| tuesday | 0.9 s |"]
+    assert "[history/data.csv](history/data.csv)" in data  # the page links every run's rows
+    assert data.strip().splitlines()[-3:] == ["| date | figure |", "| --- | --- |", "| tuesday | 0.9 s |"]
+    assert "monday" not in data  # the page keeps the latest row only
     assert text.index("## The data benchmark") < text.index("## The train benchmark")  # stays in place
-    assert "| monday | 5x |" in text and "Latest: monday." in text.split("<!-- benchmark: train -->")[1]
+    assert text.split("## The train benchmark")[1] == train_before  # another section is left as it was
+    assert rows(tmp_path / "history" / "data.csv") == [["date", "figure"], ["monday", "1.0 s"], ["tuesday", "0.9 s"]]
+    assert rows(tmp_path / "history" / "train.csv") == [["date", "figure"], ["monday", "5x"]]
+
+
+def test_a_record_appends_exactly_one_row_and_keeps_the_rows_before_it(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    history = history_file("ceiling", docs)
+    history.parent.mkdir()
+    history.write_text('date,figure\nmonday,"-s a|b, c"\n')  # a row recorded before, a comma and a pipe in it
+    record(reading("ceiling", "Latest.", ("tuesday", "2")), docs)
+    assert history.read_text() == 'date,figure\nmonday,"-s a|b, c"\ntuesday,2\n'
+
+
+def test_a_changed_header_keeps_every_old_row_under_its_own_columns(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    record(reading("paper", "Latest.", ("monday", "1")), docs)
+    record(Reading("paper", "The paper benchmark", "Latest.", ("date", "figure", "new"), ("tuesday", "2", "3")), docs)
+    assert read_history(history_file("paper", docs)) == (
+        ["date", "figure", "new"], [["monday", "1", ""], ["tuesday", "2", "3"]])
 
 
 def test_a_cell_cannot_break_its_row_and_a_short_row_is_refused(tmp_path):
     docs = tmp_path / "benchmarks.md"
     record(reading("ceiling", "Latest.", ("monday", "-s a|b\nc")), docs)
     assert "| monday | -s a\\|b c |" in docs.read_text()
+    assert rows(tmp_path / "history" / "ceiling.csv")[1] == ["monday", "-s a|b\nc"]  # the data file keeps it whole
     with pytest.raises(ValueError, match="1 cells for 2 columns"):
         record(reading("ceiling", "Latest.", ("monday",)), docs)
+    assert len(rows(tmp_path / "history" / "ceiling.csv")) == 2  # a refused row is not written
 
 
 def test_a_key_that_is_a_prefix_of_another_finds_its_own_section(tmp_path):
@@ -47,6 +77,8 @@ def test_a_key_that_is_a_prefix_of_another_finds_its_own_section(tmp_path):
     text = docs.read_text()
     assert "| monday | 1 |" in text.split("<!-- end: broker_cycle -->")[0]
     assert text.count("<!-- benchmark: broker -->") == 1 and "Latest: broker.\n" not in text
+    history = tmp_path / "history"
+    assert len(rows(history / "broker_cycle.csv")) == 2 and len(rows(history / "broker.csv")) == 3
 
 
 SCRIPTS = {"data": "perf/data.py", "train": "perf/train.py", "nitro": "archive/nitro.py",
@@ -59,7 +91,7 @@ SCRIPTS = {"data": "perf/data.py", "train": "perf/train.py", "nitro": "archive/n
 @pytest.mark.parametrize("key", sorted(SCRIPTS))
 def test_every_benchmark_writes_a_section_that_the_docs_hold(key):
     """Each script's key names one section of docs/benchmarks.md, so a run replaces it rather
-    than appending a second one."""
+    than appending a second one, and one history CSV whose header is the section's row's."""
     source = (DOCS.parents[1] / "benchmarks" / SCRIPTS[key]).read_text()
     literal = re.search(rf'Reading\(\s*"{key}"', source)
     named = re.search(rf'key, title = \(\("{key}",', source)  # cycle.py: its key is "cycle" for params.yaml
@@ -67,8 +99,19 @@ def test_every_benchmark_writes_a_section_that_the_docs_hold(key):
     text = DOCS.read_text()
     assert text.count(f"<!-- benchmark: {key} -->") == 1 and text.count(f"<!-- end: {key} -->") == 1
     section = text.split(f"<!-- benchmark: {key} -->")[1].split(f"<!-- end: {key} -->")[0]
-    assert "### History" in section and section.count("\n## ") == 0
-    assert section.split("### History")[1].strip().startswith("| date | commit |")  # each row's commit
+    assert section.count("\n## ") == 0 and f"[history/{key}.csv](history/{key}.csv)" in section
+    header, runs = read_history(history_file(key))
+    assert header[:2] == ["date", "commit"] and runs  # each row's commit
+    assert section.rstrip().splitlines()[-3] == "| " + " | ".join(header) + " |"
+    assert section.rstrip().splitlines()[-1] == "| " + " | ".join(c.replace("|", "\\|") for c in runs[-1]) + " |"
+
+
+@pytest.mark.parametrize("key", ["make-run", "make-test"])
+def test_the_two_commands_readings_by_hand_are_kept_in_their_own_csv(key):
+    header, runs = read_history(history_file(key))
+    assert header == ["date", "commit", "command", "wall time", "of which", "result"]
+    assert runs and all(len(run) == len(header) for run in runs)
+    assert f"[history/{key}.csv](history/{key}.csv)" in DOCS.read_text()
 
 
 def test_a_row_is_stamped_with_the_commit_it_was_measured_on():

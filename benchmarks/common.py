@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tasks.config import Params
-    from tasks.data.features import FeatureSet
+    from tasks.data.feature_set import FeatureSet
     from trainers.common.env import MarketData
     from trainers.common.evaluate import Policy
     from trainers.common.nets import Actor
@@ -68,11 +68,11 @@ def seeds_of(text: str) -> list[int]:
 def build_features(params: Params) -> FeatureSet:
     """Ingest, validate and features into ``params.data_dir``, as the pipeline's stages 1–3 run
     them; the feature set they wrote."""
-    from tasks.data import features, ingest, validate
+    from tasks.data import feature_set, features, ingest, validate
 
     for stage in (ingest.ingest, validate.validate, features.features):
         stage(params)
-    return features.load(params.dirs.features)
+    return feature_set.load(params.dirs.features)
 
 
 def default_features(workdir: Path) -> tuple[Params, FeatureSet]:

@@ -70,9 +70,9 @@ def build(workdir: Path, symbols: int, freq: str, generations: int) -> Params:
 
 def profiled_run(params: Params, checkpoints: Path) -> Run:
     """Train as ``podracer train --profile`` does (same run, engine, windows and profiler)."""
-    from tasks.data import features
+    from tasks.data import feature_set
 
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     torch.manual_seed(params.evolution.seed)
     data = fs.market("cpu")
     run = train.new_run(params, fs, data, state_scales(params, fs))

@@ -107,7 +107,7 @@ def entry_costs(fs: Any, folders: dict[str, Path], window: tuple[int, int], curv
 def truncated(fs: Any, last: int) -> Any:
     """The feature set as the cycle holds it when bar ``last`` is its newest: rows up to it,
     the train split's statistics and splits as they were (the test split cut at ``last``)."""
-    from tasks.data.features import ARRAYS
+    from tasks.data.feature_set import ARRAYS
 
     arrays = {name: np.ascontiguousarray(getattr(fs, name)[: last + 1]) for name in ARRAYS}
     splits = {k: (lo, min(hi, last)) for k, (lo, hi) in fs.splits.items()}
@@ -136,7 +136,7 @@ def measure_seed(job: tuple[str, int, int, int, list[str], int | None]) -> dict[
     the last night on the market's last bar."""
     import torch
 
-    from tasks.data import features
+    from tasks.data import feature_set
     from tasks.model.backtest import backtest
     from tasks.model.train import train
     from tasks.model.walkforward import Champion, day, walk
@@ -166,7 +166,7 @@ def measure_seed(job: tuple[str, int, int, int, list[str], int | None]) -> dict[
             night = params.model_copy(update={"data_dir": Path(tmp) / f"night-{t}"})
             night.dirs.features.mkdir(parents=True)
             fs = truncated(full, t)
-            features.save(fs, night.dirs.features)
+            feature_set.save(fs, night.dirs.features)
             walked = walk(night, champion)
             w, plan = walked.windows, walked.plan
             result = train(night, f"{market}-{seed}-night-{t}", plan)

@@ -54,7 +54,7 @@ from benchmarks.common import ROOT, build_market, seeds_of
 from benchmarks.evidence.results_report import OverlapError, write_report
 from benchmarks.rules import held_ranking, momentum_scores, ranked_portfolio
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.data.momentum import ewm_return
 from tasks.data.synthetic import filtered_drift, latent_drift
 from trainers.algorithms import ALGORITHMS, GENERATIONAL
@@ -85,7 +85,8 @@ class Row:
     """champion only: [generation, env steps, seconds, test Sharpe] after each generation."""
 
 
-def oracle_scores(params: Params, fs: features.FeatureSet, source: Callable[..., Any] = latent_drift) -> torch.Tensor:
+def oracle_scores(params: Params, fs: feature_set.FeatureSet,
+                  source: Callable[..., Any] = latent_drift) -> torch.Tensor:
     """``[T, n]`` the synthetic generator's expected drift at each bar of the feature set
     (``source=filtered_drift``: the best estimate of it from past returns)."""
     d = params.data

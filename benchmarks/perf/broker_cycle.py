@@ -96,7 +96,7 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
     """``cycles`` consecutive cycles after one cold one; latencies and where the time goes."""
     import pandas as pd
 
-    from tasks.data import features
+    from tasks.data import feature_set
     from tasks.delivery.client.journal import Journal
     from tasks.delivery.client.local import local_broker
     from tasks.delivery.client.loop import TradingLoop
@@ -104,12 +104,12 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
     from tasks.delivery.client.session import log_cycle, mlflow_run, trading_client
     from tasks.delivery.keys import local_keys
 
-    stamps = features.load(params.dirs.features).timestamps
+    stamps = feature_set.load(params.dirs.features).timestamps
     first = len(stamps) - max(120, cycles + 2)
     keys = local_keys(params)
     split = Split()
-    load = features.load
-    features.load = split.wrap("features.load (the feature set from disk)", load)  # the loop looks it up there
+    load = feature_set.load
+    feature_set.load = split.wrap("feature_set.load (the feature set from disk)", load)  # the loop looks it up there
     loop_ms, open_ms, close_ms = [], [], []
     parts: list[dict[str, float]] = []
     calls: list[dict[str, int]] = []
@@ -154,7 +154,7 @@ def measure_cycles(params: Any, cycles: int) -> dict[str, Any]:
             began = time.perf_counter()
             advance(url, keys, "close")
             close_ms.append((time.perf_counter() - began) * 1e3)
-    features.load = load
+    feature_set.load = load
     mean = {k: statistics.fmean(p.get(k, 0.0) for p in parts) * 1e3 for k in {k for p in parts for k in p}}
     per_cycle = {k: statistics.fmean(c.get(k, 0) for c in calls) for k in mean}
     return {"cycles": cycles, "cold_ms": cold * 1e3, "loop": quantiles(loop_ms), "open": quantiles(open_ms),

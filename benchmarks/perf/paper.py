@@ -60,12 +60,12 @@ def test_year(overrides: list[str]) -> dict[str, dict[str, float]]:
     """The test year: the agent and buy-and-hold from the backtest's metrics, and the momentum rule."""
     from benchmarks.rules import momentum_scores, ranked_portfolio
     from tasks.config import load_params
-    from tasks.data import features
+    from tasks.data import feature_set
     from trainers.common.metrics import performance, periods_per_year
 
     params = load_params(ROOT / PARAMS, overrides)
     metrics = json.loads((params.dirs.backtest / "metrics.json").read_text())
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     data = fs.market()
     window = fs.window("test")
     values = ranked_portfolio(data, params.env, window, momentum_scores(data, 20), params.env.decide_every)

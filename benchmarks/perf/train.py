@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 from benchmarks.common import ROOT, Reading, commit, default_features, now, record
 from benchmarks.perf import baselines
 from tasks.config import Params
-from tasks.data.features import FeatureSet
+from tasks.data.feature_set import FeatureSet
 from trainers.common.env import MarketData, MarketEnv
 from trainers.common.evaluate import buy_and_hold, run_policy
 from trainers.common.metrics import periods_per_year, sharpe

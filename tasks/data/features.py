@@ -1,4 +1,4 @@
-"""Stage 3, features: FinRL's technical indicators, date splits and train-only normalisation.
+"""Stage 3, features: computing the feature set from the validated bars, whole or appended.
 
 Indicators come from stockstats (the library FinRL itself uses), computed **once over the
 full history** of each symbol, on its own real bars, and then sliced, so no window sees
@@ -7,8 +7,9 @@ market-wide risk features need them); each symbol is then tradable only where it
 bar and ``min_history`` real bars of its own (``tradable[T, n]``, ``tasks/data/tradable.py``).
 A NaN or inf in a tradable cell is an error, never silently zeroed; untradable cells hold
 NaN and are masked. Normalisation statistics are fitted on the tradable cells of the
-training split only and saved beside the arrays, because serving needs them (docs/data.md,
-contracts).
+training split only (``tasks/data/splits.py``) and saved beside the arrays, because serving
+needs them (docs/data.md, contracts). What is written, and how it is read back, is the
+contract in ``tasks/data/feature_set.py``; this module computes it.
 
 The stage streams (docs/data.md, streaming at the paper's scale): the bars are read one symbol
 at a time (``tasks/data/panel_store.py``), the indicators computed per symbol or per row block
@@ -20,105 +21,30 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
-from datetime import date
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
-from tasks.config import FeatureParams, Params
+from tasks.config import Params
 from tasks.data.bars import VALIDATED, iter_symbols
-from tasks.data.indicators import MARKET_WIDE, Plan, block, market_series, symbol_columns  # noqa: F401 (MARKET_WIDE: part of this contract)
+from tasks.data.feature_set import ARRAYS, COVERAGE, META, NORM, SPLITS, FeatureSet, day, load, save_json
+from tasks.data.indicators import Plan, block, market_series, symbol_columns
 from tasks.data.panel_store import ColumnStore, NpyWriter, Scan, digest, same_rows, scan, symbol_rows
-from tasks.data.splits import history_span, split_dates
-from tasks.data.tradable import SymbolCoverage, coverage, tradable_mask
+from tasks.data.splits import history_span, split_indices
+from tasks.data.tradable import coverage, tradable_mask
 from tasks.data.train_stats import CELLS, streamed_stats
 from tasks.errors import DataError, MissingInput
 from tasks.progress import Steps
 from tasks.storage import atomic_dir
-from trainers.common.env import MarketData
-from trainers.common.sessions import intraday, session_last
-from trainers.common.state import normalise_features
-from trainers.config import TURBULENCE
 
 log = logging.getLogger("podracer.features")
-ARRAYS = ("opens", "prices", "features", "timestamps", "tradable")
-"""Saved as ``<name>.npy`` so large sets are memory-mapped on load, not read whole."""
-META, NORM, SPLITS, COVERAGE = "meta.json", "norm.json", "splits.json", "coverage.json"
 HISTORY = "history.json"
 """The panel a saved set was computed from (bars, symbols, settings, per-symbol digests): what appending checks."""
 PANEL, TRAIN = ".panel.tmp", ".train.tmp.npy"
 """Temporary files in the staging folder: the per-symbol columns, the train split's float64 indicators."""
-SPLIT_NAMES = ("train", "validation", "test")
-
-
-@dataclass
-class FeatureSet:
-    """The features contract: arrays plus the split manifest and normalisation stats."""
-
-    opens: np.ndarray  # [T, n] float64
-    prices: np.ndarray  # [T, n] float64 closes
-    features: np.ndarray  # [T, n, k] float32, raw (not normalised); NaN where untradable; memory-mapped
-    timestamps: np.ndarray  # [T] datetime64[ns] UTC
-    symbols: list[str]
-    feature_names: list[str]
-    splits: dict[str, tuple[int, int]]  # name -> (first, last) bar index, inclusive
-    mean: np.ndarray  # [n, k]
-    std: np.ndarray  # [n, k]
-    tradable: np.ndarray  # [T, n] bool: a real bar and min_history real bars of the symbol's own
-    coverage: list[SymbolCoverage] = field(default_factory=list)
-    """Per symbol (dropped ones too): real bars, and why the rest is masked (``coverage.json``)."""
-
-    def market(self, device: torch.device | str = "cpu",
-               norm: tuple[np.ndarray, np.ndarray] | None = None) -> MarketData:
-        """Tensors for the env, indicators normalised with the train-only stats (``norm``:
-        another model's ``(mean, std)``, e.g. a champion's bundle); the raw turbulence index
-        (market-wide, the same in every stock's column) feeds the env's gate; on intraday bars,
-        each session's last bar (``trainers/common/sessions.py``) feeds ``env.overnight: flatten``."""
-        turb = None
-        if TURBULENCE in self.feature_names:
-            turb = torch.tensor(self.features[:, 0, self.feature_names.index(TURBULENCE)], dtype=torch.float64)
-        feats = normalise_features(self.features, *(norm or (self.mean, self.std)))
-        ragged = not bool(np.all(self.tradable))
-        return MarketData(
-            open=torch.tensor(self.opens, dtype=torch.float64),
-            close=torch.tensor(self.prices, dtype=torch.float64),
-            features=torch.as_tensor(np.where(self.tradable[..., None], feats, 0.0).astype(np.float32)
-                                     if ragged else feats),
-            turbulence=turb,
-            tradable=torch.tensor(np.asarray(self.tradable, dtype=bool)) if ragged else None,
-            session_last=torch.from_numpy(session_last(self.timestamps)) if intraday(self.timestamps) else None,
-        ).to(device)
-
-    def window(self, split: str) -> tuple[int, int]:
-        """Env window for ``split``: it starts at the bar before the split, so the first
-        fill lands on the split's first open and every marked close lies inside it."""
-        lo, hi = self.splits[split]
-        return (max(lo - 1, 0), hi)
-
-
-def split_indices(ts: pd.DatetimeIndex, cfg: FeatureParams,
-                  span: tuple[date, date] | None = None) -> dict[str, tuple[int, int]]:
-    """Inclusive bar-index ranges of train (≤ train_end), validation (≤ val_end) and test;
-    unset dates default to 75/12.5/12.5% of the history's ``span`` (``tasks/data/splits.py``)."""
-    day = ts.tz_convert("UTC").tz_localize(None).normalize()
-    train_day, val_day, how = split_dates(cfg, span)
-    train_end, val_end = pd.Timestamp(train_day), pd.Timestamp(val_day)
-    first = pd.Timestamp(cfg.train_start) if cfg.train_start is not None else day.min()
-    masks = {"train": (day >= first) & (day <= train_end), "validation": (day > train_end) & (day <= val_end),
-             "test": day > val_end}
-    out = {}
-    for name, mask in masks.items():
-        idx = np.flatnonzero(mask)
-        if idx.size < 2:
-            raise DataError(f"features: the {name} split has {idx.size} bars after warm-up (needs >= 2) with "
-                            f"train_end {train_day} and val_end {val_day} from {how}; "
-                            "set features.train_end / features.val_end to fit the data's dates")
-        out[name] = (int(idx[0]), int(idx[-1]))
-    return out
 
 
 @dataclass(frozen=True)
@@ -293,64 +219,11 @@ def _finish(params: Params, out: Path, scanned: Scan, plan: Plan, store: ColumnS
     arrays = {name: np.load(out / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
     fs = FeatureSet(**{**arrays, "tradable": tradable[:, cols]}, symbols=kept, feature_names=names, splits=splits,
                     mean=mean, std=std, coverage=cover)
-    _save_json(fs, out)
+    save_json(fs, out)
     (out / HISTORY).write_text(json.dumps({
         "panel_bars": steps, "last": int(scanned.index[-1]), "symbols": symbols, "ragged": scanned.ragged,
         "config": _config(params), "digests": digests}, indent=1))
     return fs, (None if stored is None else steps - first)
-
-
-def _day(ts: np.datetime64) -> str:
-    return str(ts)[:10]
-
-
-def save(fs: FeatureSet, out: Path) -> None:
-    """Write an in-memory feature set (the stage itself streams its arrays, :func:`build`)."""
-    for name in ARRAYS:
-        np.save(out / f"{name}.npy", getattr(fs, name))
-    _save_json(fs, out)
-
-
-def _save_json(fs: FeatureSet, out: Path) -> None:
-    (out / META).write_text(json.dumps({"symbols": fs.symbols, "feature_names": fs.feature_names}))
-    (out / NORM).write_text(json.dumps({"mean": fs.mean.tolist(), "std": fs.std.tolist()}))
-    dates = {name: {"first": _day(fs.timestamps[lo]), "last": _day(fs.timestamps[hi]), "first_index": lo,
-                    "last_index": hi} for name, (lo, hi) in fs.splits.items()}
-    (out / SPLITS).write_text(json.dumps(dates, indent=1))
-    (out / COVERAGE).write_text(json.dumps(coverage_summary(fs), indent=1))
-
-
-def coverage_summary(fs: FeatureSet) -> dict[str, object]:
-    """What the data layer dropped or masked (``coverage.json``, logged with the MLflow run):
-    symbols dropped as never tradable, masked symbol-bars, and the per-symbol counts."""
-    kept = set(fs.symbols)
-    return {
-        "symbols": len(fs.symbols),
-        "bars": len(fs.timestamps),
-        "masked_cells": int((~np.asarray(fs.tradable, dtype=bool)).sum()),
-        "dropped_symbols": [c.symbol for c in fs.coverage if c.symbol not in kept],
-        "per_symbol": [asdict(c) for c in fs.coverage],
-    }
-
-
-def load(out: Path) -> FeatureSet:
-    """Read a saved feature set (the train, backtest and deliver stages start here)."""
-    if not (out / META).exists():
-        raise MissingInput(f"{out / META}: not found (run `podracer features` first)")
-    stale = [name for name in ARRAYS if not (out / f"{name}.npy").exists()]
-    if stale:
-        raise MissingInput(f"{out}: no {stale[0]}.npy (an older feature set; run `podracer features` again)")
-    arrays = {name: np.load(out / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
-    cover = json.loads((out / COVERAGE).read_text())["per_symbol"] if (out / COVERAGE).exists() else []
-    meta = json.loads((out / META).read_text())
-    norm = json.loads((out / NORM).read_text())
-    splits = json.loads((out / SPLITS).read_text())
-    return FeatureSet(
-        **arrays, symbols=meta["symbols"], feature_names=meta["feature_names"],
-        splits={k: (v["first_index"], v["last_index"]) for k, v in splits.items()},
-        mean=np.asarray(norm["mean"]), std=np.asarray(norm["std"]),
-        coverage=[SymbolCoverage(**c) for c in cover],
-    )
 
 
 @dataclass(frozen=True)
@@ -407,5 +280,5 @@ def features(params: Params) -> FeaturesResult:
             appended = appended_bars(folder if (folder / META).exists() else None, staging)
     log.info("features %s for %d symbols x %d bars (%d appended)", fs.feature_names, len(fs.symbols),
              len(fs.timestamps), appended)
-    dates = {name: (_day(fs.timestamps[lo]), _day(fs.timestamps[hi])) for name, (lo, hi) in fs.splits.items()}
+    dates = {name: (day(fs.timestamps[lo]), day(fs.timestamps[hi])) for name, (lo, hi) in fs.splits.items()}
     return FeaturesResult(folder, len(fs.timestamps), len(fs.symbols), fs.feature_names, dates, appended)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.model.walkforward import CHALLENGER, Walk
@@ -107,14 +107,14 @@ def plot_equity(curve: pd.DataFrame, path: Path, title: str) -> None:  # pragma:
     plt.close(fig)
 
 
-def check_fits(meta: bundle.PolicyMeta, fs: features.FeatureSet, origin: object) -> None:
+def check_fits(meta: bundle.PolicyMeta, fs: feature_set.FeatureSet, origin: object) -> None:
     """A policy trades exactly the feature set's symbols and indicators, or nothing."""
     if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
         raise MissingInput(f"{origin}: the model was trained on other symbols or features "
                            "(run `podracer train` again)")
 
 
-def side_by_side(fs: features.FeatureSet, policies: dict[str, tuple[Policy, bundle.PolicyMeta]],
+def side_by_side(fs: feature_set.FeatureSet, policies: dict[str, tuple[Policy, bundle.PolicyMeta]],
                  window: tuple[int, int], per_year: float, risk_free: float,
                  ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
     """Equity curves and metrics of each policy and of buy-and-hold over one env ``window``,
@@ -147,7 +147,7 @@ def compare(params: Params, folders: dict[str, Path], window: tuple[int, int], o
     """The policy bundles in ``folders`` (arm name → folder) beside buy-and-hold on one env
     ``window`` of the feature set, written into ``out`` (``metrics.json``, ``equity.csv``,
     ``equity.png``)."""
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     policies = {name: bundle.load(folder) for name, folder in folders.items()}
     for name, (_, meta) in policies.items():
         check_fits(meta, fs, folders[name])
@@ -196,7 +196,7 @@ def backtest(params: Params, walk: Walk | None = None) -> BacktestResult:
     bars the champion had seen.
     """
     if walk is None:
-        fs = features.load(params.dirs.features)
+        fs = feature_set.load(params.dirs.features)
         return compare(params, {"agent": params.dirs.models}, fs.window("test"), params.dirs.backtest, "Test window")
     champion = walk.champion
     folders = {CHALLENGER: params.dirs.ct / CHALLENGER, **({"champion": champion.folder} if champion else {})}
@@ -204,7 +204,7 @@ def backtest(params: Params, walk: Walk | None = None) -> BacktestResult:
     return replace(tested, seen=walk.seen)
 
 
-def since_window(fs: features.FeatureSet, since: str) -> tuple[int, int] | None:
+def since_window(fs: feature_set.FeatureSet, since: str) -> tuple[int, int] | None:
     """The env window of the bars after the date ``since`` up to the last bar (starting one
     bar before the first, as every window does); None when no bar follows ``since``."""
     dates = np.array([str(t)[:10] for t in fs.timestamps])

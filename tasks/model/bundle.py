@@ -31,7 +31,7 @@ from trainers.ensemble import Ensemble
 
 if TYPE_CHECKING:  # serving loads bundles without the training stack
     from tasks.config import Params
-    from tasks.data import features
+    from tasks.data import feature_set
     from trainers.evolution import EvolutionResult
 
 log = logging.getLogger("podracer.train")  # the train stage writes the bundle
@@ -116,7 +116,7 @@ def net_dims(params: Params, algo: str, hparams: dict[str, float]) -> list[int]:
     return list(config_of(params, algo).with_hparams(hparams).net_dims)
 
 
-def policy_bundle(params: Params, fs: features.FeatureSet, scales: StateScales, data_version: str,
+def policy_bundle(params: Params, fs: feature_set.FeatureSet, scales: StateScales, data_version: str,
                   result: EvolutionResult) -> tuple[dict[str, torch.Tensor], PolicyMeta]:
     """The model to register: the best validation snapshot, or with ``registry.ensemble: k``
     the run's top k agents as one policy acting on the mean of their target allocations

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tasks.caching import current_version
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from trainers.algorithms import Config, config_of
 from trainers.common.state import StateScales
 from trainers.evolution import CHECKPOINT, WarmStart
@@ -24,7 +24,7 @@ from trainers.evolution import CHECKPOINT, WarmStart
 log = logging.getLogger("podracer.train")
 
 
-def state_scales(params: Params, fs: features.FeatureSet) -> StateScales:
+def state_scales(params: Params, fs: feature_set.FeatureSet) -> StateScales:
     """The state's scaling constants: cash over initial cash, shares over hmax, prices over
     the first training bar's closes (saved with the model, so serving scales alike)."""
     return StateScales(
@@ -55,7 +55,7 @@ class Plan:
     start: str = ""
     """How the population starts, said in the summary line (e.g. "warm start from the champion")."""
 
-    def windows(self, fs: features.FeatureSet) -> tuple[tuple[int, int], tuple[int, int]]:
+    def windows(self, fs: feature_set.FeatureSet) -> tuple[tuple[int, int], tuple[int, int]]:
         return self.train_window or fs.window("train"), self.val_window or fs.window("validation")
 
     def configure(self, params: Params, data_version: str) -> Params:

@@ -23,7 +23,7 @@ import torch
 
 from tasks.caching import current_version
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.errors import ConfigError, MissingInput, TrainingFailed
 from tasks.model import bundle, leaderboard
 from tasks.model.plan import Plan, checkpoint_dir, state_scales
@@ -149,7 +149,7 @@ class GenerationLog:
             self.line(key)
 
 
-def new_run(params: Params, fs: features.FeatureSet, data: MarketData, scales: StateScales,
+def new_run(params: Params, fs: feature_set.FeatureSet, data: MarketData, scales: StateScales,
             plan: Plan = Plan()) -> Run:
     """The training run ``evolution.mode`` asks for, on the plan's windows (by default the
     train split, selecting on validation)."""
@@ -207,7 +207,7 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
     the output folder (the continuous-training cycle's challenger). ``display`` shows the
     progress (the CLI and the flows pass the terminal's bar).
     """
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     if data_version is None:
         data_version = current_version(params)
     params = plan.configure(params, data_version)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.model.plan import Plan, state_scales
@@ -48,7 +48,7 @@ class Champion:
 @dataclass(frozen=True)
 class Windows:
     """Bar indices (inclusive) of one cycle. Env windows start one bar before their first
-    decision, as :meth:`tasks.data.features.FeatureSet.window` does."""
+    decision, as :meth:`tasks.data.feature_set.FeatureSet.window` does."""
 
     train: tuple[int, int]
     select: tuple[int, int]
@@ -68,7 +68,7 @@ def day(ts: np.datetime64) -> str:
     return str(ts)[:10]
 
 
-def windows(fs: features.FeatureSet, eval_bars: int) -> Windows:
+def windows(fs: feature_set.FeatureSet, eval_bars: int) -> Windows:
     """Split the feature set's bars into train, selection and evaluation windows.
 
     The evaluation window is the last ``eval_bars`` bars; selection runs from the bar after
@@ -87,7 +87,7 @@ def windows(fs: features.FeatureSet, eval_bars: int) -> Windows:
                    last=day(fs.timestamps[last]))
 
 
-def seen_bars(fs: features.FeatureSet, w: Windows, champion_cutoff: str | None) -> int:
+def seen_bars(fs: feature_set.FeatureSet, w: Windows, champion_cutoff: str | None) -> int:
     """How many of the window's bars lie on or before the champion's data cutoff: the bars it
     trained or selected on. Unknown cutoff (a version registered before cutoffs were kept):
     assume it saw the whole window, the conservative choice."""
@@ -97,7 +97,7 @@ def seen_bars(fs: features.FeatureSet, w: Windows, champion_cutoff: str | None) 
     return sum(d <= champion_cutoff for d in dates)
 
 
-def warm_start(params: Params, fs: features.FeatureSet, folder: Path) -> tuple[WarmStart | None, str]:
+def warm_start(params: Params, fs: feature_set.FeatureSet, folder: Path) -> tuple[WarmStart | None, str]:
     """The champion bundle in ``folder`` as a warm start, or None and the reason it cannot
     be one (an ensemble or a policy another learner trained, whose weights are no PPO
     population member's; other symbols, indicators, state scales or network shape): the
@@ -121,7 +121,7 @@ def warm_start(params: Params, fs: features.FeatureSet, folder: Path) -> tuple[W
     return WarmStart(hparams=hparams, actor=weights), "warm start from the champion"
 
 
-def challenger_plan(params: Params, fs: features.FeatureSet, w: Windows, champion: Champion | None) -> Plan:
+def challenger_plan(params: Params, fs: feature_set.FeatureSet, w: Windows, champion: Champion | None) -> Plan:
     """The challenger's training: on ``w``'s train and selection windows of ``fs``, warm from
     the champion when it fits (else cold, saying why), for ``ct.generations``, into
     ``data/ct/challenger/``.
@@ -159,7 +159,7 @@ def walk(params: Params, champion: Champion | None) -> Walk:
     """The cycle's walk forward on the feature set in ``data/features/``, against ``champion``
     (None: the registry has none). A one-line :class:`DataError` when the history is too
     short for ``ct.eval_bars`` (:func:`windows`)."""
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     w = windows(fs, params.ct.eval_bars)
     seen = None if champion is None else seen_bars(fs, w, champion.cutoff)
     return Walk(w, challenger_plan(params, fs, w, champion), champion, seen)

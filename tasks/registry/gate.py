@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.errors import MissingInput
 from tasks.model.backtest import BacktestResult, compare
 from tasks.model.walkforward import CHALLENGER, Champion, Windows, day, seen_bars
@@ -68,7 +68,7 @@ def _arms(params: Params, tested: BacktestResult) -> list[Arm]:
     return [Arm.of(name, tested.curve[name], per_year, params.backtest.risk_free) for name in tested.curve.columns]
 
 
-def split_windows(fs: features.FeatureSet) -> Windows:
+def split_windows(fs: feature_set.FeatureSet) -> Windows:
     """The pipeline's splits as :class:`tasks.model.walkforward.Windows`: it trains on the
     train split, selects on validation and is judged on test."""
     valid = fs.splits["validation"][1]
@@ -86,7 +86,7 @@ def pipeline_gate(params: Params, tested: BacktestResult, champion: Champion | N
     window (other symbols or features) is a faulted test, so the agent is refused and can be
     promoted only by hand (docs/operations.md, the gate)."""
     registry, per_year, risk_free = params.registry, periods_per_year(params.data.freq), params.backtest.risk_free
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     w = split_windows(fs)
     said = f"Test window {tested.start} to {tested.end}; trained and selected on data to {w.cutoff}."
     if champion is None:

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from tasks.config import Params, RegistryParams
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.data.validate import REPORT
 from tasks.model import bundle
 from tasks.model.backtest import BacktestResult, load_result
@@ -104,7 +104,7 @@ def pipeline_candidate(params: Params, tested: BacktestResult | None = None,
     tested = tested or load_result(dirs.backtest)
     verdict = verdict or gate_report(params, tested, champion=current_champion(params))
     _, meta = bundle.load(dirs.models)
-    fs = features.load(dirs.features)
+    fs = feature_set.load(dirs.features)
     metrics = {"test": tested.metrics["agent"], "buy_and_hold": tested.buy_and_hold}
     if verdict.compared is not None:
         metrics["champion"] = verdict.compared.metrics["champion"]
@@ -164,7 +164,7 @@ def log_coverage(features_dir: Path) -> dict[str, float]:
     ``data.dropped_symbols``. Returns the metrics; nothing is logged without the file."""
     import mlflow
 
-    path = features_dir / features.COVERAGE
+    path = features_dir / feature_set.COVERAGE
     if not path.exists():
         log.warning("%s: not found, the run does not count masked bars (run `podracer features` again)", path)
         return {}
@@ -193,7 +193,7 @@ def register(params: Params, candidate: Candidate | None = None) -> RegisterResu
     candidate = candidate or pipeline_candidate(params)
     registry, folder = params.registry, candidate.model_dir
     _, meta = bundle.load(folder)
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     store = client(registry)
     experiment_id = connect(registry)
     drop_incomplete(registry)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.config import Params, RegistryParams
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.errors import MissingInput
 from tasks.model.backtest import BacktestResult, compare, since_window
 from tasks.model.walkforward import Champion
@@ -75,7 +75,7 @@ def shadow_record(params: Params, shadow: Shadow, champion: Champion | None) -> 
     ``since`` date; None when no bar has come since (nothing to test yet). A shadow that
     cannot be replayed on this data (another universe or features) is a one-line
     :class:`MissingInput` naming it: its seat is not free."""
-    window = since_window(features.load(params.dirs.features), shadow.since)
+    window = since_window(feature_set.load(params.dirs.features), shadow.since)
     if window is None:
         return None
     folders = {ARM: shadow.folder, **({"champion": champion.folder} if champion else {})}

@@ -80,7 +80,7 @@ def test_status_shows_the_shadow_under_the_registry_aliases(built_copy, tmp_path
     from mlflow import MlflowClient
 
     from standins.tiny import TINY, tiny_params
-    from tasks.data import features
+    from tasks.data import feature_set
     from tasks.delivery.client.local import local_broker
     from tasks.delivery.keys import SHADOW, local_keys
     from tests.tasks.delivery.client.test_loop import champion as register_biased
@@ -91,7 +91,7 @@ def test_status_shows_the_shadow_under_the_registry_aliases(built_copy, tmp_path
     params = tiny_params(tmp_path, "registry.gate_margin=-1000")
     first, second = register_biased(params, CHAMPION_BIAS), register_biased(params, SHADOW_BIAS)
     with_aliases(params, champion=first, shadow=second)  # shadow_since 2021-12-30
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     day = str(fs.timestamps[-2])[:10]
     keys = local_keys(params, SHADOW)
     with local_broker(params, ledger=params.dirs.broker / "broker.db", clock="simulated",

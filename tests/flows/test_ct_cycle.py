@@ -14,7 +14,7 @@ import pytest
 from flows import ct_cycle as cycle_module
 from flows.ct_cycle import ct_cycle
 from tasks.config import load_params
-from tasks.data import features
+from tasks.data import feature_set, features
 from tasks.data.arrivals import simulate
 from tasks.data.ingest import ingest
 from tasks.data.validate import validate
@@ -36,7 +36,7 @@ def test_one_cycle_registers_a_challenger_with_its_window_cutoff_and_report(buil
     summary = ct_cycle(params)
     store, name = client(params.registry), params.registry.model_name
     version = store.get_model_version(name, summary.registered.version)
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     last = len(fs.timestamps) - 1
     cutoff = str(fs.timestamps[last - params.ct.eval_bars])[:10]  # the bar before the 63-bar window
     assert summary.appended_bars == 5 and str(version.version) == "2"
@@ -79,7 +79,7 @@ def test_a_shadow_trades_beside_the_champion_and_is_promoted_when_its_record_pas
     assert first.note.startswith("version 2: enters shadow") and alias_map(store, name) == {
         CHAMPION: "1", SHADOW: "2", CHALLENGER: "2"}
     since = store.get_model_version(name, "2").tags["shadow_since"]
-    assert since == str(features.load(params.dirs.features).timestamps[-1])[:10]
+    assert since == str(feature_set.load(params.dirs.features).timestamps[-1])[:10]
 
     both = deliver(params)  # one trading cycle: the champion, then the shadow in its own account
     assert (both.version, both.role, both.shadow.version, both.shadow.role) == ("1", "champion", "2", "shadow")

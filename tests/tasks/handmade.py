@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tasks.data.features import FeatureSet
+from tasks.data.feature_set import FeatureSet
 from tasks.model import bundle
 from trainers.common.nets import Actor
 from trainers.common.state import StateScales

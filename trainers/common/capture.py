@@ -11,7 +11,7 @@ Python, the GPU waits on the launches. Two remedies, which ``train.compile`` cho
   then recorded and replayed as well (what ``mode="reduce-overhead"`` does, kept in hand here).
 
 A recorded step must read and write only tensors that stay where they are from call to
-call (static buffers, :meth:`trainers.common.env.MarketEnv.pin`), take no host decision from
+call (static buffers, :meth:`trainers.common.accounts.AccountBatch.pin`), take no host decision from
 device values (trainers/common/draws.py draws its randomness before it), and keep its shapes.
 :func:`no_host_reads` checks the second on any device: it fails a block that reads device
 memory on the host or builds a tensor from host data. On a GPU either one stalls the step

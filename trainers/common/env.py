@@ -32,18 +32,21 @@ single pass counts its bars on the host.
 With a ``baseline`` action, :meth:`MarketEnv.step` also returns each stock's **credit**
 (``ppo.credit: per_stock``): what the sampled action's trade in that stock earned over
 its holding period, less what the baseline's would have, from the same account.
+
+What the trainers do to the batch of accounts around the MDP (stack, pin, resize,
+checkpoint) is :class:`trainers.common.accounts.AccountBatch`, which the env extends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
 from trainers._checks import require
+from trainers.common.accounts import AccountBatch
 from trainers.common.credit import per_stock_credit
-from trainers.common.draws import draw_on, restore
+from trainers.common.draws import draw_on
 from trainers.common.market import MarketData  # the env's callers import it from here too
 from trainers.common.orders import Fill, execute_orders
 from trainers.common.state import StateScales, account_block, state_dim
@@ -83,7 +86,7 @@ class Step(NamedTuple):
         return place(self.state, self.final.index, self.final.states)
 
 
-class MarketEnv:
+class MarketEnv(AccountBatch):
     """E parallel accounts trading n stocks over the bars ``[t_lo, t_hi]`` of ``data``.
 
     With ``random_start`` each sub-environment starts at a random bar and runs for a random
@@ -148,54 +151,6 @@ class MarketEnv:
         """Raise if a static step ever truncated more envs than its slots hold (their final
         states were dropped). Reads the device: call it where the host waits anyway."""
         self.slots.check(int(self.overflow))
-
-    ACCOUNT = ("cash", "shares", "value", "t", "t_end")
-    """The per-env state tensors (dim 0 is the env)."""
-
-    @classmethod
-    def stack(cls, envs: Sequence[MarketEnv]) -> MarketEnv:
-        """One env stepping the accounts of ``envs`` as one batch (the multiplexed population).
-
-        Each part keeps its own random stream, so the stacked env draws, steps and resets
-        exactly what the parts would one by one; :meth:`unstack` hands the accounts back.
-        """
-        first = envs[0]
-        require(all(e.data is first.data and e.scales == first.scales and e.cfg == first.cfg
-                    and (e.t_lo, e.t_hi, e.random_start) == (first.t_lo, first.t_hi, first.random_start)
-                    for e in envs), "stacked envs must share data, scales, config and window")
-        env = cls(first.data, first.scales, first.cfg, sum(e.num_envs for e in envs), (first.t_lo, first.t_hi),
-                  random_start=first.random_start)
-        env.streams = [stream for e in envs for stream in e.streams]
-        env.slots = env._slots([count for _, count in env.streams])
-        env.static = first.static
-        for name in cls.ACCOUNT:
-            setattr(env, name, torch.cat([getattr(e, name) for e in envs]))
-        return env
-
-    def restack(self, envs: Sequence[MarketEnv]) -> None:
-        """Take the accounts of ``envs`` (those this env was stacked from) again, into the
-        tensors this env holds now, so a recorded step finds them where it left them."""
-        for name in self.ACCOUNT:
-            torch.cat([getattr(e, name) for e in envs], out=getattr(self, name))
-
-    def unstack(self, envs: Sequence[MarketEnv]) -> None:
-        """Write this stacked env's accounts back into the ``envs`` it was stacked from."""
-        for name in self.ACCOUNT:
-            for e, part in zip(envs, getattr(self, name).split([e.num_envs for e in envs])):
-                setattr(e, name, part.clone())
-
-    def pin(self) -> None:
-        """Keep the accounts in fixed tensors from step to step: the first call remembers the
-        tensors they are in, later calls copy the current values back into those. A step
-        replayed from a CUDA graph reads and writes fixed addresses (trainers/common/capture.py)."""
-        if self._home is None:
-            self._home = {name: getattr(self, name) for name in self.ACCOUNT}
-            return
-        for name, home in self._home.items():
-            now = getattr(self, name)
-            if now is not home:
-                home.copy_(now)
-                setattr(self, name, home)
 
     @property
     def state_dim(self) -> int:
@@ -383,33 +338,3 @@ class MarketEnv:
         """``[E, n]`` per-stock credit of the step just filled (``self.t`` still the bar decided
         at; :func:`trainers.common.credit.per_stock_credit`)."""
         return per_stock_credit(self.data, self.cfg, fill, base, self.t, stop, self.flattens)
-
-    def resize(self, num_envs: int) -> None:
-        """Grow or shrink the batch to ``num_envs`` (Nitro's actor scaling, nitro §5.3): the
-        first envs keep their accounts and episodes, new ones start fresh episodes."""
-        require(num_envs >= 1 and len(self.streams) == 1, "resize needs >= 1 env and an unstacked env")
-        keep = min(num_envs, self.num_envs)
-        old = {name: getattr(self, name)[:keep] for name in self.ACCOUNT}
-        self._set_size(num_envs)
-        start, end = self._episodes()
-        self.cash = torch.full((num_envs,), self.cfg.initial_cash, dtype=torch.float64, device=self.device)
-        self.shares = torch.zeros((num_envs, self.data.n_stocks), dtype=torch.float64, device=self.device)
-        self.value, self.t, self.t_end = self.cash.clone(), start, end
-        for name, kept in old.items():
-            getattr(self, name)[:keep] = kept
-
-    def _set_size(self, num_envs: int) -> None:
-        self.num_envs, self.streams = num_envs, [(self.generator, num_envs)]
-        self._all = torch.arange(num_envs, device=self.device)
-        self.slots = self._slots([num_envs])
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Accounts, clocks and the random stream: what a checkpoint needs to resume exactly."""
-        return {"cash": self.cash, "shares": self.shares, "value": self.value, "t": self.t,
-                "t_end": self.t_end, "rng": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for name in self.ACCOUNT:
-            setattr(self, name, state[name].to(self.device).clone())
-        self._set_size(len(self.cash))  # Nitro may have resized the batch since it was built
-        restore(self.generator, state["rng"], self.seed)

@@ -5,7 +5,8 @@ plain methods that return Alpaca's JSON shapes and raise :class:`BrokerError` wi
 Alpaca's status codes; :mod:`tasks.delivery.broker.api` puts them on HTTP. Orders follow
 Alpaca's lifecycle: placed while the market is closed they are ``accepted`` and fill at
 the next session's open, in one batch by the env's rule (:mod:`tasks.delivery.broker.fills`);
-during a simulated session a market order fills at once at the session's open price.
+during a simulated session a market order fills at once at the session's open price. What
+each clock event does to the orders is :mod:`tasks.delivery.broker.events`.
 Where this differs from Alpaca's real fills is in ``docs/delivery.md``.
 
 On **minute bars** every bar is a small session of its own inside the day's: its open and its
@@ -35,8 +36,9 @@ import numpy as np
 
 from tasks.delivery.broker.alpaca_shapes import BrokerError, OrderRequest, money, order_json, parse_order, position_json
 from tasks.delivery.broker.clock import ClockView, Phase, iso, utc_now
+from tasks.delivery.broker.events import close_event, open_event
 from tasks.delivery.broker.feed import Feed, FeedSource
-from tasks.delivery.broker.fills import fill_batch, marketable, remaining, touched
+from tasks.delivery.broker.fills import fill_batch, marketable, remaining
 from tasks.delivery.broker.ledger import OPEN_STATUSES, Ledger
 from tasks.errors import ConfigError
 
@@ -172,55 +174,8 @@ class PaperBroker:
             opens, closes = feed.instants(target, self.calendar)
             if until is not None and (closes if phase == "open" else opens) > until:
                 return False
-            (self._close_event if phase == "open" else self._open_event)(db, feed, target)
+            (close_event if phase == "open" else open_event)(self.ledger, db, feed, target, self.calendar)
         return True
-
-    def _open_event(self, db: sqlite3.Connection, feed: Feed, bar: int) -> None:
-        """The bar opens: at a session's first bar, the last session's close becomes ``last_equity``;
-        queued orders fill at the open, except those for a symbol without a real bar in this bar
-        (they stay open)."""
-        day, at = feed.day(bar).isoformat(), iso(feed.instants(bar, self.calendar)[0])
-        account = dict(db.execute("SELECT cash, cost_pct FROM account").fetchone())
-        if feed.session_start(bar) == bar:
-            equity = account["cash"] + self._holdings_value(db, feed, feed.close[bar - 1])
-            db.execute("UPDATE account SET last_equity = ?", (equity,))
-        orders = self.ledger.open_orders(db)
-        batch = [o for o in orders if o["time_in_force"] != "cls" and feed.trades(bar, o["symbol"])
-                 and marketable(o, feed.open[bar, feed.column(o["symbol"])])]
-        fill_batch(db, batch, feed.symbols, feed.open[bar], account["cash"], account["cost_pct"], day, at)
-        filled = {o["id"] for o in batch}
-        for order in orders:
-            if order["time_in_force"] == "opg" and order["id"] not in filled:
-                Ledger.update_order(db, order["id"], status="canceled", canceled_at=at, updated_at=at)
-        Ledger.set_clock(db, feed.key(bar), "open")
-
-    def _close_event(self, db: sqlite3.Connection, feed: Feed, bar: int) -> None:
-        """The bar closes: resting limits it traded through fill at their limit. At the session's
-        close (every daily bar; a session's last minute bar) ``cls`` orders fill at the close and
-        what is left of ``day`` orders expires. A symbol without a real bar here fills nothing:
-        its ``cls`` orders are canceled."""
-        day, at = feed.day(bar).isoformat(), iso(feed.instants(bar, self.calendar)[1])
-        last = feed.closes_session(bar, self.calendar)
-        cost_pct = db.execute("SELECT cost_pct FROM account").fetchone()["cost_pct"]
-        cash = db.execute("SELECT cash FROM account").fetchone()["cash"]
-        orders = self.ledger.open_orders(db)
-        if last:
-            on_close = [o for o in orders if o["time_in_force"] == "cls" and feed.trades(bar, o["symbol"])]
-            cash = fill_batch(db, on_close, feed.symbols, feed.close[bar], cash, cost_pct, day, at)
-            for order in orders:
-                if order["time_in_force"] == "cls" and not feed.trades(bar, order["symbol"]):
-                    Ledger.update_order(db, order["id"], status="canceled", canceled_at=at, updated_at=at)
-        for order in orders:
-            j = feed.column(order["symbol"])
-            if order["type"] == "limit" and order["time_in_force"] != "cls" and feed.real[bar, j] \
-                    and touched(order, feed.low[bar, j], feed.high[bar, j]):
-                prices = feed.close[bar].copy()
-                prices[j] = order["limit_price"]
-                cash = fill_batch(db, [order], feed.symbols, prices, cash, cost_pct, day, at)
-        for order in self.ledger.open_orders(db) if last else ():
-            if order["time_in_force"] == "day":
-                Ledger.update_order(db, order["id"], status="expired", expired_at=at, updated_at=at)
-        Ledger.set_clock(db, feed.key(bar), "close")
 
     # --- prices and the account ----------------------------------------------------------
     def _prices(self, feed: Feed) -> tuple[np.ndarray, np.ndarray]:
@@ -231,11 +186,6 @@ class PaperBroker:
         latest = feed.open[bar] if phase == "open" else feed.close[bar]
         before = feed.session_start(bar) - 1
         return latest, feed.close[before] if before >= 0 else latest
-
-    @staticmethod
-    def _holdings_value(db: sqlite3.Connection, feed: Feed, prices: np.ndarray) -> float:
-        rows = db.execute("SELECT symbol, qty FROM positions WHERE qty > 0 ORDER BY symbol").fetchall()
-        return float(sum(r["qty"] * prices[feed.column(r["symbol"])] for r in rows))
 
     def account(self) -> dict[str, Any]:
         self.catch_up()

@@ -25,7 +25,7 @@ from alpaca.common.exceptions import APIError
 from mlflow.exceptions import MlflowException
 
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client.loop import CycleResult, NoChampion, message
 from tasks.delivery.client.session import Session, trading_session
 from tasks.delivery.client.watch import Look, bar_keys, input_drift, look, restart, safe_line
@@ -90,7 +90,7 @@ def watch_champion(session: Session, started: tuple[str, str] | None = None,
     try:
         if started is not None:
             restart(params, *started)
-        fs = features.load(params.dirs.features)
+        fs = feature_set.load(params.dirs.features)
         keys = bar_keys(fs.timestamps, params.data.freq)
         seen = look(params, session.loop.journal.cycles(), keys, fs.prices,
                     lambda: session.client.close_all_positions(cancel_orders=True), emit or prefect_emit)

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client import deliver
 from tasks.delivery.client.bar_keys import bar_close, bar_key
 from tasks.delivery.client.loop import CycleResult
@@ -58,7 +58,7 @@ def forever(params: Params, show: Callable[[CycleResult], None], stop: threading
         traded: set[tuple[str, str | None, str | None]] = set()
         try:
             while not stop.is_set():
-                latest = bar_key(features.load(params.dirs.features).timestamps[-1], params.data.freq)
+                latest = bar_key(feature_set.load(params.dirs.features).timestamps[-1], params.data.freq)
                 state = (latest, champion_version(params.registry), alias_version(params.registry, SHADOW))
                 if state not in traded:
                     show(deliver.cycle(session))

@@ -34,7 +34,7 @@ from alpaca.trading.enums import OrderSide, TimeInForce
 from alpaca.trading.requests import GetOrdersRequest, MarketOrderRequest
 
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client.bar_keys import bar_close, bar_key, bar_step, bar_time, compact
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.risk import PlannedOrder, check_orders, daily_loss, halt, halted
@@ -156,7 +156,7 @@ class TradingLoop:
         """Trade bar ``bar`` of the feature set (default: the latest) with the alias's current version."""
         version, model, swapped = self.policy.current()
         meta = model.unwrap_python_model().meta
-        fs = features.load(self.params.dirs.features)
+        fs = feature_set.load(self.params.dirs.features)
         if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
             raise DataError(f"{self.role} version {version} trades {len(meta.symbols)} symbols with "
                             f"{meta.feature_names}; data/features has other symbols or indicators")
@@ -236,7 +236,7 @@ class TradingLoop:
         self.client.cancel_orders()
         return reason
 
-    def _due(self, fs: features.FeatureSet, t: int, day: str, version: str, every: int) -> bool:
+    def _due(self, fs: feature_set.FeatureSet, t: int, day: str, version: str, every: int) -> bool:
         """Whether bar ``t`` (named ``day``) is a decision bar of ``version`` under
         ``env.decide_every``: the first bar it trades, then every ``every``-th bar after the last
         one it decided on (the journal's record, found among the feature set's bars before
@@ -252,7 +252,7 @@ class TradingLoop:
                 return t - at >= every
         return True
 
-    def _decide(self, model: Any, meta: Any, fs: features.FeatureSet, t: int, day: str,
+    def _decide(self, model: Any, meta: Any, fs: feature_set.FeatureSet, t: int, day: str,
                 version: str, account: Any, decide: bool = True) -> tuple[list[PlannedOrder], list[dict[str, Any]]]:
         """The policy's orders for bar ``t`` (sells first), and those a risk check objects to;
         on a held bar (``decide`` false), only the gate's and close-outs' orders.

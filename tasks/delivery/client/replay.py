@@ -26,7 +26,7 @@ import pandas as pd
 import requests
 
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client.bar_keys import bar_key
 from tasks.delivery.client.journal import Journal
 from tasks.delivery.client.local import local_broker
@@ -65,7 +65,7 @@ class ReplayResult:
 def window(params: Params, spec: str) -> tuple[int, int]:
     """Bar indices of ``START..END`` (dates, inclusive: every minute bar of those sessions) or of
     ``test``; the replay starts one bar earlier."""
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     days = pd.DatetimeIndex(fs.timestamps).normalize()
     if spec == "test":
         lo, hi = fs.splits["test"]
@@ -95,7 +95,7 @@ def advance(url: str, keys: Keys, to: str, session: requests.Session | None = No
 def replay(params: Params, spec: str = "test") -> ReplayResult:
     """Trade ``spec`` bar by bar on a fresh simulated account; compare with the backtest."""
     lo, hi = window(params, spec)
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     stamps = pd.DatetimeIndex(fs.timestamps[lo - 1 : hi + 1], name="ts")
     db, journal = params.dirs.broker / REPLAY_DB, params.dirs.broker / REPLAY_JOURNAL
     for file in (db, journal):

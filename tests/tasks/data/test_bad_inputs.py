@@ -419,7 +419,7 @@ def ragged_universe() -> pd.DataFrame:
 
 
 def test_a_ragged_universe_keeps_every_bar_and_masks_what_cannot_trade(tmp_path):
-    from tasks.data import features
+    from tasks.data import feature_set, features
 
     path = tmp_path / "ragged.csv"
     ragged_universe().to_csv(path, index=False)
@@ -430,7 +430,7 @@ def test_a_ragged_universe_keeps_every_bar_and_masks_what_cannot_trade(tmp_path)
     ingest(params)
     validate(params)
     features.features(params)
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     sessions = len(nyse_sessions(pd.Timestamp("2021-01-04").date(), pd.Timestamp("2021-12-31").date()))
     assert len(fs.timestamps) == sessions - 10  # not cut to BBB's listing in July
     assert fs.symbols == ["AAA", "BBB", "CCC", "EEE"]  # DDD, one row, never trades

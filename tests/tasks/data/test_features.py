@@ -4,8 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.config import FeatureParams
-from tasks.data import features
+from tasks.data import feature_set, features
 from tasks.data.arrivals import simulate
 from tasks.data.bars import read_parquet, write_parquet
 from tasks.data.ingest import ingest
@@ -16,19 +15,8 @@ from trainers.common.state import normalise_features
 from ...conftest import tiny_params
 
 
-def test_feature_set_follows_the_contract(built):
-    fs = features.load(built.dirs.features)
-    t, n, k = fs.features.shape
-    assert (n, k) == (4, 10) and fs.prices.shape == fs.opens.shape == (t, n)
-    assert fs.features.dtype == np.float32 and np.isfinite(fs.features).all()
-    assert fs.feature_names == list(built.features.indicators)
-    (a, b), (c, d), (e, f) = (fs.splits[s] for s in features.SPLIT_NAMES)
-    assert a == 0 and b + 1 == c and d + 1 == e and f == t - 1
-    assert str(fs.timestamps[b])[:10] <= "2021-03-31" < str(fs.timestamps[c])[:10]
-
-
 def test_normalisation_is_fitted_on_train_only(built):
-    fs = features.load(built.dirs.features)
+    fs = feature_set.load(built.dirs.features)
     lo, hi = fs.splits["train"]
     z = normalise_features(fs.features, fs.mean, fs.std)
     train = z[lo : hi + 1]
@@ -78,40 +66,17 @@ def test_missing_input_and_empty_split_are_one_line_errors(tiny):
     assert not tiny.dirs.features.exists()  # nothing half-written
 
 
-SESSIONS = pd.DatetimeIndex(["2021-12-29", "2021-12-30", "2021-12-31", "2022-01-03", "2022-01-04", "2022-01-05"],
-                            tz="UTC")
-
-
-def test_each_split_starts_the_bar_after_the_previous_split_ends():
-    cfg = FeatureParams(train_end=pd.Timestamp("2021-12-30").date(), val_end=pd.Timestamp("2022-01-03").date(),
-                                 warmup=0, indicators=["macd"])
-    assert features.split_indices(SESSIONS, cfg) == {"train": (0, 1), "validation": (2, 3), "test": (4, 5)}
-    minutes = pd.DatetimeIndex(["2021-12-30 20:58", "2021-12-30 20:59", "2021-12-31 14:30", "2022-01-03 20:59",
-                                "2022-01-04 14:30", "2022-01-04 14:31"], tz="UTC")
-    assert features.split_indices(minutes, cfg) == {"train": (0, 1), "validation": (2, 3), "test": (4, 5)}
-
-
-def test_an_env_window_starts_at_the_bar_before_its_split():
-    fs = features.FeatureSet(
-        opens=np.ones((6, 1)), prices=np.ones((6, 1)), features=np.zeros((6, 1, 1), np.float32),
-        timestamps=SESSIONS.tz_localize(None).to_numpy(), symbols=["A"], feature_names=["macd"],
-        splits={"train": (0, 1), "validation": (2, 3), "test": (4, 5)}, mean=np.zeros((1, 1)), std=np.ones((1, 1)),
-            tradable=np.ones((6, 1), bool))
-    # The first fill lands on the split's first open; every marked close lies inside the split.
-    assert (fs.window("train"), fs.window("validation"), fs.window("test")) == ((0, 1), (1, 3), (3, 5))
-
-
 def test_new_bars_are_appended_to_the_stored_rows_and_equal_a_full_recompute(built_copy, tmp_path):
     params = built_copy
-    before = features.load(params.dirs.features)
-    stored = {a: np.array(getattr(before, a)) for a in features.ARRAYS}
+    before = feature_set.load(params.dirs.features)
+    stored = {a: np.array(getattr(before, a)) for a in feature_set.ARRAYS}
     simulate(params, 3)
     validate(params)
     result = features.features(params)
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     full = features.build(params, mkdir(tmp_path / "full"))  # everything recomputed from the validated bars
     assert result.appended == 3 and len(fs.timestamps) == len(stored["timestamps"]) + 3 == result.bars
-    for name in features.ARRAYS:
+    for name in feature_set.ARRAYS:
         assert np.array_equal(getattr(fs, name), getattr(full, name)), name  # bit for bit
         assert np.array_equal(getattr(fs, name)[: len(stored[name])], stored[name]), name
     assert np.array_equal(fs.mean, before.mean) and np.array_equal(fs.std, before.std)  # train-only stats kept
@@ -121,9 +86,9 @@ def test_new_bars_are_appended_to_the_stored_rows_and_equal_a_full_recompute(bui
 
 def test_a_revised_history_is_replaced_whole_and_counts_every_bar(built_copy, tmp_path, caplog):
     params = built_copy
-    old = features.load(params.dirs.features)
+    old = feature_set.load(params.dirs.features)
     revised = mkdir(tmp_path / "revised")
-    features.save(features.FeatureSet(**{**old.__dict__, "prices": np.array(old.prices) * 1.01}), revised)
+    feature_set.save(feature_set.FeatureSet(**{**old.__dict__, "prices": np.array(old.prices) * 1.01}), revised)
     bars = len(old.timestamps)
     assert features.appended_bars(None, params.dirs.features) == bars  # no stored set
     assert features.appended_bars(params.dirs.features, params.dirs.features) == 0

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.data import features, indicators
+from tasks.data import feature_set, features, indicators
 from tasks.data.bars import VALIDATED, write_parquet
 
 from ...conftest import tiny_params
@@ -40,7 +40,7 @@ def params_at(root: Path, bars: pd.DataFrame):
 
 
 def saved(folder: Path) -> dict[str, np.ndarray]:
-    return {a: np.load(folder / f"{a}.npy") for a in features.ARRAYS}
+    return {a: np.load(folder / f"{a}.npy") for a in feature_set.ARRAYS}
 
 
 @pytest.mark.parametrize("ragged", [False, True])
@@ -62,11 +62,11 @@ def test_a_day_of_minute_bars_is_appended_from_a_tail_and_equals_a_full_recomput
     full = params_at(tmp_path / "full", bars)
     features.features(full)
     after, whole = saved(params.dirs.features), saved(full.dirs.features)
-    for name in features.ARRAYS:
+    for name in feature_set.ARRAYS:
         assert np.array_equal(after[name], whole[name], equal_nan=True), name  # bit for bit
         assert np.array_equal(after[name][: len(before[name])], before[name], equal_nan=True), name
     assert np.isfinite(after["features"][-390:]).all() == (not ragged)
-    for name in (features.META, features.NORM, features.SPLITS, features.COVERAGE, features.HISTORY):
+    for name in (feature_set.META, feature_set.NORM, feature_set.SPLITS, feature_set.COVERAGE, features.HISTORY):
         assert (params.dirs.features / name).read_text() == (full.dirs.features / name).read_text(), name
     assert features.features(params).appended == 0
 
@@ -99,6 +99,6 @@ def test_a_moved_train_split_is_recomputed_whole(tmp_path):
     write_parquet(bars[day < day.max()], params.dirs.validated / VALIDATED, "1min")
     features.features(params)
     write_parquet(bars, params.dirs.validated / VALIDATED, "1min")
-    stored = features.load(params.dirs.features).splits["train"]
+    stored = feature_set.load(params.dirs.features).splits["train"]
     result = features.features(params)
-    assert result.appended == result.bars and features.load(params.dirs.features).splits["train"] != stored
+    assert result.appended == result.bars and feature_set.load(params.dirs.features).splits["train"] != stored

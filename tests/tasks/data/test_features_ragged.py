@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from stockstats import wrap
 
-from tasks.data import features
+from tasks.data import feature_set, features
 from tasks.data.bars import VALIDATED, write_parquet
 from tasks.errors import DataError
 
@@ -41,16 +41,16 @@ def ragged_bars() -> pd.DataFrame:
 
 
 @pytest.fixture
-def ragged(tmp_path: Path) -> features.FeatureSet:
+def ragged(tmp_path: Path) -> feature_set.FeatureSet:
     params = tiny_params(tmp_path, "features.indicators=[ret_5, ret_20_xs, rsi_30]", f"features.warmup={WARM}",
                          f"features.min_history={MIN_HISTORY}", "features.train_end=2020-08-31",
                          "features.val_end=2020-10-31")
     write_parquet(ragged_bars(), params.dirs.validated / VALIDATED, "1d")
     features.features(params)
-    return features.load(params.dirs.features)
+    return feature_set.load(params.dirs.features)
 
 
-def row(fs: features.FeatureSet, session: int) -> int:
+def row(fs: feature_set.FeatureSet, session: int) -> int:
     """The feature set's row of a session index (the panel's first WARM bars are dropped)."""
     return session - WARM
 
@@ -70,11 +70,11 @@ def test_a_symbol_is_tradable_only_on_real_bars_after_its_own_history(ragged):
     assert tradable[: row(ragged, 200) + 1, c].all() and not tradable[row(ragged, 201) :, c].any()
     assert not tradable[row(ragged, 160) : row(ragged, 163), e].any()
     assert tradable[row(ragged, 163), e] and tradable[:, 0].all()
-    saved = json.loads((Path(ragged_dir(ragged)) / features.COVERAGE).read_text())
+    saved = json.loads((Path(ragged_dir(ragged)) / feature_set.COVERAGE).read_text())
     assert int((~tradable).sum()) == saved["masked_cells"]
 
 
-def ragged_dir(fs: features.FeatureSet) -> str:
+def ragged_dir(fs: feature_set.FeatureSet) -> str:
     return str(Path(fs.features.filename).parent)  # memory-mapped from the stage's folder
 
 

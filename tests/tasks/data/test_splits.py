@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 
 from tasks.config import DataParams, FeatureParams
-from tasks.data.features import split_indices
-from tasks.data.splits import default_split_dates, history_span, split_dates
+from tasks.data.splits import default_split_dates, history_span, split_dates, split_indices
 
 
 def test_the_embedded_markets_default_range_splits_where_the_default_run_always_did():
@@ -51,3 +50,16 @@ def test_default_splits_cut_the_bars_by_date():
         split_indices(sessions, cfg, (date(2020, 1, 1), date(2020, 1, 10)))
     assert split_indices(sessions, cfg, (date(2019, 12, 25), date(2020, 1, 10))) == {
         "train": (0, 5), "validation": (6, 7), "test": (8, 9)}  # 16 days: 12 -> 01-06, 14 -> 01-08
+
+
+SESSIONS = pd.DatetimeIndex(["2021-12-29", "2021-12-30", "2021-12-31", "2022-01-03", "2022-01-04", "2022-01-05"],
+                            tz="UTC")
+
+
+def test_each_split_starts_the_bar_after_the_previous_split_ends():
+    cfg = FeatureParams(train_end=pd.Timestamp("2021-12-30").date(), val_end=pd.Timestamp("2022-01-03").date(),
+                                 warmup=0, indicators=["macd"])
+    assert split_indices(SESSIONS, cfg) == {"train": (0, 1), "validation": (2, 3), "test": (4, 5)}
+    minutes = pd.DatetimeIndex(["2021-12-30 20:58", "2021-12-30 20:59", "2021-12-31 14:30", "2022-01-03 20:59",
+                                "2022-01-04 14:30", "2022-01-04 14:31"], tz="UTC")
+    assert split_indices(minutes, cfg) == {"train": (0, 1), "validation": (2, 3), "test": (4, 5)}

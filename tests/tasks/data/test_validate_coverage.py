@@ -89,11 +89,11 @@ def test_a_ragged_universe_validates_and_the_report_counts_what_is_masked_by_cau
 
 
 def test_the_report_drops_the_symbols_the_features_stage_drops(tmp_path):
-    from tasks.data import features
+    from tasks.data import feature_set, features
 
     params, result = run(tmp_path, "features.train_end=2021-02-10", "features.val_end=2021-02-22")
     features.features(params)
-    summary = json.loads((params.dirs.features / features.COVERAGE).read_text())
+    summary = json.loads((params.dirs.features / feature_set.COVERAGE).read_text())
     assert summary["dropped_symbols"] == list(result.never_tradable) == ["EARLY", "ONE"]
     # features counts after its 10-bar warm-up: the masked cells of the kept symbols in bars 10..39
     # AAA 0, GAP 3, LATE 5 (its own warm-up, bars 10-14), STOP 15 = 23

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from standins.tiny import tiny_params
-from tasks.data import features
+from tasks.data.feature_set import load, save
 from tasks.errors import MissingInput
 from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, METRICS_FILE, PLOT_FILE, backtest, since_window
@@ -44,7 +44,7 @@ def test_backtest_of_a_handmade_policy_by_hand(tmp_path):
     actor, meta = policy(["AAA", "BBB"], ["rsi_30"], [3.0, -3.0], env)
     for folder in (params.dirs.features, params.dirs.models):
         folder.mkdir(parents=True)
-    features.save(fs, params.dirs.features)
+    save(fs, params.dirs.features)
     bundle.save(params.dirs.models, actor.state_dict(), meta)
 
     result = backtest(params)
@@ -73,7 +73,7 @@ def test_backtest_refuses_a_model_trained_on_other_symbols(tmp_path):
     actor, meta = policy(["AAA", "CCC"], ["rsi_30"], [0.0, 0.0], EnvConfig())
     for folder in (params.dirs.features, params.dirs.models):
         folder.mkdir(parents=True)
-    features.save(fs, params.dirs.features)
+    save(fs, params.dirs.features)
     bundle.save(params.dirs.models, actor.state_dict(), meta)
     with pytest.raises(MissingInput) as err:
         backtest(params)
@@ -95,7 +95,7 @@ def test_a_shadow_record_starts_on_the_bar_after_its_since_date():
 def test_a_cycle_backtests_on_its_walk_and_reports_the_seen_bars_it_was_handed(built_copy):
     params = built_copy
     shutil.copytree(params.dirs.models, params.dirs.ct / CHALLENGER)
-    fs = features.load(params.dirs.features)
+    fs = load(params.dirs.features)
     w = windows(fs, 5)
     champion = Champion("1", params.dirs.models, None, None)
     tested = backtest(params, Walk(w, Plan(), champion, 2))  # the walk's count, not one worked out again

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from standins.tiny import tiny_params
-from tasks.data import features as features_module
+from tasks.data import feature_set as feature_set_module
 from tasks.data.arrivals import simulate
-from tasks.data.features import features, load
+from tasks.data.feature_set import load
+from tasks.data.features import features
 from tasks.data.validate import validate
 from tasks.errors import DataError
 from tasks.model import bundle
@@ -115,7 +116,7 @@ def test_the_walk_is_built_from_one_read_of_the_features(built_copy, monkeypatch
         reads.append(folder)
         return load(folder)
 
-    monkeypatch.setattr(features_module, "load", counted)
+    monkeypatch.setattr(feature_set_module, "load", counted)
     walked = walk(params, champion)
     assert reads == [params.dirs.features]  # windows, warm start, plan and seen bars share one read
     assert (walked.windows, walked.champion, walked.seen) == (w, champion, seen_bars(fs, w, None)) and walked.seen == 5

@@ -9,7 +9,7 @@ import mlflow
 from mlflow import MlflowClient
 
 from standins.tiny import tiny_params
-from tasks.data.features import COVERAGE
+from tasks.data.feature_set import COVERAGE
 from tasks.registry.register import log_coverage
 from tasks.registry.store import connect
 

@@ -5,7 +5,7 @@ import torch
 from mlflow import MlflowClient
 
 from standins.tiny import tiny_params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client.deliver import deliver
 from tasks.delivery.client.loop import NoChampion
 from tasks.model import bundle
@@ -54,7 +54,7 @@ def test_pyfunc_builds_the_same_state_and_orders_as_the_env(built_copy):
     register(with_margin(built_copy, -1e9))
     model = mlflow.pyfunc.load_model(f"models:/{built_copy.registry.model_name}@{CHAMPION}")
     actor, meta = bundle.load(built_copy.dirs.models)
-    fs = features.load(built_copy.dirs.features)
+    fs = feature_set.load(built_copy.dirs.features)
     t = len(fs.timestamps) - 2
     env = MarketEnv(fs.market(), meta.scales, meta.env, 1, (t, t + 1), random_start=False)
     env.reset()

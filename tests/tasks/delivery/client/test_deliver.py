@@ -6,7 +6,7 @@ import sqlite3
 import threading
 
 from standins.tiny import tiny_params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client import live
 from tasks.delivery.client.deliver import DELIVERED, deliver, delivered_version
 from tasks.delivery.client.local import local_broker
@@ -29,7 +29,7 @@ def orders(db) -> list[tuple[str, str]]:
 def test_deliver_starts_a_broker_when_none_answers_and_the_live_loop_records_the_same_cycle(built_copy, tmp_path):
     params = tiny_params(tmp_path, "registry.gate_margin=-1000", f"trade.url={NOBODY}")
     version = champion(params, BUY_ALL)
-    bar = str(features.load(params.dirs.features).timestamps[-1])[:10]
+    bar = str(feature_set.load(params.dirs.features).timestamps[-1])[:10]
     result = deliver(params)
     assert (result.version, result.bar) == (version, bar) and result.orders
     # the broker it started served data/broker/broker.db: the orders wait there, open (`accepted`

@@ -20,7 +20,8 @@ from alpaca.trading.requests import GetOrdersRequest, LimitOrderRequest, MarketO
 
 from standins.tiny import tiny_params
 from tasks.config import Params, RiskParams
-from tasks.data import features
+from tasks.data import feature_set
+from tasks.data.indicators import MARKET_WIDE
 from tasks.delivery.client.journal import JOURNAL, Journal
 from tasks.delivery.client.local import local_broker
 from tasks.delivery.client.loop import Policy, TradingLoop, client_order_id
@@ -66,7 +67,7 @@ def champion(params: Params, bias: list[float] | None) -> str:
 def desk(built_copy: Params, tmp_path: Path):
     """A champion and a fresh simulated account standing at the close of the fifth-last bar."""
     params = tiny_params(tmp_path, "registry.gate_margin=-1000", "trade.fill_timeout_seconds=2")
-    bars = [str(t)[:10] for t in features.load(params.dirs.features).timestamps[-5:]]
+    bars = [str(t)[:10] for t in feature_set.load(params.dirs.features).timestamps[-5:]]
     keys = local_keys(params)
     with local_broker(params, ledger=tmp_path / "desk.db", clock="simulated", day=date.fromisoformat(bars[0])) as url:
         yield Desk(params, url, TradingClient(keys.key_id, keys.secret, url_override=url), bars)
@@ -77,13 +78,13 @@ def test_a_cycle_sends_the_policys_orders_sells_first_and_a_new_champion_takes_o
     pinned = Policy(desk.params, pinned=True)  # what a replay trades: the champion it started with
     assert pinned.current()[0] == first
     loop = desk.loop()
-    bought = loop.cycle(len(features.load(desk.params.dirs.features).timestamps) - 5)
+    bought = loop.cycle(len(feature_set.load(desk.params.dirs.features).timestamps) - 5)
     assert [(o["symbol"], o["side"], o["qty"], o["status"]) for o in bought.orders] == [
         (f"SYN00{i}", "buy", 99, "accepted") for i in range(4)]
     assert bought.orders[0]["client_order_id"] == client_order_id(first, desk.bars[0], "SYN000")
     desk.advance("bar")
     second = champion(desk.params, [3.0, 3.0, -3.0, -3.0])
-    mixed = loop.cycle(len(features.load(desk.params.dirs.features).timestamps) - 4)
+    mixed = loop.cycle(len(feature_set.load(desk.params.dirs.features).timestamps) - 4)
     assert mixed.swapped_from == first and mixed.version == second
     assert pinned.current()[0] == first
     assert [(o["symbol"], o["side"], o["qty"]) for o in mixed.orders] == [
@@ -95,7 +96,7 @@ def test_a_cycle_sends_the_policys_orders_sells_first_and_a_new_champion_takes_o
 
 def test_the_same_bar_twice_sends_nothing_and_a_killed_cycle_resumes_without_duplicates(desk):
     champion(desk.params, [3.0, -3.0, 3.0, -3.0])
-    t = len(features.load(desk.params.dirs.features).timestamps) - 5
+    t = len(feature_set.load(desk.params.dirs.features).timestamps) - 5
 
     def killed() -> None:
         raise KeyboardInterrupt("killed between submit and record")
@@ -122,7 +123,7 @@ def test_the_same_bar_twice_sends_nothing_and_a_killed_cycle_resumes_without_dup
 
 def test_a_new_champion_on_the_same_bar_replaces_the_earlier_orders(desk):
     champion(desk.params, [3.0, 3.0, 3.0, 3.0])
-    t = len(features.load(desk.params.dirs.features).timestamps) - 5
+    t = len(feature_set.load(desk.params.dirs.features).timestamps) - 5
     desk.loop().cycle(t)
     champion(desk.params, [-3.0, 3.0, -3.0, -3.0])
     replaced = desk.loop().cycle(t)
@@ -134,7 +135,7 @@ def test_a_new_champion_on_the_same_bar_replaces_the_earlier_orders(desk):
 
 def test_orders_over_a_risk_limit_are_not_sent_and_the_halt_switches_stop_the_loop(desk):
     champion(desk.params, [3.0, 3.0, 3.0, 3.0])
-    t = len(features.load(desk.params.dirs.features).timestamps) - 5
+    t = len(feature_set.load(desk.params.dirs.features).timestamps) - 5
     strict = desk.params.model_copy(update={"trade": desk.params.trade.model_copy(update={
         "risk": RiskParams(max_order_notional=1.0)})})
     blocked = desk.loop(strict).cycle(t)
@@ -151,7 +152,7 @@ def test_orders_over_a_risk_limit_are_not_sent_and_the_halt_switches_stop_the_lo
 
 def test_a_daily_loss_beyond_the_limit_halts_and_cancels(desk):
     champion(desk.params, [3.0, 3.0, 3.0, 3.0])
-    fs = features.load(desk.params.dirs.features)
+    fs = feature_set.load(desk.params.dirs.features)
     last = len(fs.timestamps) - 1
     # the first of the last bars on which 99 shares of each stock bought at the open lose money by the close
     k = next(k for k in range(last - 3, last + 1) if (fs.prices[k] - fs.opens[k]).sum() < 0)
@@ -193,7 +194,7 @@ def test_the_keys_stay_out_of_logs_mlflow_and_the_ledger(desk, caplog):
     caplog.set_level("DEBUG")
     champion(desk.params, [3.0, 3.0, 3.0, 3.0])
     with trading_session(desk.params, run_name="keys", url=desk.url) as session:
-        session.loop.cycle(len(features.load(desk.params.dirs.features).timestamps) - 5)
+        session.loop.cycle(len(feature_set.load(desk.params.dirs.features).timestamps) - 5)
     secret, key_id = local_keys(desk.params).secret, local_keys(desk.params).key_id
     assert oct((desk.params.dirs.broker / "keys.json").stat().st_mode & 0o777) == "0o600"
     assert secret not in caplog.text and key_id not in caplog.text
@@ -212,10 +213,10 @@ def test_the_champion_never_buys_an_untradable_symbol_and_sells_a_held_one_that_
     SYN003 is bought again."""
     champion(desk.params, [3.0, 3.0, 3.0, 3.0])
     folder = desk.params.dirs.features
-    fs = features.load(folder)
+    fs = feature_set.load(folder)
     t = len(fs.timestamps) - 5
     tradable, raw = np.array(fs.tradable), np.array(fs.features)
-    per_stock = [i for i, name in enumerate(fs.feature_names) if name not in features.MARKET_WIDE]
+    per_stock = [i for i, name in enumerate(fs.feature_names) if name not in MARKET_WIDE]
     for bar, column in ((t, 3), (t + 1, 0)):
         tradable[bar, column] = False
         raw[bar, column, per_stock] = np.nan

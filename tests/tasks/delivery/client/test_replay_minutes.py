@@ -20,7 +20,7 @@ from alpaca.trading.client import TradingClient
 
 from standins.tiny import tiny_params
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client.journal import JOURNAL, Journal
 from tasks.delivery.client.local import local_broker
 from tasks.delivery.client.loop import TradingLoop
@@ -79,7 +79,7 @@ def test_a_week_of_minute_bars_replays_equal_to_the_backtest_to_the_cent(minute_
 
 def test_minute_bars_are_keyed_by_their_minute_and_a_bar_not_yet_closed_is_refused(minute_copy, tmp_path):
     register(minute_copy)
-    stamps = features.load(minute_copy.dirs.features).timestamps
+    stamps = feature_set.load(minute_copy.dirs.features).timestamps
     t = len(stamps) - 3
     keys = local_keys(minute_copy)
     start = pd.Timestamp(stamps[t - 1], tz="UTC").to_pydatetime()

@@ -14,7 +14,7 @@ import torch
 
 from standins.tiny import tiny_params
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client.journal import JOURNAL, Journal
 from tasks.delivery.client.session import trading_client, trading_session
 from tasks.delivery.keys import Keys
@@ -50,7 +50,7 @@ def champion(built_copy: Params, standin: AlpacaStandin, monkeypatch: pytest.Mon
     params = tiny_params(built_copy.data_dir.parent, "registry.gate_margin=-1000", "trade.broker=alpaca",
                          f"trade.url={standin.url}")
     assert register(params).promoted
-    fs = features.load(params.dirs.features)
+    fs = feature_set.load(params.dirs.features)
     for symbol, qty in HELD.items():
         standin.trading.hold(symbol, qty, float(fs.prices[-1, fs.symbols.index(symbol)]))
     monkeypatch.setenv("APCA_API_KEY_ID", KEY_ID)
@@ -98,7 +98,7 @@ def test_one_cycle_sends_exactly_the_planned_orders(champion: Params, standin: A
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     caplog.set_level(logging.DEBUG)
     result, planned = cycle_planned(champion, standin)
-    day = str(features.load(champion.dirs.features).timestamps[-1])[:10]
+    day = str(feature_set.load(champion.dirs.features).timestamps[-1])[:10]
     assert (result.version, result.bar, result.halted, result.blocked) == ("1", day, None, [])
     [record] = [r for r in planned if r["state"] == "planned"]
     orders = record["body"]["planned"]
@@ -149,7 +149,7 @@ def test_restart_after_a_crash_between_submit_and_record_sends_nothing_new(
     with pytest.raises(Killed):
         cycle_planned(champion, standin, kill=True)
     first = posts(standin)
-    day = str(features.load(champion.dirs.features).timestamps[-1])[:10]
+    day = str(feature_set.load(champion.dirs.features).timestamps[-1])[:10]
     [state] = [r["state"] for r in journal(champion, standin).cycles(day)]
     assert state == "planned" and len(first) == 4 and all(c.status == 200 for c in first)
     orders = dict(standin.trading.orders)

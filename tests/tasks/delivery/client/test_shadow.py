@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from standins.tiny import tiny_params
 from tasks.config import Params
-from tasks.data import features
+from tasks.data import feature_set
 from tasks.delivery.client.deliver import DELIVERED, deliver
 from tasks.delivery.client.journal import JOURNAL, Journal
 from tasks.delivery.client.loop import NoChampion, client_order_id
@@ -70,7 +70,7 @@ def test_client_order_ids_are_deterministic_and_differ_per_account():
 def test_one_cycle_trades_the_champion_and_the_shadow_each_in_its_own_account(two_versions):
     params, first, second = two_versions
     with_aliases(params, champion=first, shadow=second)
-    bar = str(features.load(params.dirs.features).timestamps[-1])[:10]
+    bar = str(feature_set.load(params.dirs.features).timestamps[-1])[:10]
     result = deliver(params)  # `podracer trade --once`
 
     champion_db, shadow_db = params.dirs.broker / "broker.db", params.dirs.broker / "broker-shadow.db"

@@ -241,8 +241,8 @@ def start_polls(params: Params, stop: threading.Event) -> list[threading.Thread]
     from flows.ct_cycle import ct_cycle
     from tasks.caching import current_version
     from tasks.data.arrivals import polled_arrival, unprocessed
-    from tasks.data.ct_record import last_processed
     from tasks.delivery.client.deliver import delivered_version
+    from tasks.model.ct_record import last_processed
     from tasks.registry.aliases import champion_data_version, champion_version
     from tasks.registry.webhook import Poller, polled_promotion, prefect_emit, undelivered
 

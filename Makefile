@@ -42,7 +42,7 @@ run: $(STAMP)
 # the dozen (commands, services, flow runs), and where PYTHONDONTWRITEBYTECODE is set (it is on
 # the machine of docs/testing.md's readings) each would compile the project again.
 # pip compiles the libraries when it installs them.
-BYTECODE := $(BIN)/python -m compileall -q flows tasks trainers standins benchmarks tests > /dev/null
+BYTECODE := $(BIN)/python -m compileall -q flows tasks trainers deploy standins benchmarks tests > /dev/null
 
 test: $(STAMP)
 	tests/standins/ensure_postgres.sh

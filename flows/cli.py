@@ -59,7 +59,7 @@ def _params(path: Path, overrides: list[str] | None, profile: bool = False, resu
     cfg = load_params(path, [*(overrides or []), *flags])
     share_console()
     if clients and (cfg.data_dir / "services" / "services.json").exists():
-        from tasks.services import use_servers
+        from deploy.local.services import use_servers
 
         cfg = use_servers(cfg)
     return cfg
@@ -290,8 +290,8 @@ def receiver(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> 
     """Serve the MLflow webhook receiver: signed alias moves become Prefect events (podracer up starts it)."""
     import uvicorn
 
+    from deploy.local.services import HOST, WEBHOOK_SECRET_ENV, webhook_secret
     from tasks.registry.webhook import prefect_emit, receiver_app
-    from tasks.services import HOST, WEBHOOK_SECRET_ENV, webhook_secret
 
     cfg = _stage("config", lambda: _params(params, set_))
     _log_to_console()
@@ -361,10 +361,10 @@ def _broker_headers(cfg: Params) -> dict[str, str]:
 def up(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
     """Start the local Prefect server, MLflow server, receiver, paper broker and deployment runner on
     127.0.0.1, and the supervisor that restarts any of them that dies."""
-    from tasks import services
+    from deploy.local import services
 
     cfg = _stage("config", lambda: _params(params, set_, clients=False))
-    from tasks.registry.webhook import ensure_webhook
+    from deploy.local.webhook import ensure_webhook
 
     running = _stage("up", lambda: services.up(cfg, _broker_headers(cfg),
                                                say=lambda line: console.print(f"  {line}")))
@@ -375,7 +375,7 @@ def up(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None: 
 @app.command()
 def down(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
     """Stop the supervisor, then the services `podracer up` started (by their recorded PIDs)."""
-    from tasks import services
+    from deploy.local import services
 
     cfg = _stage("config", lambda: _params(params, set_, clients=False))
     stopped = _stage("down", lambda: services.down(cfg, say=lambda line: console.print(f"  {line}")))
@@ -386,7 +386,7 @@ def down(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None
 def status(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
     """What `podracer up` started: each service's PID, URL, whether it answers, its restarts and their last
     reason; the supervisor; the registry's aliases."""
-    from tasks import services
+    from deploy.local import services
 
     cfg = _stage("config", lambda: _params(params, set_, clients=False))
     rows = _stage("status", lambda: services.status(cfg, _broker_headers(cfg)))

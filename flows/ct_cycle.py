@@ -41,7 +41,7 @@ from flows.stages import (
 )
 from flows.terminal import training_bar
 from tasks.config import Params, load_params
-from tasks.data.ct_record import nothing_new, record_processed
+from tasks.model.ct_record import nothing_new, record_processed
 from tasks.model.walkforward import walk
 from tasks.registry.register import RegisterResult, cycle_candidate
 from tasks.registry.store import check_tracking

@@ -44,12 +44,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import queue
+import sys
 import threading
+import traceback
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 from uuid import UUID
 
 from tasks.config import Params, load_params
@@ -241,8 +245,8 @@ def start_polls(params: Params, stop: threading.Event) -> list[threading.Thread]
     from flows.ct_cycle import ct_cycle
     from tasks.caching import current_version
     from tasks.data.arrivals import polled_arrival, unprocessed
-    from tasks.data.ct_record import last_processed
     from tasks.delivery.client.deliver import delivered_version
+    from tasks.model.ct_record import last_processed
     from tasks.registry.aliases import champion_data_version, champion_version
     from tasks.registry.webhook import Poller, polled_promotion, prefect_emit, undelivered
 
@@ -276,7 +280,34 @@ def main() -> None:
     stop = threading.Event()
     listen_promotions(params, stop)
     start_polls(params, stop)
-    serve(*deployments(params), print_starting_message=True)
+    leave(lambda: serve(*deployments(params), print_starting_message=True))
+
+
+def leave(serving: Callable[[], object]) -> NoReturn:
+    """Run ``serving`` (Prefect's ``serve``), then end this process at once, whatever threads
+    it left running.
+
+    On SIGTERM Prefect's runner raises ``SystemExit`` from its signal handler; the second
+    SIGTERM of ``podracer down`` (docs/operations.md) raises it again while ``asyncio.run`` is
+    still cleaning up, waiting for a flow-run process (after a CT cycle, its ``prefect.engine``
+    child) to end. The loop is then closed before it tells its AnyIO worker threads, which are
+    not daemons, to stop, and the interpreter waits on them for ever: ``down`` waited its whole
+    grace for the runner after every cycle (about 18 s, against 3-5 s idle). What the runner
+    must finish (deployments paused, flow processes signalled) is done when ``serve`` returns
+    or raises; what it leaves is only threads, and the flow processes of its group that
+    ``down`` kills with it."""
+    code = 1
+    try:
+        serving()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except BaseException:  # noqa: BLE001 - printed, then the exit code says it failed
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":

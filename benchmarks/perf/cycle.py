@@ -38,9 +38,9 @@ import requests
 import yaml
 
 from benchmarks.common import ROOT, Reading, commit, now, record
+from deploy.local.processes import group_alive
 from standins import tiny
 from tasks.config import Params, load_params
-from tasks.processes import group_alive
 
 TINY = [*tiny.TINY, "ct.eval_bars=20", "registry.gate_margin=-1000"]
 """``--tiny``: the test suite's sizes (standins/tiny.py), and what makes a quick CT cycle."""

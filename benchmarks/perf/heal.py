@@ -35,10 +35,10 @@ import yaml
 
 from benchmarks.common import ROOT, Reading, commit, now, record
 from benchmarks.perf.cycle import Failed, Loop, Row, describe, report, row, scratch_params, until
+from deploy.local.services import EFFECTIVE, folder, plan
 from tasks import health
 from tasks.config import load_params
 from tasks.delivery.keys import local_keys
-from tasks.services import EFFECTIVE, folder, plan
 
 SERVICES = ("prefect", "mlflow", "receiver", "broker", "runner")
 ANSWER_S, HEAL_S = 60.0, 180.0

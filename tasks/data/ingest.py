@@ -9,7 +9,7 @@ each symbol covers, and only the missing (symbols, range) pieces are fetched and
 The **data version** is a hash of the files as they are on disk, so a hand edit changes
 it (and validation judges it). The continuous-training cycle fetches up to today
 (``latest``) and ends early when the data version is the one it last finished on
-(:mod:`tasks.data.ct_record`, docs/operations.md).
+(:mod:`tasks.model.ct_record`, docs/operations.md).
 """
 
 from __future__ import annotations

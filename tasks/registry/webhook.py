@@ -34,8 +34,6 @@ from typing import Any
 import fastapi
 from fastapi.responses import JSONResponse
 
-from tasks.config import Params
-
 log = logging.getLogger("podracer.webhook")
 
 PROMOTED = "podracer.model.promoted"
@@ -261,25 +259,5 @@ class Poller:
             stop.wait(self.interval_s)
 
 
-WEBHOOK_NAME = "podracer-champion"
 ALIAS_CREATED = "model_version_alias.created"
-
-
-def ensure_webhook(params: Params) -> str:
-    """The MLflow webhook that posts alias moves to the receiver of ``podracer up``, made or
-    updated once (the server caches its webhook list for 60 s, so the first alias move after a
-    fresh ``up`` may be delivered by the registry poll instead)."""
-    from mlflow import MlflowClient
-    from mlflow.entities.webhook import WebhookEvent
-
-    from tasks.services import mlflow_url, receiver_url, webhook_secret
-
-    store = MlflowClient(mlflow_url(params), mlflow_url(params))
-    url, event = f"{receiver_url(params)}/webhook", WebhookEvent.from_str(ALIAS_CREATED)
-    for hook in store.list_webhooks():
-        if hook.name == WEBHOOK_NAME:
-            if hook.url != url:
-                store.update_webhook(hook.webhook_id, url=url, secret=webhook_secret(params))
-            return hook.webhook_id
-    return store.create_webhook(WEBHOOK_NAME, url, [event], description="champion alias moves -> Prefect event",
-                                secret=webhook_secret(params)).webhook_id
+"""The MLflow webhook event that moves an alias: the one the receiver turns into a Prefect event."""

@@ -1,8 +1,8 @@
-"""deploy/compose.yaml runs the services of ``podracer up`` (tasks/services.py) as containers:
+"""deploy/compose.yaml runs the services of ``podracer up`` (deploy/local/services.py) as containers:
 the same five services, the same commands and settings, on the host's network and bound to
 127.0.0.1 as ``podracer up`` binds them: nothing listens elsewhere and nothing is published.
 
-The commands are compared with ``tasks.services.plan()`` on the project's params.yaml, so the
+The commands are compared with ``deploy.local.services.plan()`` on the project's params.yaml, so the
 two cannot drift apart; ``docker compose config`` checks the file itself where Compose v2 is
 installed (it needs no Docker engine)."""
 
@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from tasks import services
+from deploy.local import services
 from tasks.config import Params, load_params
 from tests.conftest import REPO
 

@@ -149,7 +149,7 @@ def test_status_shows_whole_urls_and_log_paths_in_an_80_column_terminal(tmp_path
     import json
     from dataclasses import asdict
 
-    from tasks.services import STATE, Running
+    from deploy.local.services import STATE, Running
 
     log = str(tmp_path / "data" / "services" / "a-rather-long-name-for-the-mlflow-tracking-server.log")
     url = "http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"

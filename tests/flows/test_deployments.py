@@ -149,3 +149,47 @@ def test_the_runner_delivers_a_promotion_in_its_own_process_the_moment_the_event
     prefect_emit(promotion_event(params.registry.model_name, "6", "d6", "webhook"))
     assert delivered.get(timeout=20) == (params.registry.model_name, "6")
     stop.set()
+
+
+RUNNER = """
+import signal, sys, threading, time
+import prefect
+import flows.deployments as runner
+
+def serve(*deployments, **options):
+    # What a CT cycle leaves in the runner: a worker thread, not a daemon, that its event loop
+    # stops only if the loop's cleanup finishes (AnyIO's, after waiting for the flow process).
+    threading.Thread(target=threading.Event().wait, name="AnyIO worker thread").start()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # Prefect's Runner.handle_sigterm
+    print("serving", flush=True)
+    time.sleep(120)
+
+prefect.serve = serve
+runner.ensure_concurrency_limit = runner.crash_orphans = lambda: None
+runner.listen_promotions = runner.start_polls = lambda params, stop: []
+runner.deployments = lambda params: []
+sys.argv = ["runner", "-p", "params.yaml"]
+runner.main()
+"""
+"""The runner's ``main`` with Prefect's ``serve`` replaced by one that leaves what a finished CT
+cycle leaves behind, and the server calls stubbed: no Prefect server needed."""
+
+
+def test_the_runner_ends_at_sigterm_even_with_the_threads_a_finished_cycle_leaves():
+    """``podracer down`` after a CT cycle is as fast as idle: the runner exits on SIGTERM, even
+    though serving left a worker thread that is not a daemon (which kept the interpreter
+    waiting out ``down``'s whole grace, about 18 s)."""
+    served = subprocess.Popen([sys.executable, "-c", RUNNER], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    try:
+        assert served.stdout.readline().strip() == "serving"
+        os.killpg(served.pid, signal.SIGTERM)
+        code = served.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        if served.poll() is None:
+            os.killpg(served.pid, signal.SIGKILL)
+        served.wait()
+        served.stdout.close()
+    assert code == 0, "the runner did not end within 10 s of SIGTERM"

@@ -24,9 +24,9 @@ import pytest
 import requests
 import yaml
 
+from deploy.local.processes import group_alive
 from standins.postgres import free_port
 from standins.tiny import tiny_params
-from tasks.processes import group_alive
 from tasks.registry.aliases import CHAMPION
 from tasks.registry.register import register
 from tests.commands import podracer as run_command

@@ -101,6 +101,21 @@ def test_the_trading_client_reaches_the_broker_only_through_its_start_function()
         assert ast.get_docstring(ast.parse(modules[part].read_text())), part
 
 
+def test_the_local_services_sit_at_the_top_beside_flows():
+    """``deploy/local`` (the services of ``podracer up``) may use ``tasks``, but no stage and no
+    trainer imports ``deploy``, and ``deploy`` imports no flow: the CLI starts the services'
+    commands by name, so the two top parts never import each other in a circle."""
+    local = sorted((REPO / "deploy" / "local").glob("*.py"))
+    assert {p.stem for p in local} >= {"__init__", "services", "supervisor", "processes"}
+    assert ast.get_docstring(ast.parse((REPO / "deploy" / "local" / "__init__.py").read_text()))
+    below = [f"{p.relative_to(REPO)} imports {m}" for part in ("tasks", "trainers") for p in (REPO / part).rglob("*.py")
+             for m in imports(p) if m.split(".")[0] == "deploy"]
+    assert below == []
+    up = [f"{p.relative_to(REPO)} imports {m}" for p in local for m in imports(p) if m.split(".")[0] == "flows"]
+    assert up == []
+    assert [m for m in task_modules() if m.rsplit(".", 1)[-1] in ("services", "supervisor", "processes")] == []
+
+
 def test_loading_the_config_imports_no_torch():
     """trainers/config.py holds the trainers' config classes without torch, so a command that
     needs no training (the broker, ``status``, ``promote``) starts without paying for it."""

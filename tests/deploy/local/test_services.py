@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from deploy.local import services
+from deploy.local.processes import alive
+from deploy.local.services import Service
 from standins.tiny import tiny_params
-from tasks import services
 from tasks.config import Params, load_params
-from tasks.processes import alive
-from tasks.services import Service
 from tasks.settings import SERVER_ENV
-from tests.tasks.test_supervisor import standin
+from tests.deploy.local.test_supervisor import standin
 
 HEADERS = {"APCA-API-KEY-ID": "PKTEST", "APCA-API-SECRET-KEY": "secret"}
 PROJECT = ("receiver", "broker", "runner")

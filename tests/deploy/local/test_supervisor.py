@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from deploy.local.processes import alive, stop
+from deploy.local.services import Service, ServiceError, read_record
+from deploy.local.supervisor import BACKOFF_MAX, Limits, Supervisor
 from standins.postgres import free_port
-from tasks.processes import alive, stop
-from tasks.services import Service, ServiceError, read_record
-from tasks.supervisor import BACKOFF_MAX, Limits, Supervisor
 
-STANDIN = Path(__file__).resolve().parents[1] / "standins" / "service.py"
+STANDIN = Path(__file__).resolve().parents[2] / "standins" / "service.py"
 LIMITS = Limits(health_grace=1.0, restart_backoff=0.2, restart_limit=3, restart_window=60.0, tick=0.05,
                 health_every=0.2)
 

@@ -23,7 +23,7 @@ Every restart uses the same command and environment as the first start: the plan
 (``data/services/plan.json``), whose project services load ``data/services/params.yaml``.
 SIGTERM (``podracer down``) ends the supervisor and leaves the services to ``down``.
 
-    python -m tasks.supervisor data/services    # what `podracer up` runs
+    python -m deploy.local.supervisor data/services    # what `podracer up` runs
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks.health import answers
-from tasks.processes import alive, signal_group, stop
-from tasks.services import (
+from deploy.local.processes import alive, signal_group, stop
+from deploy.local.services import (
     PLAN,
     STOPPED_TWICE,
     SUPERVISOR,
@@ -51,6 +50,7 @@ from tasks.services import (
     read_record,
     write_record,
 )
+from tasks.health import answers
 from tasks.storage import write_atomic
 
 BACKOFF_MAX = 60.0

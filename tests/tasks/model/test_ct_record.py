@@ -1,8 +1,8 @@
 """The CT cycle's record: a cycle with nothing new ends early in one line."""
 
 from tasks.data.arrivals import simulate
-from tasks.data.ct_record import nothing_new, record_processed
 from tasks.data.ingest import ingest
+from tasks.model.ct_record import nothing_new, record_processed
 
 
 def test_a_cycle_with_nothing_new_ends_early_in_one_line(built_copy):

@@ -20,12 +20,12 @@ Every service runs with the config ``up`` computed, overrides included: ``up`` w
 ``status`` and the CLI's clients (:func:`use_servers`) read the services' addresses from it.
 ``up`` writes the plan (commands, environments, health checks and restart limits) to
 ``data/services/plan.json`` (0600: it holds the webhook secrets) and leaves one process
-behind, the supervisor (:mod:`tasks.supervisor`). The supervisor starts the services together,
+behind, the supervisor (:mod:`deploy.local.supervisor`). The supervisor starts the services together,
 the runner once Prefect answers its health check (:func:`tasks.health.answers`),
 records each PID, URL, log and restart count in ``data/services/services.json``, and then
 restarts any that dies or stops answering. ``up`` follows that record and prints each service
 as it answers (the CLI then registers the MLflow webhook:
-:func:`tasks.registry.webhook.ensure_webhook`). ``down`` stops the supervisor first, so that nothing comes back, then
+:func:`deploy.local.webhook.ensure_webhook`). ``down`` stops the supervisor first, so that nothing comes back, then
 exactly the recorded PIDs: SIGTERM to the process group, a second SIGTERM for the runner
 (Prefect's ``serve`` pauses only some deployments on the first), then SIGKILL after a grace
 period.
@@ -51,10 +51,10 @@ from pathlib import Path
 
 import yaml
 
+from deploy.local.processes import alive, stop
 from tasks.config import Params, ServicesParams, load_params
 from tasks.errors import PodracerError
 from tasks.health import answers
-from tasks.processes import alive, stop
 from tasks.settings import SERVER_ENV
 from tasks.storage import write_atomic, write_private
 
@@ -272,7 +272,7 @@ def up(params: Params, broker_headers: Mapping[str, str], say: Callable[[str], N
     write_record(home, running)  # a dead service's old record must not read as answering
     (home / SUPERVISOR).unlink(missing_ok=True)
     with (home / "supervisor.log").open("ab") as out:
-        child = subprocess.Popen([sys.executable, "-m", "tasks.supervisor", str(home)], stdout=out,
+        child = subprocess.Popen([sys.executable, "-m", "deploy.local.supervisor", str(home)], stdout=out,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         return _follow(params, services, child.pid, shown, say)

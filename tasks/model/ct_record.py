@@ -4,6 +4,12 @@
 
 The record is written last, atomically, once a cycle has registered its model: a cycle cut
 off before that leaves the previous record, and the next cycle takes the same data as new.
+
+It lives in ``model/`` beside the cycle's walk forward (:mod:`tasks.model.walkforward`), the
+other plain functions only the CT cycle runs, whose challenger is written under the same
+``data/ct/``: ``flows/`` stays wiring (``flows/ct_cycle.py`` and the runner's data poll in
+``flows/deployments.py`` read it), and the data part only produces data versions. It reads
+ingest's result, a lower part (docs/design.md, The tree).
 """
 
 from __future__ import annotations

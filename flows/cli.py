@@ -1,7 +1,8 @@
 """The ``podracer`` command line: the whole pipeline or any one stage.
 
 ``podracer run`` runs the Prefect flow on Prefect's temporary local server; the stage
-commands call the same task functions directly (this is what ``dvc.yaml`` runs). A bad
+commands, one per stage of :mod:`flows.stage_table` with its help and summary line, call the
+same task functions directly (this is what ``dvc.yaml`` runs). A bad
 config or bad data ends in one red line and exit code 1, never a traceback.
 
 Importing this module reads no settings and imports no Prefect: :func:`settings` loads
@@ -16,14 +17,14 @@ import os
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
-from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
-from flows.terminal import CONSOLE, share_console
+from flows.stage_table import COMMANDS, Stage
+from flows.terminal import CONSOLE, share_console, training_bar
 from tasks.config import Params, load_params
 from tasks.errors import PodracerError
 from tasks.settings import load_env_defaults
@@ -31,7 +32,8 @@ from tasks.settings import load_env_defaults
 console = CONSOLE
 """rich's global console: the CLI's lines, every log line and the progress bars share it (flows/terminal.py)."""
 app = typer.Typer(
-    help="Podracer RLOps: market data to a paper-trading champion, with generational-evolution PPO.",
+    help="Podracer RLOps: market data to a paper-trading champion, trained as an evolving population "
+         "of reinforcement learners.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -98,109 +100,20 @@ def run(params: ParamsPath = Path("params.yaml"), set_: Overrides = [], profile:
     render(console, summary)
 
 
-def _describe_ingest(r: Any) -> str:
-    return (f"[green]✓ ingest[/] {r.rows} rows, {r.symbols} symbols, "
-            f"data version {r.data_version}{' (reused)' if r.reused else ''}")
+def _add_stage_command(stage: Stage) -> None:
+    """``podracer <stage>``: its help and what it prints come from the stage table."""
+    summary = stage.summary
+    assert summary is not None, f"{stage.name} has no command"
 
-
-def _describe_validate(r: Any) -> str:
-    splits = f"; [yellow]{r.splits} suspected split(s): use split-adjusted data[/]" if r.splits else ""
-    ragged = (f"; [yellow]{r.masked_beyond_warmup} symbol-bars masked beyond warm-up, {len(r.never_tradable)} "
-              f"symbol(s) never tradable (see the report's Coverage)[/]" if r.masked_beyond_warmup or r.never_tradable
-              else "")
-    return (f"[green]✓ validate[/] {r.rows_out} of {r.rows_in} rows passed, {r.quarantined} quarantined; "
-            f"report {r.report}{splits}{ragged}")
-
-
-def _describe_features(r: Any) -> str:
-    splits = ", ".join(f"{k} {a}..{b}" for k, (a, b) in r.splits.items())
-    return f"[green]✓ features[/] {r.bars} bars x {r.symbols} symbols x {len(r.feature_names)} indicators; {splits}"
-
-
-def _describe_train(r: Any) -> str:
-    return f"[green]✓ train[/] {r.describe()}" + (f"; profile {r.profile}" if r.profile else "")
-
-
-def _describe_backtest(r: Any) -> Group:
-    from flows.summary import metrics_table
-
-    return Group(metrics_table(r), f"[green]✓ backtest[/] plot {r.plot}")
-
-
-def _describe_register(r: Any) -> str:
-    return (f"[green]✓ register[/] {r.model_name} version {r.version} alias {', '.join(r.aliases)} "
-            f"({escape(r.reason)}); run {r.run_id}")
-
-
-def _describe_deliver(r: Any) -> Group:
-    from flows.summary import traded
-
-    return traded(r)
-
-
-def _ingest(p: Params) -> Any:
-    from tasks.data.ingest import ingest
-
-    return ingest(p)
-
-
-def _validate(p: Params) -> Any:
-    from tasks.data.validate import validate
-
-    return validate(p)
-
-
-def _features(p: Params) -> Any:
-    from tasks.data.features import features
-
-    return features(p)
-
-
-def _train(p: Params) -> Any:
-    from flows.terminal import training_bar
-    from tasks.model.train import train
-
-    return train(p, display=training_bar)
-
-
-def _backtest(p: Params) -> Any:
-    from tasks.model.backtest import backtest
-
-    return backtest(p)
-
-
-def _register(p: Params) -> Any:
-    from tasks.registry.register import register
-
-    return register(p)
-
-
-def _deliver(p: Params) -> Any:
-    from tasks.delivery.client.deliver import deliver
-
-    return deliver(p)
-
-
-STAGES: dict[str, tuple[Callable[[Params], Any], str, Callable[[Any], RenderableType]]] = {
-    "ingest": (_ingest, "Stage 1: bars from the configured source into data/raw/.", _describe_ingest),
-    "validate": (_validate, "Stage 2: Great Expectations suite; bad rows to data/quarantine/.", _describe_validate),
-    "features": (_features, "Stage 3: indicators, date splits and train-only normalisation.", _describe_features),
-    "train": (_train, "Stage 4: generational evolution of the PPO population.", _describe_train),
-    "backtest": (_backtest, "Stage 5: the trained policy on the test window, beside buy-and-hold.",
-                 _describe_backtest),
-    "register": (_register, "Stage 6: MLflow run, registered model, champion gate.", _describe_register),
-    "deliver": (_deliver, "Stage 7: one trading cycle: the champion trades the latest bar on the paper broker.",
-                _describe_deliver),
-}
-"""Stage command -> (the stage function it runs, help, summary line). Each stage's module is
-imported when its command runs: the training stages import torch, the others need not."""
-
-
-def _add_stage_command(name: str, stage: Callable[[Params], Any], doc: str,
-                       describe: Callable[[Any], RenderableType]) -> None:
     def run_stage(params: Path, set_: list[str], profile: bool = False, resume: bool = False) -> None:
+        display = {"display": training_bar} if stage.trains else {}
+
+        def call() -> object:
+            cfg = _params(params, set_, profile, resume)
+            return stage.function()(cfg, **display)
+
         _log_to_console()
-        console.print(describe(_stage(name, lambda: stage(_params(params, set_, profile, resume)))))
+        console.print(summary(_stage(stage.name, call)))
 
     def command(params: ParamsPath = Path("params.yaml"), set_: Overrides = []) -> None:  # noqa: B006
         run_stage(params, set_)
@@ -209,13 +122,13 @@ def _add_stage_command(name: str, stage: Callable[[Params], Any], doc: str,
                       profile: Profile = False, resume: Resume = False) -> None:
         run_stage(params, set_, profile, resume)
 
-    chosen = train_command if name == "train" else command
-    chosen.__doc__ = doc
-    app.command(name=name)(chosen)
+    chosen = train_command if stage.trains else command
+    chosen.__doc__ = stage.help
+    app.command(name=stage.name)(chosen)
 
 
-for _name, (_run, _doc, _describe) in STAGES.items():
-    _add_stage_command(_name, _run, _doc, _describe)
+for _stage_row in COMMANDS:  # each stage's module is imported when its command runs
+    _add_stage_command(_stage_row)
 
 
 @app.command()

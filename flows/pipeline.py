@@ -1,6 +1,7 @@
-"""The Prefect flow ``rlops_pipeline``: the seven stages, chained (docs/design.md, stages and seams).
+"""The Prefect flow ``rlops_pipeline``: the eight steps of :mod:`flows.stage_table`, chained
+(docs/design.md, stages and seams).
 
-Wiring only; every stage is a plain function in ``tasks/``, made a Prefect task in
+Wiring only; every step is a plain function in ``tasks/``, made a Prefect task in
 :mod:`flows.stages`, the same tasks the continuous-training
 cycle (:mod:`flows.ct_cycle`) lists, run on the date splits: train on the train split,
 select on validation, backtest on test, gate against buy-and-hold and the sitting champion
@@ -43,6 +44,9 @@ from trainers.common.metrics import METRICS
 
 @dataclass(frozen=True)
 class PipelineSummary:
+    """Each step's result, one field per step of :data:`flows.stage_table.STAGES` in its order,
+    and why nothing was delivered, when nothing was."""
+
     ingest: IngestResult
     validate: ValidateResult
     features: FeaturesResult

@@ -25,9 +25,10 @@ import sys
 import time
 
 from benchmarks.common import ROOT, Reading, commit, now, record
+from flows.stage_table import COMMANDS
 
 PARAMS = "params.paper.yaml"
-STAGES = ("ingest", "validate", "features", "train", "backtest", "register", "deliver")
+STAGES = tuple(stage.name for stage in COMMANDS)
 DATA_STAGES = STAGES[:3]
 TARGET = "ingest + validate + features <= 10 min and <= 8 GiB peak RSS on 2 cores (aim 5 min, 4 GiB)"
 DONE = re.compile(r"^✓ .*", re.MULTILINE)

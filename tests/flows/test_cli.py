@@ -3,12 +3,21 @@ import subprocess
 import sys
 
 import pandas as pd
+import typer
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.stage_table import STAGES
 from tests.conftest import REPO
 
 runner = CliRunner()
+
+
+def test_each_stage_with_a_command_is_a_podracer_command_with_the_tables_help():
+    commands = typer.main.get_command(app).commands
+    assert {name: commands[name].help for name in STAGES if name in commands} == {
+        stage.name: stage.help for stage in STAGES.values() if stage.command}
+    assert {"--profile", "--resume"} <= {opt for p in commands["train"].params for opt in p.opts}
 
 
 def test_bad_config_is_one_red_line(tmp_path, monkeypatch):

@@ -13,6 +13,15 @@ from tests.conftest import REPO
 from tests.flows.test_cli_commands import say
 
 
+def test_the_summary_holds_one_result_per_step_of_the_stage_table_in_its_order():
+    from dataclasses import fields
+
+    from flows.pipeline import PipelineSummary
+    from flows.stage_table import STAGES
+
+    assert [f.name for f in fields(PipelineSummary)] == [*STAGES, "note"]
+
+
 @pytest.mark.slow
 def test_pipeline_runs_end_to_end_and_again_with_reused_data(prefect_server, tmp_path):
     params = tiny_params(tmp_path, "registry.gate_margin=-1000")

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from flows.cli import _describe_validate
+from flows.stage_table import STAGES
 from standins.tiny import tiny_params
 from tasks.calendar import nyse_sessions
 from tasks.data.bars import panel
@@ -70,7 +70,7 @@ def test_a_ragged_universe_validates_and_the_report_counts_what_is_masked_by_cau
     assert (result.panel_bars, result.panel_symbols) == (40, 6)
     assert (result.masked_cells, result.warmup_cells, result.masked_beyond_warmup) == (125, 26, 99)
     assert result.never_tradable == ("EARLY", "ONE")
-    assert _describe_validate(result).endswith(
+    assert STAGES["validate"].summary(result).endswith(
         "; [yellow]99 symbol-bars masked beyond warm-up, 2 symbol(s) never tradable (see the report's Coverage)[/]")
 
     report = result.report.read_text()

@@ -1,7 +1,7 @@
 """The promotion gate measured as a statistician measures a test: its size where the true
 difference is known to be 0, how often it promotes on a null market, how soon on a learnable
-one, and what the promoted model earns afterwards (docs/operations.md, the gate;
-shared/DESIGN.md §10).
+one, and what the promoted model earns afterwards (docs/operations.md,
+the gate).
 
     .venv/bin/python -m benchmarks.evidence.gate calibrate --seed 5000 --json docs/results/gate-calibrate.json
 
@@ -42,7 +42,7 @@ champion's and buy-and-hold's, promoted every night). The year starts with no ch
 (agent test Sharpe > buy-and-hold's) and ``decide(against(...))`` on each curve. Markets as in
 benchmarks/evidence/results.py, plus ``martingale`` (``data.signal: 0``, ``data.martingale: true``:
 every price a martingale, so the agent's true Sharpe is buy-and-hold's and every promotion
-there is a false one; the gate's size, shared/DESIGN.md §10; docs/data.md)::
+there is a false one; the gate's size, docs/operations.md, the gate; docs/data.md)::
 
     .venv/bin/python -m benchmarks.evidence.gate pipeline --markets martingale --seeds 500-519 --jobs 2 \
         --json docs/results/gate-pipeline-martingale.json

@@ -1,6 +1,6 @@
 """The gate's test measured where the truth is known: its size on pairs whose true Sharpe
 difference is exactly 0, and its power against a real edge (``benchmarks/evidence/gate.py calibrate``;
-shared/DESIGN.md §10, docs/results.md, the gate).
+docs/operations.md, the gate; docs/results.md, the gate).
 
 Each pair is a benchmark (buy-and-hold: i.i.d. Gaussian daily returns, mean 0.04%, sd 1%, an
 annual Sharpe of 0.63) and a model = benchmark + an excess return series of zero mean and

@@ -3,7 +3,7 @@
 A CT cycle trains its challenger from the champion's weights for ``ct.generations``
 (docs/operations.md, the CT cycle), so challenger and champion hold almost the same
 portfolio: their per-bar returns differ by a small tracking error, the regime where a small
-steady difference becomes significant (shared/DESIGN.md §10: the test's size depends on the
+steady difference becomes significant (docs/operations.md, the gate: the test's size depends on the
 difference's autocorrelation). ``benchmarks/evidence/gate.py ct`` drew its challengers from momentum
 rules and charged no entry cost at a window's start; this module measures the real ones and
 simulates null CT years from the measurement (:mod:`benchmarks.gate_twins_sim`).

@@ -4,7 +4,7 @@
 (docs/results/gate-twins.json); this module turns the measurement into per-bar returns and
 runs a year of nightly cycles through :func:`benchmarks.gate_sim.shadow_gate`, which calls
 the shipped :func:`~tasks.registry.evidence.against` and
-:func:`~tasks.registry.decision.decide_cycle` (docs/operations.md, the gate; shared/DESIGN.md §10).
+:func:`~tasks.registry.decision.decide_cycle` (docs/operations.md, the gate).
 
 The model (:class:`TwinModel`), per bar, with σ_t a GARCH(1,1)-t volatility at the measured
 market volatility:

@@ -74,7 +74,7 @@ SUPERVISOR = "supervisor.json"
 PLAN = "plan.json"
 STOPPED_TWICE = frozenset({"runner"})
 """Services stopped with a second SIGTERM: Prefect's ``serve`` pauses only some of its
-deployments on the first (DESIGN §8)."""
+deployments on the first (docs/operations.md)."""
 
 
 class ServiceError(PodracerError):

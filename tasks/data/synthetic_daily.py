@@ -9,7 +9,7 @@ The ``signal`` knob adds learnable structure: each stock has a persistent latent
 (an AR(1) with φ = 0.97) whose expected daily log return is ``signal × 0.1 × σ_idio``
 per unit of drift. It shows up in trailing returns, so momentum indicators carry
 information. At ``signal = 0`` no stock has a learnable drift, which makes it the bench for
-leakage tests; it is not a null for Sharpe comparisons (shared/DESIGN.md §5): betas and
+leakage tests; it is not a null for Sharpe comparisons (docs/data.md, the martingale market): betas and
 idiosyncratic volatilities differ and GARCH volatility clusters, so static tilts and
 volatility timing have true Sharpes of their own.
 
@@ -207,7 +207,7 @@ def daily_market(
     Then any strategy's position, chosen from what was seen before each fill, earns P&L that
     is a martingale: true mean 0 before costs and ≤ 0 after. A Sharpe difference against
     buy-and-hold then has true value 0 before costs and ≤ 0 after: a composite null, where a
-    test's size is measured (shared/DESIGN.md §10). ``martingale=False`` leaves the default
+    test's size is measured (docs/operations.md, the gate). ``martingale=False`` leaves the default
     market bit for bit as it was.
     """
     if martingale and signal != 0:

@@ -2,7 +2,7 @@
 
 A champion is judged once by the gate, on its test window. Afterwards its paper record grows
 bar by bar, and every bar is another look: a fixed-α test run at each one would sooner or
-later fire on a healthy champion (shared/DESIGN.md §10). The watch is a one-sided **CUSUM**
+later fire on a healthy champion (docs/results.md, the live watch). The watch is a one-sided **CUSUM**
 (Page 1954) on the champion's active return over buy-and-hold, ``a_t = r_champion − r_hold``,
 against two references:
 

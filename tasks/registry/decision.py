@@ -43,7 +43,7 @@ Outcome = Literal["promote", "retire", "keep"]
 def screened(evidence: Sequence[Evidence]) -> bool:
     """The weak screen: on the point estimate, at least ``gate_margin`` above every benchmark
     (at margin 0: not worse than any), and no test faulted: evidence that could
-    not be tested is no evidence, so a fault fails closed (DESIGN §10)."""
+    not be tested is no evidence, so a fault fails closed (docs/operations.md, the gate)."""
     return all(e.fault is None and e.diff >= e.margin for e in evidence)
 
 

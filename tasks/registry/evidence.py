@@ -2,8 +2,8 @@
 
 The gate decides on the **paired** per-bar returns of a model and a benchmark over one
 window: they share the window's market moves, so the noise of their Sharpe difference is
-set by their tracking error, far below either Sharpe's own (docs/operations.md, the gate;
-shared/DESIGN.md §10). H0: the annualised Sharpe edge is at most ``margin``; the p-value
+set by their tracking error, far below either Sharpe's own (docs/operations.md,
+the gate). H0: the annualised Sharpe edge is at most ``margin``; the p-value
 is one-sided.
 
 **The test** (chosen on simulated development series, measured on fresh ones by

@@ -1,5 +1,5 @@
 """The calibration's simulated pairs have the truth they claim, and a small calibration of the
-shipped test holds its size where the basic bootstrap alone did not (shared/DESIGN.md §10)."""
+shipped test holds its size where the basic bootstrap alone did not (docs/operations.md, the gate)."""
 
 import math
 

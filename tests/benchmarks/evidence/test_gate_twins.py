@@ -1,6 +1,6 @@
 """The near-twin model of the CT gate's challengers (``benchmarks/evidence/gate_twins_sim.py``): its null
 is null, it recovers what was measured, it charges the entry cost, and the real gate promotes
-a planted edge more often than the null (docs/operations.md, the gate; shared/DESIGN.md §10)."""
+a planted edge more often than the null (docs/operations.md, the gate)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The daily market's ``martingale`` setting (docs/data.md, "The martingale market"): the true
-null where a gate's size is measured (shared/DESIGN.md §10), and the default market left as
+null where a gate's size is measured (docs/operations.md, the gate), and the default market left as
 it was, bit for bit."""
 
 from datetime import date

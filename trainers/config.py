@@ -303,7 +303,7 @@ class EvolutionConfig:
     """Evaluate every this many iterations (and always at the end of a generation)."""
     mode: Literal["generational", "tournament"] = "generational"
     """Generations with a selector (finrl-podracer.txt §4.2), or an asynchronous training pool
-    with a leaderboard (elegantrl-podracers.txt §3, :mod:`trainers.tournament`)."""
+    with a leaderboard (elegantrl-podracers.txt §3, :mod:`trainers.population.tournament`)."""
     fitness: Literal["sharpe", "sortino", "cumulative_return"] = "sharpe"
     select: Literal["final", "snapshot"] = "final"
     """Which policy a generational run hands on: ``final``, the final population's best unless

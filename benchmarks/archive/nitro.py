@@ -34,7 +34,7 @@ from tasks.model.plan import state_scales
 from trainers.common.evaluate import run_policy
 from trainers.common.metrics import performance, periods_per_year
 from trainers.config import EvolutionConfig
-from trainers.evolution import Evolution
+from trainers.population.evolution import Evolution
 
 
 def run(arm: str, seed: int, budget: int, params, fs) -> dict:

@@ -41,8 +41,8 @@ from trainers.common.evaluate import buy_and_hold
 from trainers.common.jobs import AgentJob
 from trainers.common.metrics import performance
 from trainers.common.nets import Actor
-from trainers.evolution import Evolution
-from trainers.population import Setting
+from trainers.population.dispatch import Setting
+from trainers.population.evolution import Evolution
 from trainers.ppo.multiplex import run_multiplexed
 
 TOP_K = (2, 4, 8, 16)

@@ -32,7 +32,7 @@ from tasks.model import train
 from tasks.model.plan import state_scales
 from trainers import profiler
 from trainers.algorithms import ALGORITHMS, GENERATIONAL
-from trainers.evolution import EvolutionResult
+from trainers.population.evolution import EvolutionResult
 
 FREQS = {
     "daily": ["data.freq=1d"],

@@ -146,7 +146,7 @@ def selection(m: Market, evo: Any, result: Any) -> list[dict[str, Any]]:
     from trainers.algorithms import ALGORITHMS
     from trainers.common.evaluate import run_policy
     from trainers.common.metrics import deflated_sharpe
-    from trainers.ensemble import Ensemble
+    from trainers.population.ensemble import Ensemble
 
     pop = evo.state
     finals = [m.actor(ALGORITHMS["ppo"].actor_weights(state), h) for state, h in zip(pop.states, pop.hparams)]
@@ -217,7 +217,7 @@ def run_arm(job: tuple[str, int, list[str], bool]) -> list[dict[str, Any]]:
     """Train one arm on one market seed; the shipped arm adds the vanilla agent, the selection
     rules and the references unless ``bare``."""
     from trainers.config import EvolutionConfig
-    from trainers.evolution import Evolution
+    from trainers.population.evolution import Evolution
     from trainers.ppo.multiplex import run_multiplexed
 
     arm, seed, overrides, bare = job

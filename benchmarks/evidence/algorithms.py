@@ -8,7 +8,7 @@ Arms, all trading by the env's rules (next-open fills, 0.2% costs):
   jobs and the same hard env-step budget (``evolution.budget_env_steps``); each arm's model is
   its best validation snapshot, as the train stage registers;
 * **mixed-ensemble**: the mixed leaderboard's top k (``registry.ensemble``, 4 by default) as
-  one policy, the mean of their target allocations (:class:`trainers.ensemble.Ensemble`);
+  one policy, the mean of their target allocations (:class:`trainers.population.ensemble.Ensemble`);
 * **ppo-ensemble**: the PPO leaderboard's top k, to tell the ensemble's effect from the mix's;
 * **momentum**, **oracle** (learnable market only) and **buy-and-hold**, as in ``results.py``.
 
@@ -41,9 +41,9 @@ from trainers.algorithms import config_of
 from trainers.common.evaluate import buy_and_hold
 from trainers.common.metrics import performance
 from trainers.common.nets import Actor
-from trainers.ensemble import Ensemble
-from trainers.evolution import EvolutionResult, Leader
-from trainers.tournament import Tournament
+from trainers.population.ensemble import Ensemble
+from trainers.population.evolution import EvolutionResult, Leader
+from trainers.population.tournament import Tournament
 
 POOLS = {"ppo": {"ppo": 1.0}, "sac": {"sac": 1.0}, "mixed": {"ppo": 0.5, "sac": 0.5}}
 ENSEMBLED = ("ppo", "mixed")

@@ -61,7 +61,7 @@ from trainers.algorithms import ALGORITHMS, GENERATIONAL
 from trainers.common.evaluate import buy_and_hold
 from trainers.common.metrics import performance
 from trainers.config import EvolutionConfig
-from trainers.evolution import Evolution, EvolutionResult
+from trainers.population.evolution import Evolution, EvolutionResult
 from trainers.ppo.multiplex import run_multiplexed
 
 MARKETS = ("learnable", "null", "martingale", "arch-demo")

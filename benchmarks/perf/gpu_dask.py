@@ -5,12 +5,12 @@ A real ``dask scheduler`` and two ``dask worker --resources GPU=1`` processes on
 both pinned to this machine's first GPU (``CUDA_VISIBLE_DEVICES=0``), train a short
 evolution's agent jobs; the same evolution then runs in this process, and the two
 leaderboards are compared. Both run under ``train.deterministic``, which every shipped job
-sets in its worker (:func:`trainers.population.run_job`), so on one GPU they can agree bit
+sets in its worker (:func:`trainers.population.dispatch.run_job`), so on one GPU they can agree bit
 for bit.
 
 The pipeline submits each job as the Prefect task ``train_agent()`` through prefect-dask
 (``tasks/model/scaleout.py::DaskPool``). A GPU machine here has no Prefect, so this section
-submits that task's function, :func:`trainers.population.run_job`, with the pool's resource
+submits that task's function, :func:`trainers.population.dispatch.run_job`, with the pool's resource
 and shipping: the setting broadcast once with its data on the CPU, the job's state on the CPU.
 trainers/, torch, numpy and dask's wheels only (``pip install --no-deps .whl/*.whl``).
 """
@@ -35,8 +35,8 @@ from benchmarks.perf.gpu_market import sample_market
 from benchmarks.perf.gpu_train import compared, tiny_evolution
 from trainers.common.jobs import AgentJob
 from trainers.config import RuntimeConfig
-from trainers.evolution import JobRunner, run_serially
-from trainers.population import Setting, gpu_turn, run_job, set_deterministic
+from trainers.population.dispatch import Setting, gpu_turn, run_job, set_deterministic
+from trainers.population.evolution import JobRunner, run_serially
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -80,7 +80,7 @@ def section_dask(args: Args) -> dict[str, Any]:
 
 def on_workers(client: Client, setting: Setting, trained_on: list[str]) -> JobRunner:
     """A generation's jobs on the cluster, each asking for one ``GPU``, on the GPU workers in
-    turn as the pool places them (:func:`trainers.population.gpu_turn`), and returned in order;
+    turn as the pool places them (:func:`trainers.population.dispatch.gpu_turn`), and returned in order;
     ``trained_on`` collects the worker of each job."""
     shipped = client.scatter(setting.shipped(), broadcast=True, hash=False)
 

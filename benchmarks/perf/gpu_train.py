@@ -27,7 +27,7 @@ from trainers.common.metrics import performance
 from trainers.common.nets import Actor
 from trainers.common.state import StockLayout
 from trainers.config import EvolutionConfig, RuntimeConfig, SACConfig
-from trainers.evolution import Evolution, EvolutionResult
+from trainers.population.evolution import Evolution, EvolutionResult
 from trainers.ppo.agent import PPOAgent
 from trainers.ppo.multiplex import Multiplexed, run_multiplexed
 from trainers.ppo.ppo import PPO

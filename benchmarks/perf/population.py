@@ -1,6 +1,6 @@
 """Benchmark of one-device multiplexing (docs/evolution.md, Engines): a population trained as
 one batched model (``trainers.ppo.multiplex.run_multiplexed``) against the same agents trained one after another
-(``trainers.evolution.run_serially``), side by side in one run on the same data.
+(``trainers.population.evolution.run_serially``), side by side in one run on the same data.
 
 Population throughput is the population's env steps (training samples) per second of wall
 time for one generation: ``iterations`` PPO iterations per agent and an evaluation of every
@@ -39,7 +39,7 @@ from trainers.common.env import MarketData
 from trainers.common.jobs import AgentJob
 from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.evolution import Evolution, run_serially
+from trainers.population.evolution import Evolution, run_serially
 from trainers.ppo.multiplex import run_multiplexed
 
 TARGET = ">= 3x population throughput on CPU (multiplexed vs one agent after another)"

@@ -6,7 +6,7 @@ shape) and ``hparams.json`` (the PPO hyperparameters, for a warm start). The bac
 MLflow pyfunc and delivery all load it through :func:`load`, so a served policy sees exactly
 the state it was trained on.
 
-The policy is one :class:`trainers.common.nets.Actor` or an :class:`trainers.ensemble.Ensemble` of
+The policy is one :class:`trainers.common.nets.Actor` or an :class:`trainers.population.ensemble.Ensemble` of
 several (``PolicyMeta.members``); both map a state to an action in (-1, 1), so every
 consumer serves either unchanged. :func:`policy_bundle` assembles either from a training run.
 """
@@ -27,12 +27,12 @@ from trainers.algorithms import GENERATIONAL, config_of
 from trainers.common.nets import Actor, ActorShape, new_actor
 from trainers.common.state import StateScales, normalise_features, state_dim
 from trainers.config import EnvConfig
-from trainers.ensemble import Ensemble
+from trainers.population.ensemble import Ensemble
 
 if TYPE_CHECKING:  # serving loads bundles without the training stack
     from tasks.config import Params
     from tasks.data import feature_set
-    from trainers.evolution import EvolutionResult
+    from trainers.population.evolution import EvolutionResult
 
 log = logging.getLogger("podracer.train")  # the train stage writes the bundle
 WEIGHTS, META, HPARAMS = "policy.pt", "policy.json", "hparams.json"
@@ -120,7 +120,7 @@ def policy_bundle(params: Params, fs: feature_set.FeatureSet, scales: StateScale
                   result: EvolutionResult) -> tuple[dict[str, torch.Tensor], PolicyMeta]:
     """The model to register: the best validation snapshot, or with ``registry.ensemble: k``
     the run's top k agents as one policy acting on the mean of their target allocations
-    (:class:`trainers.ensemble.Ensemble`; finrl-podracer.txt §6)."""
+    (:class:`trainers.population.ensemble.Ensemble`; finrl-podracer.txt §6)."""
     k = params.registry.ensemble
     meta = PolicyMeta(
         symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),

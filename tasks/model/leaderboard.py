@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from trainers.algorithms import GENERATIONAL
-from trainers.evolution import EvolutionResult
+from trainers.population.evolution import EvolutionResult
 
 LEADERBOARD = "leaderboard.csv"
 PLOT = "evolution.png"

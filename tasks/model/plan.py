@@ -19,7 +19,7 @@ from tasks.config import Params
 from tasks.data import feature_set
 from trainers.algorithms import Config, config_of
 from trainers.common.state import StateScales
-from trainers.evolution import CHECKPOINT, WarmStart
+from trainers.population.evolution import CHECKPOINT, WarmStart
 
 log = logging.getLogger("podracer.train")
 

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 from tasks.config import TrainParams
 from trainers.common.jobs import AgentJob
-from trainers.evolution import JobRunner, run_serially
-from trainers.population import JobPool, Setting, gpu_turn, run_job
+from trainers.population.dispatch import JobPool, Setting, gpu_turn, run_job
+from trainers.population.evolution import JobRunner, run_serially
 from trainers.ppo.multiplex import run_multiplexed
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ GPU = {"GPU": 1}
 
 @functools.cache
 def train_agent() -> Task:
-    """:func:`trainers.population.run_job` as the Prefect task a Dask job runs as; made on
+    """:func:`trainers.population.dispatch.run_job` as the Prefect task a Dask job runs as; made on
     first use, so that the in-process engines' training imports no Prefect."""
     from prefect import task
     from prefect.cache_policies import NO_CACHE
@@ -101,7 +101,7 @@ def _shared_prefect_api() -> Iterator[None]:
 
 
 class DaskPool:
-    """A :class:`~trainers.population.JobPool` on Dask: jobs come back in the order they
+    """A :class:`~trainers.population.dispatch.JobPool` on Dask: jobs come back in the order they
     really finish (tournament mode has no generation barrier; :func:`run_on` waits for all).
 
     Each job runs as the Prefect task :func:`train_agent`, submitted through prefect-dask's

@@ -1,6 +1,6 @@
 """Stage 4, train: generational evolution of a PPO population (finrl-podracer.txt §4.2–4.4).
 
-Loads the feature set, trains with :class:`trainers.evolution.Evolution` (or a tournament)
+Loads the feature set, trains with :class:`trainers.population.evolution.Evolution` (or a tournament)
 on the train split, selects on the validation split only, and writes the best validation
 snapshot as a policy bundle under ``data/models/`` with the leaderboard of every agent and
 generation. A :class:`~tasks.model.plan.Plan` changes the windows, the start, the length
@@ -35,9 +35,9 @@ from trainers.common.env import MarketData
 from trainers.common.metrics import periods_per_year
 from trainers.common.state import StateScales
 from trainers.config import EvolutionConfig
-from trainers.evolution import Evolution, EvolutionResult, ProgressFn, Run, evaluations_per_generation
-from trainers.population import set_deterministic
-from trainers.tournament import Tournament
+from trainers.population.dispatch import set_deterministic
+from trainers.population.evolution import Evolution, EvolutionResult, ProgressFn, Run, evaluations_per_generation
+from trainers.population.tournament import Tournament
 
 log = logging.getLogger("podracer.train")
 PROFILE_FILES = ("profile.csv", "profile.json", "profile.png")

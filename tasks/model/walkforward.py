@@ -26,7 +26,7 @@ from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.model.plan import Plan, state_scales
 from trainers.algorithms import GENERATIONAL
-from trainers.evolution import WarmStart
+from trainers.population.evolution import WarmStart
 
 log = logging.getLogger("podracer.ct")
 CHALLENGER = "challenger"

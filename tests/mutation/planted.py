@@ -59,10 +59,10 @@ BUGS = {
     7: Bug("the gymnasium adapter returns the post-reset observation as the final one", "trainers/common/gym_env.py",
            "obs = step.last_states()[0].cpu().numpy()", "obs = step.state[0].cpu().numpy()",
            ("tests/trainers/common/test_gym_env.py::test_single_env_truncates_and_returns_the_final_observation",)),
-    8: Bug("a copied agent keeps its own weights (equal widths)", "trainers/evolution.py",
+    8: Bug("a copied agent keeps its own weights (equal widths)", "trainers/population/evolution.py",
            "pop.hparams[src], pop.seeds[src], pop.states[src], chosen.hparams[dst]",
            "pop.hparams[src], pop.seeds[src], pop.states[dst], chosen.hparams[dst]",
-           ("tests/trainers/test_evolution.py::"
+           ("tests/trainers/population/test_evolution.py::"
             "test_a_copied_agent_starts_the_next_generation_with_its_parents_weights_and_adam_state",)),
     9: Bug("the value bootstrap taken from the reset state", "trainers/ppo/ppo.py",
            "_values_at(nets, layout, step.final)",
@@ -211,11 +211,11 @@ BUGS = {
     55: Bug("a diverged agent's NaN curve scores a Sharpe of 0 and wins selection in a losing year",
             "trainers/common/metrics.py", "    if not (np.isfinite(values).all() and (values > 0).all()):",
             "    if False:",
-            ("tests/trainers/test_evolution.py::"
+            ("tests/trainers/population/test_evolution.py::"
              "test_a_diverged_agent_is_never_selected_even_when_every_healthy_agent_loses",)),
     56: Bug("the registered policy is the best snapshot whatever its lead (the winner's curse uncounted)",
-            "trainers/evolution.py", ">= pop.best[order[0]][0] - luck:", ">= pop.best[order[0]][0]:",
-            ("tests/trainers/test_evolution.py::"
+            "trainers/population/evolution.py", ">= pop.best[order[0]][0] - luck:", ">= pop.best[order[0]][0]:",
+            ("tests/trainers/population/test_evolution.py::"
              "test_the_final_population_is_chosen_unless_a_snapshot_leads_it_by_more_than_luck",)),
 }
 

@@ -17,7 +17,7 @@ from tasks.model import bundle
 from trainers.common.nets import Actor
 from trainers.common.state import StateScales
 from trainers.config import EnvConfig
-from trainers.ensemble import Ensemble
+from trainers.population.ensemble import Ensemble
 
 
 def policy(symbols: list[str], feature_names: list[str], bias: list[float], env: EnvConfig,

@@ -7,9 +7,9 @@ import torch
 from trainers.common.env import MarketData
 from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
-from trainers.evolution import Evolution, EvolutionResult, JobRunner, ProgressFn, run_serially
-from trainers.population import JobPool
-from trainers.tournament import Tournament
+from trainers.population.dispatch import JobPool
+from trainers.population.evolution import Evolution, EvolutionResult, JobRunner, ProgressFn, run_serially
+from trainers.population.tournament import Tournament
 
 
 def market(t: int = 40, n: int = 3, k: int = 2, seed: int = 0) -> MarketData:

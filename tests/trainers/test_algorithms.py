@@ -8,7 +8,7 @@ import torch
 
 from trainers.algorithms import ALGORITHMS
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, SACConfig
-from trainers.evolution import make_setting
+from trainers.population.evolution import make_setting
 from trainers.ppo.multiplex import Multiplexed
 
 from .helpers import market, scales

@@ -12,7 +12,7 @@ import torch
 
 from trainers.common.env import MarketData
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, RuntimeConfig
-from trainers.evolution import Evolution, EvolutionResult
+from trainers.population.evolution import Evolution, EvolutionResult
 from trainers.ppo.multiplex import run_multiplexed
 
 from .helpers import market, scales

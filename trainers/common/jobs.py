@@ -32,7 +32,7 @@ Snapshot = tuple[float, int, dict[str, torch.Tensor]]
 @dataclass(frozen=True)
 class JobSetting:
     """What every job of a run shares: the market, the MDP, each learner's base config and the
-    schedule. :class:`trainers.population.Setting` adds what depends on the learner."""
+    schedule. :class:`trainers.population.dispatch.Setting` adds what depends on the learner."""
 
     data: MarketData
     scales: StateScales

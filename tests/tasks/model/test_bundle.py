@@ -17,7 +17,7 @@ from tests.tasks.handmade import ensemble, policy
 from tests.tasks.model.test_walkforward import ten_bars
 from trainers.common.nets import Actor
 from trainers.config import EnvConfig
-from trainers.ensemble import Ensemble
+from trainers.population.ensemble import Ensemble
 
 SYMBOLS, FEATURES = ["AAA", "BBB"], ["rsi_30"]
 

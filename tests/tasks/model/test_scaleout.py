@@ -27,8 +27,8 @@ from tasks.model.scaleout import NO_FIXED_PORT, DaskPool, job_pool, job_runner, 
 from tests.trainers.helpers import market, scales
 from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.evolution import Evolution, run_serially
-from trainers.population import Setting, run_job
+from trainers.population.dispatch import Setting, run_job
+from trainers.population.evolution import Evolution, run_serially
 from trainers.ppo.multiplex import run_multiplexed
 
 DATA = market(t=60)

@@ -12,7 +12,7 @@ from tasks.model import bundle
 from tasks.model.backtest import backtest
 from tasks.model.leaderboard import LEADERBOARD, PLOT
 from tasks.model.train import SUMMARY, GenerationLog, TrainResult, train
-from trainers.ensemble import Ensemble
+from trainers.population.ensemble import Ensemble
 
 
 def test_train_writes_a_bundle_serving_can_load(built):

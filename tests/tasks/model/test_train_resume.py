@@ -16,8 +16,8 @@ from tasks.model import bundle
 from tasks.model.plan import checkpoint_dir
 from tasks.model.train import train
 from tests.conftest import REPO
-from trainers.evolution import CHECKPOINT
-from trainers.population import set_deterministic
+from trainers.population.dispatch import set_deterministic
+from trainers.population.evolution import CHECKPOINT
 
 LONGER = ["evolution.generations=4", "evolution.iterations_per_generation=3"]
 

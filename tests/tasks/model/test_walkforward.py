@@ -19,7 +19,7 @@ from tasks.model.plan import checkpoint_dir, state_scales
 from tasks.model.walkforward import Champion, challenger_plan, seen_bars, walk, warm_start, windows
 from tests.tasks.handmade import feature_set, policy
 from trainers.config import EnvConfig
-from trainers.evolution import CHECKPOINT
+from trainers.population.evolution import CHECKPOINT
 
 DATES = [f"2024-01-{d:02d}" for d in (2, 3, 4, 5, 8, 9, 10, 11, 12, 16)]  # bars 0..9
 

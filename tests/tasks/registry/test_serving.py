@@ -19,7 +19,7 @@ from trainers.common.nets import Actor
 from trainers.common.orders import WEIGHT_LOGITS, fill_orders, orders
 from trainers.common.state import build_state
 from trainers.config import EnvConfig
-from trainers.ensemble import Ensemble
+from trainers.population.ensemble import Ensemble
 
 SYMBOLS, CLOSE = ["AAA", "BBB"], np.array([10.0, 20.0])
 

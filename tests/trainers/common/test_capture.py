@@ -21,7 +21,7 @@ import trainers.ppo.schedule
 from tests.trainers.helpers import market, scales
 from trainers.common.evaluate import run_policies
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, RuntimeConfig
-from trainers.evolution import Evolution
+from trainers.population.evolution import Evolution
 from trainers.ppo.agent import PPOAgent
 from trainers.ppo.multiplex import run_multiplexed
 from trainers.ppo.ppo import PPO

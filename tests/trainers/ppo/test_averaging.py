@@ -13,7 +13,7 @@ from trainers.common.evaluate import run_policy
 from trainers.common.jobs import AgentJob
 from trainers.common.metrics import FITNESS
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.evolution import Evolution
+from trainers.population.evolution import Evolution
 from trainers.ppo.agent import PPOAgent, policy_weights
 from trainers.ppo.multiplex import Multiplexed, run_multiplexed
 

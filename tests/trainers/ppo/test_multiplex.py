@@ -9,7 +9,7 @@ import torch
 from tests.trainers.helpers import market, scales
 from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.evolution import Evolution, run_serially
+from trainers.population.evolution import Evolution, run_serially
 from trainers.ppo.multiplex import Multiplexed, run_multiplexed
 
 ENV = EnvConfig(initial_cash=10_000.0, hmax=20, episode_len=8, min_episode_len=4)

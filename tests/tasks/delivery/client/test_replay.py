@@ -23,7 +23,7 @@ from tasks.model import bundle
 from tasks.model.backtest import CURVE_FILE, backtest
 from tasks.registry.register import register
 from tasks.registry.store import client
-from trainers.ensemble import Ensemble
+from trainers.population.ensemble import Ensemble
 
 
 def test_a_replay_of_the_test_window_equals_the_backtest_to_the_cent(built_copy, tmp_path):

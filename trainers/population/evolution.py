@@ -4,7 +4,7 @@ Each generation every agent trains; the **evaluator** scores its deterministic p
 the validation window (never the test window, docs/evolution.md) every ``eval_interval``
 iterations and keeps each agent's best snapshot; an agent whose fitness has fallen for
 ``patience`` evaluations in a row stops training; and the **selector**
-(:mod:`trainers.selection`) replaces the bottom agents with explored copies of top ones
+(:mod:`trainers.population.selection`) replaces the bottom agents with explored copies of top ones
 (weights and optimizer state). A checkpoint after every generation lets a killed run
 resume and end exactly as an uninterrupted one.
 """
@@ -29,8 +29,8 @@ from trainers.common.jobs import AgentJob, AgentRecord, Snapshot, evaluation_due
 from trainers.common.metrics import expected_max_sharpe
 from trainers.common.state import StateScales
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
-from trainers.population import Setting, run_job
-from trainers.selection import explore, initial_population, select
+from trainers.population.dispatch import Setting, run_job
+from trainers.population.selection import explore, initial_population, select
 
 CHECKPOINT = "evolution.pt"
 
@@ -97,7 +97,7 @@ def job_budget(cfg: EvolutionConfig, jobs: int) -> int | None:
 class WarmStart:
     """A trained policy to start a population from (the continuous-training cycle's
     champion): agent 0 keeps its hyperparameters, the others are PBT-explored copies of
-    them (:func:`trainers.selection.explore`), and every agent starts from its actor's
+    them (:func:`trainers.population.selection.explore`), and every agent starts from its actor's
     weights. The critics and optimizers start fresh: only the actor is in a policy bundle."""
 
     hparams: dict[str, float]
@@ -297,7 +297,7 @@ class RunState(Protocol):
 
 class Run(Protocol):
     """A training run, generational (:class:`Evolution`) or a tournament
-    (:class:`trainers.tournament.Tournament`): the train stage drives either through this."""
+    (:class:`trainers.population.tournament.Tournament`): the train stage drives either through this."""
 
     CHECKPOINT: str
     setting: Setting
@@ -313,7 +313,7 @@ class Run(Protocol):
     def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
             engine: Any = None, /) -> EvolutionResult:
         """Run what is left on ``engine`` (a :data:`JobRunner` for generations, a
-        :class:`~trainers.population.JobPool` for a tournament; None: in this process), calling
+        :class:`~trainers.population.dispatch.JobPool` for a tournament; None: in this process), calling
         ``on_evaluated`` after each evaluation and checkpointing into ``checkpoint_dir``."""
 
     def best(self) -> EvolutionResult:

@@ -18,9 +18,9 @@ import torch
 
 from trainers.algorithms import ALGORITHMS, GENERATIONAL, Config
 from trainers.common.jobs import AgentJob, JobSetting, to_device
+from trainers.population.selection import STRUCTURAL
 from trainers.ppo.agent import PPOAgent
 from trainers.sac.sac import SACAgent
-from trainers.selection import STRUCTURAL
 
 
 class Setting(JobSetting):

@@ -22,7 +22,7 @@ from tests.tasks.handmade import ensemble
 from trainers.common.nets import Actor
 from trainers.common.orders import WEIGHT_LOGITS
 from trainers.config import EnvConfig
-from trainers.ensemble import Ensemble
+from trainers.population.ensemble import Ensemble
 
 SYMBOLS, FEATURES = ["AAA", "BBB"], ["rsi_30"]
 STATE_DIM = 1 + 2 * 2 + 2  # cash, shares, prices, one indicator per stock

@@ -1,5 +1,5 @@
 """Tournament-based ensemble training (elegantrl-podracers.txt §3, §4.1): the asynchronous
-alternative to the generational mode of :mod:`trainers.evolution`.
+alternative to the generational mode of :mod:`trainers.population.evolution`.
 
 A *training pool* runs ``workers`` agent jobs at a time with no generation barrier. When a
 job finishes, the *updater* may insert it into a *leaderboard* of the best agents, and the
@@ -39,7 +39,8 @@ from trainers.config import (
     SACConfig,
     TournamentConfig,
 )
-from trainers.evolution import (
+from trainers.population.dispatch import JobPool, Setting, run_job
+from trainers.population.evolution import (
     EvolutionResult,
     Leader,
     ProgressFn,
@@ -48,8 +49,7 @@ from trainers.evolution import (
     make_setting,
     resume_from,
 )
-from trainers.population import JobPool, Setting, run_job
-from trainers.selection import draw, explore, initial_population
+from trainers.population.selection import draw, explore, initial_population
 
 CHECKPOINT = "tournament.pt"
 _INPUTS = ("generation", "index", "hparams", "seed", "state", "best", "last", "falls", "parent", "budget", "boost",
@@ -58,7 +58,7 @@ _INPUTS = ("generation", "index", "hparams", "seed", "state", "best", "last", "f
 
 
 class SimulatedPool:
-    """A :class:`~trainers.population.JobPool` of ``workers`` slots in this process.
+    """A :class:`~trainers.population.dispatch.JobPool` of ``workers`` slots in this process.
 
     Jobs run one at a time here, but are handed back in the order a real pool of
     ``workers`` workers would finish them, taking ``Setting.nominal_cost(job.hparams)`` as a
@@ -131,7 +131,7 @@ class Entry:
 
 
 def _rank(fitness: float) -> float:
-    """NaN (and infinite) fitness counts as worst, as in :func:`trainers.selection.select`."""
+    """NaN (and infinite) fitness counts as worst, as in :func:`trainers.population.selection.select`."""
     return fitness if math.isfinite(fitness) else -math.inf
 
 
@@ -194,7 +194,7 @@ class Tournament:
     The orchestrator keeps ``workers`` jobs in the pool until ``jobs`` have been submitted.
     When one finishes, the updater offers it to the leaderboard, the run's best validation
     snapshot is updated, and the generator submits the next job. The first ``population``
-    jobs are fresh agents from :func:`~trainers.selection.initial_population` (job 0 = the
+    jobs are fresh agents from :func:`~trainers.population.selection.initial_population` (job 0 = the
     PPO defaults) so the board starts diverse; later ones are explored copies of a
     tournament winner (:meth:`Setting.offspring`), or fresh draws from the search space
     while the board is still empty. Every job is ``run_job``: ``iterations_per_generation``
@@ -267,7 +267,7 @@ class Tournament:
         )
 
     def resume(self, checkpoint_dir: Path | None) -> None:
-        """Continue from the checkpoint in ``checkpoint_dir`` (:func:`~trainers.evolution.resume_from`)."""
+        """Continue from the checkpoint in ``checkpoint_dir`` (:func:`~trainers.population.evolution.resume_from`)."""
         resume_from(self, checkpoint_dir)
 
     def _fill(self, pool: JobPool) -> None:

@@ -4,17 +4,16 @@ import numpy as np
 import pytest
 import torch
 
+from tests.trainers.helpers import evolve, market, scales
 from trainers.common.evaluate import run_policy
+from trainers.common.jobs import AgentRecord
 from trainers.common.metrics import FITNESS, fitness, sharpe
 from trainers.common.nets import Actor
 from trainers.common.state import state_dim
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.common.jobs import AgentRecord
-from trainers.evolution import Evolution, WarmStart, run_serially
+from trainers.population.evolution import Evolution, WarmStart, run_serially
+from trainers.population.selection import explore, initial_population, select
 from trainers.ppo.multiplex import run_multiplexed
-from trainers.selection import explore, initial_population, select
-
-from .helpers import evolve, market, scales
 
 BOUNDS = {"lr": (1e-5, 1e-3), "entropy_coef": (0.001, 0.1)}
 

@@ -6,13 +6,12 @@ import dataclasses
 import pytest
 import torch
 
+from tests.trainers.helpers import evolve, market, scales
 from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig
-from trainers.evolution import Evolution, run_serially
-from trainers.population import gpu_turn, run_job, set_deterministic
+from trainers.population.dispatch import gpu_turn, run_job, set_deterministic
+from trainers.population.evolution import Evolution, run_serially
 from trainers.ppo.multiplex import run_multiplexed
-
-from .helpers import evolve, market, scales
 
 ENV = EnvConfig(initial_cash=10_000.0, hmax=20, episode_len=8, min_episode_len=4)
 PPO = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=2, net_dims=(8,), lr=3e-3)

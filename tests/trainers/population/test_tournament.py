@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.trainers.helpers import market, scales, tournament
 from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, TournamentConfig
-from trainers.population import Setting, run_job
+from trainers.population.dispatch import Setting, run_job
+from trainers.population.tournament import Entry, SimulatedPool, Tournament, tournament_select, update_board
 from trainers.ppo.multiplex import Multiplexed
-from trainers.tournament import Entry, SimulatedPool, Tournament, tournament_select, update_board
-
-from .helpers import market, scales, tournament
 
 DATA = market(t=60)
 ENV = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)

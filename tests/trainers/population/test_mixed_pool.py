@@ -9,10 +9,9 @@ import math
 import pytest
 import torch
 
+from tests.trainers.helpers import market, scales
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, SACConfig, TournamentConfig
-from trainers.tournament import Entry, Tournament, algorithm_of, update_board
-
-from .helpers import market, scales
+from trainers.population.tournament import Entry, Tournament, algorithm_of, update_board
 
 DATA = market(t=60)
 ENV = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)

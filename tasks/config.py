@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from tasks.config_data import DataParams, Section
 from tasks.errors import ConfigError
-from trainers.algorithms import GENERATIONAL, check_names, config_of
+from trainers.algorithms import DEFAULT_LEARNER, check_names, config_of
 from trainers.config import (
     TURBULENCE,
     CompileMode,
@@ -313,8 +313,8 @@ class Params(Section):
         if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
             raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
         self.env.check_freq(self.data.freq)
-        if set(self.tournament.algorithms) != {GENERATIONAL} and self.evolution.mode != "tournament":
-            raise ValueError(f"tournament.algorithms other than {GENERATIONAL} need evolution.mode: tournament")
+        if set(self.tournament.algorithms) != {DEFAULT_LEARNER} and self.evolution.mode != "tournament":
+            raise ValueError(f"tournament.algorithms other than {DEFAULT_LEARNER} need evolution.mode: tournament")
         for name in self.tournament.algorithms:
             policy = config_of(self, name).policy
             if policy != self.ppo.policy:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 Config = PPOConfig | SACConfig
 SearchSpace = dict[str, tuple[float, float]]
 
-GENERATIONAL = "ppo"
+DEFAULT_LEARNER = "ppo"
 """The learner of the generational mode (finrl-podracer.txt §4.2's PPO population), of a warm
 start and of a pool that names none."""
 

@@ -31,7 +31,7 @@ from tasks.config import Params, load_params
 from tasks.model import train
 from tasks.model.plan import state_scales
 from trainers import profiler
-from trainers.algorithms import ALGORITHMS, GENERATIONAL
+from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER
 from trainers.population.evolution import EvolutionResult
 
 FREQS = {
@@ -76,7 +76,7 @@ def profiled_run(params: Params, checkpoints: Path) -> Run:
     torch.manual_seed(params.evolution.seed)
     data = fs.market("cpu")
     run = train.new_run(params, fs, data, state_scales(params, fs))
-    iteration = ALGORITHMS[GENERATIONAL].iteration(run.setting, params.evolution.seed)  # the profiler's calibration
+    iteration = ALGORITHMS[DEFAULT_LEARNER].iteration(run.setting, params.evolution.seed)  # the profiler's calibration
     cpu: list[float] = []
 
     def timed() -> EvolutionResult:

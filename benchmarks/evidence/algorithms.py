@@ -50,15 +50,15 @@ ENSEMBLED = ("ppo", "mixed")
 """The pools whose top k also serve as an ensemble arm."""
 
 
-def actor_of(m: Market, algo: str, hparams: dict[str, float], weights: dict[str, torch.Tensor]) -> Actor:
-    """The deterministic actor an ``algo`` agent with ``hparams`` trained, with ``weights``."""
-    actor = blank_actor(m.data, m.scales, config_of(m.params, algo).with_hparams(hparams))
+def actor_of(m: Market, algorithm: str, hparams: dict[str, float], weights: dict[str, torch.Tensor]) -> Actor:
+    """The deterministic actor an ``algorithm`` agent with ``hparams`` trained, with ``weights``."""
+    actor = blank_actor(m.data, m.scales, config_of(m.params, algorithm).with_hparams(hparams))
     actor.load_state_dict(weights)
     return actor.eval()
 
 
 def ensemble_of(m: Market, leaders: list[Leader]) -> Ensemble:
-    return Ensemble([actor_of(m, e.algo, e.hparams, e.actor) for e in leaders], m.params.env.action)
+    return Ensemble([actor_of(m, e.algorithm, e.hparams, e.actor) for e in leaders], m.params.env.action)
 
 
 def tournament(m: Market, algorithms: dict[str, float], label: str) -> tuple[EvolutionResult, float]:
@@ -93,13 +93,13 @@ def run_seed(job: tuple[str, int, list[str], int]) -> list[Row]:
 
         for name, algorithms in POOLS.items():
             result, seconds = tournament(m, algorithms, f"{market} {seed} {name}")
-            best = actor_of(m, result.best_algo, result.best_hparams, result.best_actor)
+            best = actor_of(m, result.best_algorithm, result.best_hparams, result.best_actor)
             rows.append(row(name, best, result.best_fitness, result.env_steps, seconds))
             if name in ENSEMBLED:
                 leaders = result.leaders[:k]
                 rows.append(row(f"{name}-ensemble", ensemble_of(m, leaders), float("nan"), result.env_steps, seconds))
                 print(f"{market} {seed} {name}-ensemble members: "
-                      + ", ".join(f"{e.algo} {e.fitness:.2f}" for e in leaders), flush=True)
+                      + ", ".join(f"{e.algorithm} {e.fitness:.2f}" for e in leaders), flush=True)
         env, data, per_year = m.params.env, m.data, m.per_year
         rules = {"momentum": momentum_scores(data)}
         if market == "learnable":

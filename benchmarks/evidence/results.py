@@ -57,7 +57,7 @@ from tasks.config import Params
 from tasks.data import feature_set
 from tasks.data.momentum import ewm_return
 from tasks.data.synthetic import filtered_drift, latent_drift
-from trainers.algorithms import ALGORITHMS, GENERATIONAL
+from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER
 from trainers.common.evaluate import buy_and_hold
 from trainers.common.metrics import performance
 from trainers.config import EvolutionConfig
@@ -147,7 +147,7 @@ def run_seed(job: tuple[str, int, list[str], int]) -> list[Row]:
         started = time.perf_counter()
         run = Evolution(data, scales, env, params.ppo, single, train, val, per_year)
         vanilla = run.run()
-        weights, seconds = ALGORITHMS[GENERATIONAL].actor_weights(run.state.states[0]), time.perf_counter() - started
+        weights, seconds = ALGORITHMS[DEFAULT_LEARNER].actor_weights(run.state.states[0]), time.perf_counter() - started
         rows.append(row("vanilla", agent_metrics(weights, params.ppo.hparams()),
                         agent_metrics(weights, params.ppo.hparams(), train), steps=vanilla.env_steps, seconds=seconds))
 

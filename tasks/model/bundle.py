@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from tasks.errors import ConfigError, MissingInput
-from trainers.algorithms import GENERATIONAL, config_of
+from trainers.algorithms import DEFAULT_LEARNER, config_of
 from trainers.common.nets import Actor, ActorShape, new_actor
 from trainers.common.state import StateScales, normalise_features, state_dim
 from trainers.config import EnvConfig
@@ -53,7 +53,7 @@ class PolicyMeta:
     data_version: str
     policy: str = "mlp"
     """``ppo.policy`` of the weights: ``mlp`` or ``shared`` (a per-stock scorer)."""
-    algorithm: str = GENERATIONAL
+    algorithm: str = DEFAULT_LEARNER
     """The learner that trained the policy: ``ppo``, ``sac``, or ``ensemble`` for an ensemble."""
     members: list[dict[str, Any]] = field(default_factory=list)
     """Empty for a single actor; for an ensemble one dict per member with at least
@@ -111,9 +111,9 @@ def load_hparams(folder: Path) -> dict[str, float] | None:
     return {k: float(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else None
 
 
-def net_dims(params: Params, algo: str, hparams: dict[str, float]) -> list[int]:
-    """The actor's hidden layers of an ``algo`` agent with ``hparams``."""
-    return list(config_of(params, algo).with_hparams(hparams).net_dims)
+def net_dims(params: Params, algorithm: str, hparams: dict[str, float]) -> list[int]:
+    """The actor's hidden layers of an ``algorithm`` agent with ``hparams``."""
+    return list(config_of(params, algorithm).with_hparams(hparams).net_dims)
 
 
 def policy_bundle(params: Params, fs: feature_set.FeatureSet, scales: StateScales, data_version: str,
@@ -124,17 +124,17 @@ def policy_bundle(params: Params, fs: feature_set.FeatureSet, scales: StateScale
     k = params.registry.ensemble
     meta = PolicyMeta(
         symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),
-        scales=scales, env=params.env, net_dims=net_dims(params, result.best_algo, result.best_hparams),
-        freq=params.data.freq, data_version=data_version, policy=params.ppo.policy, algorithm=result.best_algo)
+        scales=scales, env=params.env, net_dims=net_dims(params, result.best_algorithm, result.best_hparams),
+        freq=params.data.freq, data_version=data_version, policy=params.ppo.policy, algorithm=result.best_algorithm)
     if k == 1:
         return {name: v.cpu() for name, v in result.best_actor.items()}, meta
     leaders = result.leaders[:k]
     if len(leaders) < k:
         raise ConfigError(f"registry.ensemble {k}: the run ended with only {len(leaders)} agents")
-    members = [{"algorithm": m.algo, "net_dims": net_dims(params, m.algo, m.hparams), "fitness": m.fitness,
+    members = [{"algorithm": m.algorithm, "net_dims": net_dims(params, m.algorithm, m.hparams), "fitness": m.fitness,
                 "job": m.job} for m in leaders]
     log.info("ensemble of %d: %s", k,
-             ", ".join(f"job {m.job} ({m.algo}, validation {m.fitness:.3f})" for m in leaders))
+             ", ".join(f"job {m.job} ({m.algorithm}, validation {m.fitness:.3f})" for m in leaders))
     weights = ensemble_weights([{name: v.cpu() for name, v in m.actor.items()} for m in leaders])
     return weights, replace(meta, members=members, algorithm="ensemble")
 

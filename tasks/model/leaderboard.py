@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from trainers.algorithms import GENERATIONAL
+from trainers.algorithms import DEFAULT_LEARNER
 from trainers.population.evolution import EvolutionResult
 
 LEADERBOARD = "leaderboard.csv"
@@ -61,7 +61,7 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
     for rows, colour, parent in segments:
         label = None if colour in labelled or mode == "tournament" else f"agent {rows['agent'].iloc[0]}"
         labelled.add(colour)
-        marker = MARKERS.get(str(rows["algorithm"].iloc[0]) if "algorithm" in rows else GENERATIONAL, "o")
+        marker = MARKERS.get(str(rows["algorithm"].iloc[0]) if "algorithm" in rows else DEFAULT_LEARNER, "o")
         axes.plot(rows["x"], rows["fitness"], f"{marker}-", color=colour, markersize=4, label=label)
         if len(parent):  # join the copy to its parent's last evaluation
             axes.plot([parent["x"].iloc[-1], rows["x"].iloc[0]], [parent["fitness"].iloc[-1], rows["fitness"].iloc[0]],
@@ -86,7 +86,7 @@ def log_nested_runs(board: pd.DataFrame) -> None:
     assert active is not None, "log_nested_runs needs an active parent run"
     for (generation, agent), rows in board.groupby(["generation", "agent"], sort=True):
         first = rows.iloc[0]
-        algorithm = str(first.get("algorithm", GENERATIONAL))
+        algorithm = str(first.get("algorithm", DEFAULT_LEARNER))
         with mlflow.start_run(run_name=f"gen{generation}-agent{agent}-{algorithm}", nested=True,
                               experiment_id=active.info.experiment_id):
             hparams = {k: v for k, v in first.items() if k not in META and not pd.isna(v)}

@@ -30,7 +30,7 @@ from tasks.model.plan import Plan, checkpoint_dir, state_scales
 from tasks.model.scaleout import job_pool, job_runner
 from tasks.storage import atomic_dir
 from trainers import profiler
-from trainers.algorithms import ALGORITHMS, GENERATIONAL
+from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER
 from trainers.common.env import MarketData
 from trainers.common.metrics import periods_per_year
 from trainers.common.state import StateScales
@@ -66,7 +66,7 @@ class TrainResult:
     """Date of the last bar training and selection saw (the registry version's ``data_cutoff``)."""
     start: str = ""
     """How the population started, when the plan says (e.g. "warm start from the champion")."""
-    algorithm: str = GENERATIONAL
+    algorithm: str = DEFAULT_LEARNER
     """The learner of the best snapshot (a mixed tournament's may be ``sac``)."""
     ensemble: int = 1
     """Agents in the registered model (``registry.ensemble``)."""
@@ -244,7 +244,7 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
 
         report = None
         if params.train.profile:
-            iteration = ALGORITHMS[GENERATIONAL].iteration(run.setting, evo.seed)  # beside the run: calibration
+            iteration = ALGORITHMS[DEFAULT_LEARNER].iteration(run.setting, evo.seed)  # beside the run: calibration
             result, measured = profiler.profiled(lambda: execute(run, params, on_evaluated, folder), iteration)
             report = measured.report
             log.info("profile (overhead %.2f µs per annotation, correction bias %+.1f%% on training iterations, "
@@ -273,7 +273,7 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
                           result.best_hparams, result.env_steps, seconds, str(device), evo.fitness, evo.mode,
                           params.train.engine, out / PROFILE_FILES[2] if report is not None else None,
                           resumed_env_steps, str(fs.timestamps[plan.windows(fs)[1][1]])[:10], plan.start,
-                          result.best_algo, params.registry.ensemble, len(result.history), result.luck)
+                          result.best_algorithm, params.registry.ensemble, len(result.history), result.luck)
     log.info("%s; %.0f env steps/s, %.0f CPU-seconds", trained.describe(), trained.env_steps_per_second,
              result.cost.cpu_seconds)
     return trained

@@ -25,7 +25,7 @@ from tasks.data import feature_set
 from tasks.errors import DataError
 from tasks.model import bundle
 from tasks.model.plan import Plan, state_scales
-from trainers.algorithms import GENERATIONAL
+from trainers.algorithms import DEFAULT_LEARNER
 from trainers.population.evolution import WarmStart
 
 log = logging.getLogger("podracer.ct")
@@ -106,7 +106,7 @@ def warm_start(params: Params, fs: feature_set.FeatureSet, folder: Path) -> tupl
     hparams = bundle.load_hparams(folder)
     if meta.members:
         return None, f"the champion is an ensemble of {len(meta.members)} agents"
-    if meta.algorithm != GENERATIONAL:
+    if meta.algorithm != DEFAULT_LEARNER:
         return None, f"the champion was trained by {meta.algorithm}"
     if meta.symbols != fs.symbols or meta.feature_names != fs.feature_names:
         return None, "the champion trades other symbols or indicators"

@@ -176,7 +176,7 @@ LEARNERS = frozenset({"ppo", "sac"})
 
 def name_tests(source: str, where: str) -> list[str]:
     """``where:line`` of every comparison or ``match`` case in ``source`` with a learner's name as a
-    string literal among its operands (``algo == "sac"``, ``algo != "ppo"``, ``a in ("ppo", x)``,
+    string literal among its operands (``algorithm == "sac"``, ``algorithm != "ppo"``, ``a in ("ppo", x)``,
     ``{"ppo"} != set(pool)``, ``case "sac":``). A name elsewhere (a default, a dict key, a
     docstring) is not a test of it."""
     def named(node: ast.AST) -> bool:
@@ -197,10 +197,11 @@ def test_only_the_algorithms_table_tests_a_learners_name():
     table = REPO / "trainers" / "algorithms.py"
     sources = [p for part in ("trainers", "tasks", "flows", "benchmarks") for p in sorted((REPO / part).rglob("*.py"))]
     assert table in sources and len(sources) > 100
-    planted = 'def f(algo, pool):\n    if algo == "sac" or "ppo" not in pool or {"ppo"} != set(pool):\n        pass\n' \
-        'def g(algo):\n    match algo:\n        case "sac":\n            pass\n'
+    planted = 'def f(algorithm, pool):\n' \
+        '    if algorithm == "sac" or "ppo" not in pool or {"ppo"} != set(pool):\n        pass\n' \
+        'def g(algorithm):\n    match algorithm:\n        case "sac":\n            pass\n'
     assert name_tests(planted, "planted") == ["planted:2", "planted:2", "planted:2", "planted:6"]
-    not_tests = 'ALGO = "ppo"\nPOOLS = {"sac": 1.0}\ndef f(algo: str = "ppo") -> str:\n    return algo\n'
+    not_tests = 'ALGORITHM = "ppo"\nPOOLS = {"sac": 1.0}\ndef f(algorithm: str = "ppo") -> str:\n    return algorithm\n'
     assert name_tests(not_tests, "x") == []
     hits = [hit for p in sources if p != table for hit in name_tests(p.read_text(), str(p.relative_to(REPO)))]
     assert hits == []

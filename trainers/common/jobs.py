@@ -102,7 +102,7 @@ class AgentJob:
     """Env steps this job may spend (its share of the run's hard budget); None: no limit."""
     boost: dict[str, Any] | None = None
     """Nitro's score state (the agent's recent R values and round count), carried from job to job."""
-    algo: str = "ppo"
+    algorithm: str = "ppo"
     """The learner (a name in ``trainers.algorithms.ALGORITHMS``): it picks the job's runner."""
     records: list[AgentRecord] = field(default_factory=list)
     cost: CostLedger = field(default_factory=CostLedger)
@@ -136,7 +136,7 @@ def record(job: AgentJob, iteration: int, score: float, halted: bool,
         if score > job.best[0]:
             job.best = (score, job.generation, snapshot())
     job.records.append(AgentRecord(job.generation, job.index, iteration, score, dict(job.hparams), job.parent, halted,
-                                   job.cost.env_steps, job.algo))
+                                   job.cost.env_steps, job.algorithm))
 
 
 def fresh(job: AgentJob) -> AgentJob:

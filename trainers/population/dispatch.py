@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from trainers.algorithms import ALGORITHMS, GENERATIONAL, Config
+from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER, Config
 from trainers.common.jobs import AgentJob, JobSetting, to_device
 from trainers.population.selection import STRUCTURAL
 from trainers.ppo.agent import PPOAgent
@@ -27,35 +27,35 @@ class Setting(JobSetting):
     """What every job of a run shares (:class:`~trainers.common.jobs.JobSetting`), and the agents
     of each learner built on it."""
 
-    def base(self, algo: str = GENERATIONAL) -> Config:
-        """The config an ``algo`` agent's hyperparameters apply to."""
-        return ALGORITHMS[algo].base(self)
+    def base(self, algorithm: str = DEFAULT_LEARNER) -> Config:
+        """The config an ``algorithm`` agent's hyperparameters apply to."""
+        return ALGORITHMS[algorithm].base(self)
 
     def agent(self, hparams: Mapping[str, float], seed: int, state: dict[str, Any] | None = None,
-              algo: str = GENERATIONAL) -> PPOAgent | SACAgent:
-        """An ``algo`` agent with ``hparams`` applied to its base config: fresh, or restored
+              algorithm: str = DEFAULT_LEARNER) -> PPOAgent | SACAgent:
+        """An ``algorithm`` agent with ``hparams`` applied to its base config: fresh, or restored
         from ``state`` (its ``state_dict()``, which the agent copies)."""
-        return ALGORITHMS[algo].agent(self, hparams, seed, state)
+        return ALGORITHMS[algorithm].agent(self, hparams, seed, state)
 
     def offspring(self, parent_hparams: Mapping[str, float], parent_seed: int, parent_state: dict[str, Any],
                   hparams: Mapping[str, float], seed: int,
-                  algo: str = GENERATIONAL) -> tuple[dict[str, float], dict[str, Any]]:
-        """A copy of a trained agent of the same ``algo`` (weights and optimizer state,
+                  algorithm: str = DEFAULT_LEARNER) -> tuple[dict[str, float], dict[str, Any]]:
+        """A copy of a trained agent of the same ``algorithm`` (weights and optimizer state,
         deep-copied; a SAC agent's replay buffer too) with explored ``hparams`` and its own
         random streams and fresh envs: the selector's exploit step and the tournament
         generator's. Structural hyperparameters (the net width) are the parent's, since they
         fix the weights' shapes. Returns the child's hparams and state."""
         child = {**hparams, **{k: parent_hparams[k] for k in STRUCTURAL if k in parent_hparams}}
-        parent = self.agent(parent_hparams, parent_seed, parent_state, algo)
-        agent = self.agent(child, seed, algo=algo)
-        agent.copy_from(parent)  # type: ignore[arg-type]  # same algo: same class
+        parent = self.agent(parent_hparams, parent_seed, parent_state, algorithm)
+        agent = self.agent(child, seed, algorithm=algorithm)
+        agent.copy_from(parent)  # type: ignore[arg-type]  # same algorithm: same class
         agent.set_hparams(child)
         return child, agent.state_dict()
 
-    def nominal_cost(self, hparams: Mapping[str, float], algo: str = GENERATIONAL) -> float:
+    def nominal_cost(self, hparams: Mapping[str, float], algorithm: str = DEFAULT_LEARNER) -> float:
         """Scheduled compute of one job with ``hparams``: env steps plus gradient samples
         over its iterations. Deterministic, so a simulated pool can order finishes by it."""
-        return float(self.iterations * self.base(algo).with_hparams(hparams).iteration_cost())
+        return float(self.iterations * self.base(algorithm).with_hparams(hparams).iteration_cost())
 
 
 def set_deterministic(on: bool) -> None:
@@ -71,7 +71,7 @@ def set_deterministic(on: bool) -> None:
 
 def run_job(job: AgentJob, setting: JobSetting) -> AgentJob:
     """Train one agent for a generation (or a tournament job) with its learner's runner
-    (``ALGORITHMS[job.algo].run``). On a :meth:`~JobSetting.shipped` setting it trains on the
+    (``ALGORITHMS[job.algorithm].run``). On a :meth:`~JobSetting.shipped` setting it trains on the
     named device, under the run's ``train.deterministic``, and hands its state back on the
     data's. The input is not changed."""
     home = setting.data.close.device
@@ -80,7 +80,7 @@ def run_job(job: AgentJob, setting: JobSetting) -> AgentJob:
             set_deterministic(True)
         if torch.device(setting.device) != home:  # train on the named device
             setting = replace(setting, data=setting.data.to(setting.device), device=None)
-    done = ALGORITHMS[job.algo].run(job, setting)
+    done = ALGORITHMS[job.algorithm].run(job, setting)
     done.state, done.best = to_device(done.state, home), to_device(done.best, home)
     return done
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from trainers import profiler
-from trainers.algorithms import ALGORITHMS, GENERATIONAL
+from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER
 from trainers.common.cost import CostLedger
 from trainers.common.env import MarketData
 from trainers.common.jobs import AgentJob, AgentRecord, Snapshot, evaluation_due
@@ -43,7 +43,7 @@ class Leader:
     fitness: float
     job: int
     """The agent's index (generational) or job number (tournament)."""
-    algo: str
+    algorithm: str
     hparams: dict[str, float]
     actor: dict[str, torch.Tensor]
 
@@ -58,7 +58,7 @@ class EvolutionResult:
     history: list[AgentRecord]
     cost: CostLedger
     """What the whole run spent: env steps, CPU and GPU seconds."""
-    best_algo: str = GENERATIONAL
+    best_algorithm: str = DEFAULT_LEARNER
     """The learner of the best snapshot."""
     leaders: list[Leader] = field(default_factory=list)
     """The agents the run ends with, best validation fitness first: a generational run's final
@@ -215,11 +215,11 @@ class Evolution:
         luck = expected_max_sharpe(np.array([r.fitness for r in pop.history]))
         final = self.cfg.select == "final" and pop.generation > 0
         if final and _ranked(pop.last[finals[0]]) >= pop.best[order[0]][0] - luck:
-            leaders = [Leader(pop.last[i], i, GENERATIONAL, pop.hparams[i], ALGORITHMS[GENERATIONAL].actor_weights(
-                pop.states[i])) for i in finals]
+            weights = ALGORITHMS[DEFAULT_LEARNER].actor_weights
+            leaders = [Leader(pop.last[i], i, DEFAULT_LEARNER, pop.hparams[i], weights(pop.states[i])) for i in finals]
             generation = pop.generation - 1
         else:
-            leaders = [Leader(pop.best[i][0], i, GENERATIONAL, self._hparams_at(pop.best[i][1], i), pop.best[i][2])
+            leaders = [Leader(pop.best[i][0], i, DEFAULT_LEARNER, self._hparams_at(pop.best[i][1], i), pop.best[i][2])
                        for i in order]
             generation = pop.best[order[0]][1]
         chosen = leaders[0]

@@ -25,7 +25,7 @@ import torch
 
 from trainers import profiler
 from trainers._checks import require
-from trainers.algorithms import ALGORITHMS, GENERATIONAL, check_names
+from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER, check_names
 from trainers.common.cost import CostLedger
 from trainers.common.env import MarketData
 from trainers.common.jobs import AgentJob, AgentRecord, Snapshot
@@ -53,7 +53,7 @@ from trainers.population.selection import draw, explore, initial_population
 
 CHECKPOINT = "tournament.pt"
 _INPUTS = ("generation", "index", "hparams", "seed", "state", "best", "last", "falls", "parent", "budget", "boost",
-           "algo")
+           "algorithm")
 """The fields of an :class:`AgentJob` that a job's input consists of (records and env steps are outputs)."""
 
 
@@ -88,7 +88,7 @@ class SimulatedPool:
         original start (from :meth:`schedule`), so it finishes when it would have."""
         free = heapq.heappop(self._free)
         start = max(free, self.clock) if started_at is None else started_at
-        finish = start + self.setting.nominal_cost(job.hparams, job.algo)
+        finish = start + self.setting.nominal_cost(job.hparams, job.algorithm)
         heapq.heappush(self._free, finish)
         self._running.append((finish, self._submitted, start, job))
         self._submitted += 1
@@ -126,7 +126,7 @@ class Entry:
     """Lineage depth: 0 for a fresh agent, the parent's depth + 1 for a copy."""
     boost: dict[str, Any] | None = None
     """Nitro's score state, handed on with the weights."""
-    algo: str = GENERATIONAL
+    algorithm: str = DEFAULT_LEARNER
     """The learner that trained it; its copies are trained by the same."""
 
 
@@ -141,7 +141,7 @@ def update_board(board: list[Entry], entry: Entry, size: int) -> bool:
     on equal fitness the older entry ranks first. Each algorithm keeps its own ``size``
     rows, so one learner's entries never push another's copies out of the pool. Returns
     whether ``entry`` was inserted."""
-    own = [e for e in board if e.algo == entry.algo]
+    own = [e for e in board if e.algorithm == entry.algorithm]
     if len(own) >= size and _rank(entry.fitness) <= _rank(own[-1].fitness):
         return False
     board.append(entry)
@@ -179,7 +179,7 @@ class _Run:
     """The best validation snapshot of all finished jobs (fitness, depth, actor weights)."""
     best_job: int = -1
     best_hparams: dict[str, float] = field(default_factory=dict)
-    best_algo: str = GENERATIONAL
+    best_algorithm: str = DEFAULT_LEARNER
     history: list[AgentRecord] = field(default_factory=list)
     cost: CostLedger = field(default_factory=CostLedger)
     submitted: int = 0
@@ -220,16 +220,16 @@ class Tournament:
                                     sac_cfg, runtime)
         self.budget = job_budget(cfg, self.jobs)
         self.rng = np.random.default_rng(cfg.seed)
-        algos = [algorithm_of(j, tcfg.algorithms) for j in range(cfg.population)]
-        drawn = {a: initial_population(self.setting.base(a).hparams(), self.space(a), algos.count(a), self.rng)
+        learners = [algorithm_of(j, tcfg.algorithms) for j in range(cfg.population)]
+        drawn = {a: initial_population(self.setting.base(a).hparams(), self.space(a), learners.count(a), self.rng)
                  for a in tcfg.algorithms}
-        self.initial = [(a, drawn[a][algos[:j].count(a)]) for j, a in enumerate(algos)]
+        self.initial = [(a, drawn[a][learners[:j].count(a)]) for j, a in enumerate(learners)]
         """The first jobs' algorithms and hyperparameters."""
         self.state = _Run()
 
-    def space(self, algo: str) -> dict[str, tuple[float, float]]:
-        """The search space ``algo``'s agents are drawn from and explored within."""
-        return ALGORITHMS[algo].search_space(self.cfg, self.setting.base(algo))
+    def space(self, algorithm: str) -> dict[str, tuple[float, float]]:
+        """The search space ``algorithm``'s agents are drawn from and explored within."""
+        return ALGORITHMS[algorithm].search_space(self.cfg, self.setting.base(algorithm))
 
     def run(self, on_evaluated: ProgressFn | None = None, checkpoint_dir: Path | None = None,
             pool: JobPool | None = None) -> EvolutionResult:
@@ -258,11 +258,11 @@ class Tournament:
         """The best validation snapshot of the finished jobs, and the leaderboard as the leaders
         (each row's final policy)."""
         run = self.state
-        leaders = [Leader(e.fitness, e.job, e.algo, e.hparams, ALGORITHMS[e.algo].actor_weights(e.state))
+        leaders = [Leader(e.fitness, e.job, e.algorithm, e.hparams, ALGORITHMS[e.algorithm].actor_weights(e.state))
                    for e in run.board]
         return EvolutionResult(
             best_actor=run.best[2], best_fitness=run.best[0], best_generation=run.best[1], best_agent=run.best_job,
-            best_hparams=run.best_hparams, history=run.history, cost=run.cost, best_algo=run.best_algo,
+            best_hparams=run.best_hparams, history=run.history, cost=run.cost, best_algorithm=run.best_algorithm,
             leaders=leaders,
         )
 
@@ -287,23 +287,25 @@ class Tournament:
         run.submitted += 1
         if index < len(self.initial):
             return self._fresh(index, seed, *self.initial[index])
-        algo = algorithm_of(index, self.tcfg.algorithms)
-        board = [e for e in run.board if e.algo == algo]
+        algorithm = algorithm_of(index, self.tcfg.algorithms)
+        board = [e for e in run.board if e.algorithm == algorithm]
         if not board:  # no agent of this algorithm has finished yet: a fresh draw from its search space
-            return self._fresh(index, seed, algo, draw(self.setting.base(algo).hparams(), self.space(algo), self.rng))
+            hparams = draw(self.setting.base(algorithm).hparams(), self.space(algorithm), self.rng)
+            return self._fresh(index, seed, algorithm, hparams)
         profiler.set_phase("selection")
         parent = tournament_select(board, self.tcfg.tournament_size, self.rng)
-        mutated = explore(parent.hparams, self.space(algo), cfg.perturb_factors, cfg.resample_p, self.rng)
-        hparams, state = self.setting.offspring(parent.hparams, parent.seed, parent.state, mutated, seed, algo)
+        mutated = explore(parent.hparams, self.space(algorithm), cfg.perturb_factors, cfg.resample_p, self.rng)
+        hparams, state = self.setting.offspring(parent.hparams, parent.seed, parent.state, mutated, seed, algorithm)
         depth = parent.depth + 1
-        return AgentJob(depth, index, hparams, seed, state, (-math.inf, depth, ALGORITHMS[algo].actor_weights(state)),
-                        parent.fitness, 0, parent.job, self.budget, copy.deepcopy(parent.boost), algo)
+        best = (-math.inf, depth, ALGORITHMS[algorithm].actor_weights(state))
+        return AgentJob(depth, index, hparams, seed, state, best, parent.fitness, 0, parent.job, self.budget,
+                        copy.deepcopy(parent.boost), algorithm)
 
-    def _fresh(self, index: int, seed: int, algo: str, hparams: dict[str, float]) -> AgentJob:
-        """A job for a new ``algo`` agent with ``hparams``: lineage depth 0, no parent."""
-        state = self.setting.agent(hparams, seed, algo=algo).state_dict()
-        best = (-math.inf, 0, ALGORITHMS[algo].actor_weights(state))
-        return AgentJob(0, index, hparams, seed, state, best, math.nan, 0, None, self.budget, algo=algo)
+    def _fresh(self, index: int, seed: int, algorithm: str, hparams: dict[str, float]) -> AgentJob:
+        """A job for a new ``algorithm`` agent with ``hparams``: lineage depth 0, no parent."""
+        state = self.setting.agent(hparams, seed, algorithm=algorithm).state_dict()
+        best = (-math.inf, 0, ALGORITHMS[algorithm].actor_weights(state))
+        return AgentJob(0, index, hparams, seed, state, best, math.nan, 0, None, self.budget, algorithm=algorithm)
 
     def _update(self, done: AgentJob) -> None:
         """Take in a finished job: history, env steps, the leaderboard and the best snapshot."""
@@ -311,10 +313,10 @@ class Tournament:
         run.history.extend(done.records)
         run.cost += done.cost
         update_board(run.board, Entry(done.last, done.index, done.hparams, done.seed, done.state, done.generation,
-                                      done.boost, done.algo), self.tcfg.leaderboard_size)
+                                      done.boost, done.algorithm), self.tcfg.leaderboard_size)
         if run.best_job < 0 or done.best[0] > run.best[0]:
             run.best, run.best_job, run.best_hparams = done.best, done.index, dict(done.hparams)
-            run.best_algo = done.algo
+            run.best_algorithm = done.algorithm
 
     def _config(self) -> dict[str, Any]:
         learners = {name: asdict(ALGORITHMS[name].base(self.setting)) for name in self.tcfg.algorithms}
@@ -326,7 +328,8 @@ class Tournament:
         run = self.state
         state: dict[str, Any] = {
             "board": [dict(vars(e)) for e in run.board], "best": run.best, "best_job": run.best_job,
-            "best_hparams": run.best_hparams, "best_algo": run.best_algo, "history": [asdict(r) for r in run.history],
+            "best_hparams": run.best_hparams, "best_algorithm": run.best_algorithm,
+            "history": [asdict(r) for r in run.history],
             "cost": run.cost.as_dict(), "submitted": run.submitted, "clock": run.clock,
             "pending": [({name: getattr(job, name) for name in _INPUTS}, start) for job, start in run.pending],
             "rng": self.rng.bit_generator.state, "config": self._config(),
@@ -341,7 +344,7 @@ class Tournament:
         fitness, depth, weights = state["best"]
         self.state = _Run(
             board=[Entry(**e) for e in state["board"]], best=(fitness, depth, weights), best_job=state["best_job"],
-            best_hparams=state["best_hparams"], best_algo=state["best_algo"],
+            best_hparams=state["best_hparams"], best_algorithm=state["best_algorithm"],
             history=[AgentRecord(**r) for r in state["history"]],
             cost=CostLedger(**state["cost"]), submitted=state["submitted"], clock=state["clock"],
             pending=[(AgentJob(**job), start) for job, start in state["pending"]],

@@ -42,13 +42,13 @@ def test_each_algorithm_keeps_its_own_rows_on_the_leaderboard():
     only ever displaces the worst row of its own algorithm."""
     board: list[Entry] = []
 
-    def offer(fitness: float, job: int, algo: str) -> bool:
-        return update_board(board, Entry(fitness, job, {}, job, {}, 0, algo=algo), 2)
+    def offer(fitness: float, job: int, algorithm: str) -> bool:
+        return update_board(board, Entry(fitness, job, {}, job, {}, 0, algorithm=algorithm), 2)
 
     assert offer(3.0, 0, "ppo") and offer(2.0, 1, "ppo") and offer(0.5, 2, "sac")
     assert offer(2.5, 3, "ppo")  # displaces ppo 2.0, not sac 0.5
     assert offer(0.1, 4, "sac") and not offer(0.05, 5, "sac") and not offer(1.0, 6, "ppo")
-    assert [(e.job, e.algo) for e in board] == [(0, "ppo"), (3, "ppo"), (2, "sac"), (4, "sac")]
+    assert [(e.job, e.algorithm) for e in board] == [(0, "ppo"), (3, "ppo"), (2, "sac"), (4, "sac")]
 
 
 @pytest.fixture(scope="module")
@@ -60,25 +60,25 @@ def mixed():
 
 def test_a_mixed_pool_trains_both_and_copies_within_an_algorithm(mixed):
     run, result = mixed
-    algo_of_job = {r.agent: r.algorithm for r in result.history}
-    assert algo_of_job == {j: algorithm_of(j, MIXED) for j in range(8)}
+    algorithm_of_job = {r.agent: r.algorithm for r in result.history}
+    assert algorithm_of_job == {j: algorithm_of(j, MIXED) for j in range(8)}
     for r in result.history:
         keys = set(r.hparams)
         assert keys == set((SAC if r.algorithm == "sac" else PPO).hparams()), r  # its own hyperparameters only
         if r.parent is not None:
-            assert algo_of_job[r.parent] == r.algorithm  # a copy of its own kind
+            assert algorithm_of_job[r.parent] == r.algorithm  # a copy of its own kind
         if r.algorithm == "sac" and r.parent is not None:
             for name, (lo, hi) in SAC.search_space.items():
                 assert lo <= r.hparams[name] <= hi
-    assert {e.algo for e in run.state.board} == {"ppo", "sac"}
+    assert {e.algorithm for e in run.state.board} == {"ppo", "sac"}
     assert sorted((e.fitness for e in result.leaders), reverse=True) == [e.fitness for e in result.leaders]
-    assert [(e.job, e.algo) for e in result.leaders] == [(e.job, e.algo) for e in run.state.board]
+    assert [(e.job, e.algorithm) for e in result.leaders] == [(e.job, e.algorithm) for e in run.state.board]
 
 
 def test_a_sac_copy_continues_from_its_parents_replay_buffer():
     run = make(jobs=6)
     run.run()
-    sac_rows = [e for e in run.state.board if e.algo == "sac"]
+    sac_rows = [e for e in run.state.board if e.algorithm == "sac"]
     parent = sac_rows[0]
     hparams, state = run.setting.offspring(parent.hparams, parent.seed, parent.state, dict(parent.hparams), 999, "sac")
     mine, theirs = state["buffer"], parent.state["buffer"]
@@ -100,6 +100,6 @@ def test_a_killed_mixed_tournament_resumes_and_ends_as_an_uninterrupted_one(tmp_
     resumed = resumed_run.run(checkpoint_dir=tmp_path)
     assert [(r.agent, r.algorithm, r.fitness) for r in resumed.history] == [
         (r.agent, r.algorithm, r.fitness) for r in straight.history]
-    assert resumed.best_algo == straight.best_algo and resumed.env_steps == straight.env_steps
+    assert resumed.best_algorithm == straight.best_algorithm and resumed.env_steps == straight.env_steps
     assert all(torch.equal(straight.best_actor[k], resumed.best_actor[k]) for k in straight.best_actor)
     assert all(math.isfinite(r.fitness) for r in resumed.history)

@@ -31,6 +31,7 @@ from trainers.config import (
     SACConfig,
     TournamentConfig,
 )
+from trainers.population.modes import MODES, modes_where
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -313,15 +314,16 @@ class Params(Section):
         if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
             raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
         self.env.check_freq(self.data.freq)
-        if set(self.tournament.algorithms) != {DEFAULT_LEARNER} and self.evolution.mode != "tournament":
-            raise ValueError(f"tournament.algorithms other than {DEFAULT_LEARNER} need evolution.mode: tournament")
+        mode, learners = MODES[self.evolution.mode], set(self.tournament.algorithms)
+        if learners != set(mode.learners(self.tournament)):
+            able = modes_where(lambda other: set(other.learners(self.tournament)) == learners)
+            raise ValueError(f"tournament.algorithms other than {DEFAULT_LEARNER} need evolution.mode: {able}")
         for name in self.tournament.algorithms:
             policy = config_of(self, name).policy
             if policy != self.ppo.policy:
                 raise ValueError(f"{name}.policy {policy} must equal ppo.policy {self.ppo.policy}: a model "
                                  "records one policy kind, and an ensemble may mix both learners")
-        pool = (self.tournament.leaderboard_size * len(self.tournament.algorithms)
-                if self.evolution.mode == "tournament" else self.evolution.population)
+        pool = mode.kept(self.evolution, self.tournament)
         if self.registry.ensemble > pool:
             raise ValueError(f"registry.ensemble {self.registry.ensemble} is more agents than the "
                              f"{self.evolution.mode} run keeps ({pool})")

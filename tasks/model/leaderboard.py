@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from trainers.algorithms import DEFAULT_LEARNER
 from trainers.population.evolution import EvolutionResult
+from trainers.population.modes import MODES
 
 LEADERBOARD = "leaderboard.csv"
 PLOT = "evolution.png"
@@ -35,12 +36,14 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
     """Fitness over training time with the lineage drawn in.
 
     Generational: one colour per agent slot; a slot's line breaks where the selector replaced
-    it, and a dashed line joins the copy to its parent. Tournament: one short line per job
-    at the time it finished, coloured by lineage depth, a dashed line from its parent job."""
+    it, and a dashed line joins the copy to its parent. A pooled mode (a tournament): one
+    short line per job at the time it finished, coloured by lineage depth, a dashed line from
+    its parent job."""
     figure = Figure(figsize=(10, 4.5), layout="constrained")
     axes = figure.add_subplot()
     per_job = int(board["iteration"].max())
-    if mode == "tournament":  # x: finishing order of the jobs, whose ids are in "agent"
+    pooled = MODES[mode].pooled
+    if pooled:  # x: finishing order of the jobs, whose ids are in "agent"
         order = {job: k for k, job in enumerate(dict.fromkeys(board["agent"]))}
         board = board.assign(x=board["agent"].map(order) + board["iteration"] / per_job)
         segments = [(rows, f"C{int(rows['generation'].iloc[0]) % 10}", board[board["agent"] == rows["parent"].iloc[0]])
@@ -59,7 +62,7 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
         xlabel, title = "generations trained", "Evolution: fitness over time; dashed = copied from a top agent"
     labelled: set[str] = set()
     for rows, colour, parent in segments:
-        label = None if colour in labelled or mode == "tournament" else f"agent {rows['agent'].iloc[0]}"
+        label = None if colour in labelled or pooled else f"agent {rows['agent'].iloc[0]}"
         labelled.add(colour)
         marker = MARKERS.get(str(rows["algorithm"].iloc[0]) if "algorithm" in rows else DEFAULT_LEARNER, "o")
         axes.plot(rows["x"], rows["fitness"], f"{marker}-", color=colour, markersize=4, label=label)

@@ -17,9 +17,11 @@ from pathlib import Path
 from tasks.caching import current_version
 from tasks.config import Params
 from tasks.data import feature_set
+from tasks.model.scaleout import ENGINES
 from trainers.algorithms import Config, config_of
 from trainers.common.state import StateScales
 from trainers.population.evolution import CHECKPOINT, WarmStart
+from trainers.population.modes import MODES
 
 log = logging.getLogger("podracer.train")
 
@@ -85,9 +87,9 @@ def checkpoint_dir(params: Params, data_version: str | None = None, plan: Plan =
     version = data_version or current_version(params)
     spec = [version, params.env, params.ppo, params.evolution,
             params.features.model_dump(mode="json"), params.nitro,
-            params.tournament if params.evolution.mode == "tournament" else None,
+            MODES[params.evolution.mode].keyed(params),
             learners_beyond(params),
-            params.train.engine == "multiplexed"]  # the engines agree up to float summation order
+            ENGINES[params.train.engine].batched]  # the engines agree up to float summation order
     if (plan.train_window, plan.val_window, plan.warm_id) != (None, None, ""):  # the pipeline's names stay
         spec += [plan.train_window, plan.val_window, plan.warm_id]
     return params.dirs.checkpoints / hashlib.sha256(repr(spec).encode()).hexdigest()[:16]

@@ -1,6 +1,6 @@
 """Where agent jobs run (finrl-podracer.txt §4.3: the orchestrator spreads agents over workers).
 
-``train.engine`` chooses:
+``train.engine`` chooses, in one table (:data:`ENGINES`; nothing else tests an engine's name):
 
 * ``multiplexed`` (the default): a generation's agents as one batched model in this process
   (:func:`trainers.ppo.multiplex.run_multiplexed`);
@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tasks.config import TrainParams
@@ -172,22 +173,42 @@ def dask_pool(train: TrainParams, setting: Setting) -> Iterator[DaskPool]:
 
 
 @contextmanager
-def job_runner(train: TrainParams, setting: Setting) -> Iterator[JobRunner]:
-    """The generational mode's job runner that ``train.engine`` asks for."""
-    if train.engine == "dask":
-        with dask_pool(train, setting) as pool:
-            yield run_on(pool)
-    else:
-        yield run_multiplexed if train.engine == "multiplexed" else run_serially
+def dask_runner(train: TrainParams, setting: Setting) -> Iterator[JobRunner]:
+    """A generation's jobs on the cluster ``train.dask`` names (:func:`run_on` a :class:`DaskPool`)."""
+    with dask_pool(train, setting) as pool:
+        yield run_on(pool)
 
 
-@contextmanager
-def job_pool(train: TrainParams, setting: Setting) -> Iterator[JobPool | None]:
-    """The tournament's pool: a :class:`DaskPool` with ``train.engine: dask``; else ``None``,
-    and the tournament runs its jobs one at a time in this process, in the order its
+def in_process(runner: JobRunner) -> Callable[[TrainParams, Setting], AbstractContextManager[JobRunner]]:
+    """``runner``, in this process: nothing to open or close."""
+    return lambda train, setting: nullcontext(runner)
+
+
+def no_pool(train: TrainParams, setting: Setting) -> AbstractContextManager[None]:
+    """No pool: a tournament runs its jobs one at a time in this process, in the order its
     simulated pool of ``tournament.workers`` would finish them."""
-    if train.engine == "dask":
-        with dask_pool(train, setting) as pool:
-            yield pool
-    else:
-        yield None
+    return nullcontext(None)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One ``train.engine``: what a generation's jobs run on, what a pooled mode's (a
+    tournament's) jobs run on, and whether it batches a generation's agents."""
+
+    name: str
+    runner: Callable[[TrainParams, Setting], AbstractContextManager[JobRunner]]
+    """The generational mode's job runner, open for the block."""
+    pool: Callable[[TrainParams, Setting], AbstractContextManager[JobPool | None]]
+    """A pooled mode's :class:`~trainers.population.dispatch.JobPool`, open for the block; None: in this process."""
+    batched: bool
+    """A generation's agents train as one batched model: its results agree with the other
+    engines' only up to float summation order (the checkpoint key tells them apart), and a
+    tournament's jobs, which come one at a time, gain nothing from it."""
+
+
+ENGINES: Mapping[str, Engine] = {engine.name: engine for engine in (
+    Engine(name="multiplexed", runner=in_process(run_multiplexed), pool=no_pool, batched=True),
+    Engine(name="serial", runner=in_process(run_serially), pool=no_pool, batched=False),
+    Engine(name="dask", runner=dask_runner, pool=dask_pool, batched=False),
+)}
+"""Every engine, by ``train.engine``'s name."""

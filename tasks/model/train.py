@@ -1,10 +1,11 @@
 """Stage 4, train: generational evolution of a PPO population (finrl-podracer.txt §4.2–4.4).
 
-Loads the feature set, trains with :class:`trainers.population.evolution.Evolution` (or a tournament)
-on the train split, selects on the validation split only, and writes the best validation
-snapshot as a policy bundle under ``data/models/`` with the leaderboard of every agent and
-generation. A :class:`~tasks.model.plan.Plan` changes the windows, the start, the length
-and the output: the continuous-training cycle's challenger (:mod:`tasks.model.walkforward`).
+Loads the feature set, trains the run ``evolution.mode`` names
+(:data:`trainers.population.modes.MODES`: generational evolution or a tournament) on the train
+split, selects on the validation split only, and writes the best validation snapshot as a
+policy bundle under ``data/models/`` with the leaderboard of every agent and generation. A
+:class:`~tasks.model.plan.Plan` changes the windows, the start, the length and the output:
+the continuous-training cycle's challenger (:mod:`tasks.model.walkforward`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tasks.data import feature_set
 from tasks.errors import ConfigError, MissingInput, TrainingFailed
 from tasks.model import bundle, leaderboard
 from tasks.model.plan import Plan, checkpoint_dir, state_scales
-from tasks.model.scaleout import job_pool, job_runner
+from tasks.model.scaleout import ENGINES
 from tasks.storage import atomic_dir
 from trainers import profiler
 from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER
@@ -36,8 +37,8 @@ from trainers.common.metrics import periods_per_year
 from trainers.common.state import StateScales
 from trainers.config import EvolutionConfig
 from trainers.population.dispatch import set_deterministic
-from trainers.population.evolution import Evolution, EvolutionResult, ProgressFn, Run, evaluations_per_generation
-from trainers.population.tournament import Tournament
+from trainers.population.evolution import EvolutionResult, ProgressFn, Run, evaluations_per_generation
+from trainers.population.modes import MODES, modes_where
 
 log = logging.getLogger("podracer.train")
 PROFILE_FILES = ("profile.csv", "profile.json", "profile.png")
@@ -87,8 +88,7 @@ class TrainResult:
 
     def describe(self) -> str:
         """Which snapshot won, and what training cost, in one line."""
-        where = (f"job {self.best_agent} ({self.algorithm}), lineage depth {self.best_generation}"
-                 if self.mode == "tournament" else f"agent {self.best_agent}, generation {self.best_generation}")
+        where = MODES[self.mode].best_at(self.best_agent, self.best_generation, self.algorithm)
         steps = f"{self.env_steps:,} env steps"
         if self.resumed_env_steps:
             steps += f", {self.session_env_steps:,} of them after resuming"
@@ -117,17 +117,17 @@ def save_profile(report: profiler.Report, folder: Path) -> None:
 
 class GenerationLog:
     """The evaluator's scores as one log line per generation, once all its evaluations are in:
-    ``generation 3/32: best validation sharpe 0.910 (agent 2), mean 0.550``; in a tournament,
-    one line per job. Every agent is evaluated ``evaluations_per_generation`` times a
+    ``generation 3/32: best validation sharpe 0.910 (agent 2), mean 0.550``; in a pooled mode
+    (a tournament), one line per job. Every agent is evaluated ``evaluations_per_generation`` times a
     generation (a halted one keeps its last score), which is also the progress bar's unit."""
 
-    def __init__(self, evo: EvolutionConfig, tournament: bool) -> None:
-        self.evo, self.tournament = evo, tournament
-        self.expected = evaluations_per_generation(evo) * (1 if tournament else evo.population)
+    def __init__(self, evo: EvolutionConfig, pooled: bool) -> None:
+        self.evo, self.pooled = evo, pooled
+        self.expected = evaluations_per_generation(evo) * (1 if pooled else evo.population)
         self.scores: dict[tuple[int, int], list[tuple[int, float]]] = {}
 
     def add(self, gen: int, agent: int, fitness: float) -> None:
-        key = (gen, agent if self.tournament else -1)
+        key = (gen, agent if self.pooled else -1)
         self.scores.setdefault(key, []).append((agent, fitness))
         if len(self.scores[key]) == self.expected:
             self.line(key)
@@ -136,7 +136,7 @@ class GenerationLog:
         scores = self.scores.pop(key)
         best, agent = max((fitness, -agent) for agent, fitness in scores)
         name = self.evo.fitness
-        if self.tournament:
+        if self.pooled:
             log.info("job %d (lineage depth %d): best validation %s %.3f", key[1], key[0], name, best)
         else:
             mean = statistics.fmean(fitness for _, fitness in scores)
@@ -153,26 +153,24 @@ def new_run(params: Params, fs: feature_set.FeatureSet, data: MarketData, scales
             plan: Plan = Plan()) -> Run:
     """The training run ``evolution.mode`` asks for, on the plan's windows (by default the
     train split, selecting on validation)."""
-    args = (data, scales, params.env, params.ppo, params.evolution)
+    mode = MODES[params.evolution.mode]
+    if plan.warm is not None and not mode.warm_start:
+        raise ConfigError(f"a warm start (the CT cycle) needs evolution.mode: {modes_where(lambda m: m.warm_start)}")
     windows = (*plan.windows(fs), periods_per_year(params.data.freq))
-    runtime = params.train.runtime
-    if params.evolution.mode == "tournament":
-        if plan.warm is not None:
-            raise ConfigError("a warm start (the CT cycle) needs evolution.mode: generational")
-        return Tournament(*args, params.tournament, *windows, params.nitro, params.sac, runtime)
-    return Evolution(*args, *windows, params.nitro, plan.warm, runtime)
+    return mode.build(data, scales, params, windows, params.train.runtime, plan.warm)
 
 
 def execute(run: Run, params: Params, on_evaluated: ProgressFn, folder: Path) -> EvolutionResult:
     """Run on the engine ``train.engine`` names, checkpointing into ``folder``: a generation's
-    jobs go to a runner, a tournament's to a pool."""
-    if params.evolution.mode == "tournament":
-        if params.train.engine == "multiplexed":
-            log.info("tournament jobs run one at a time in this process (train.engine: dask spreads them)")
-        with job_pool(params.train, run.setting) as pool:
-            return run.run(on_evaluated, folder, pool)
-    with job_runner(params.train, run.setting) as runner:
-        return run.run(on_evaluated, folder, runner)
+    jobs go to the engine's runner, a pooled mode's (a tournament's) to its pool."""
+    mode, engine = MODES[params.evolution.mode], ENGINES[params.train.engine]
+    if not mode.pooled:
+        with engine.runner(params.train, run.setting) as runner:
+            return run.run(on_evaluated, folder, runner)
+    if engine.batched:
+        log.info("%s jobs run one at a time in this process (train.engine: dask spreads them)", mode.name)
+    with engine.pool(params.train, run.setting) as pool:
+        return run.run(on_evaluated, folder, pool)
 
 
 @dataclass(frozen=True)
@@ -229,17 +227,17 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
             raise MissingInput(f"{folder / run.CHECKPOINT}: no checkpoint of this run (same data and config) "
                                "to resume; run without --resume") from None
     resumed_env_steps = run.state.cost.env_steps
-    tournament = evo.mode == "tournament"
+    mode = MODES[evo.mode]
     bar = Bar(f"{evo.mode} on {params.train.engine}", evo.fitness, run.jobs * evaluations_per_generation(evo),
               len(run.state.history))
     started = time.perf_counter()
     with display(bar) as update:
         best = [float("-inf")]
-        lines = GenerationLog(evo, tournament)
+        lines = GenerationLog(evo, mode.pooled)
 
         def on_evaluated(gen: int, agent: int, fitness: float) -> None:
             best[0] = max(best[0], fitness)
-            update(f"job {agent}" if tournament else f"generation {gen + 1}/{evo.generations}", best[0])
+            update(mode.progress(gen, agent, evo.generations), best[0])
             lines.add(gen, agent, fitness)
 
         report = None

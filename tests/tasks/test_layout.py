@@ -205,3 +205,60 @@ def test_only_the_algorithms_table_tests_a_learners_name():
     assert name_tests(not_tests, "x") == []
     hits = [hit for p in sources if p != table for hit in name_tests(p.read_text(), str(p.relative_to(REPO)))]
     assert hits == []
+
+
+RUN_MODES = frozenset({"generational", "tournament"})
+"""The run modes' names: only their table, trainers/population/modes.py, says what a mode does."""
+ENGINES = frozenset({"multiplexed", "serial", "dask"})
+"""The engines' names: only their table, tasks/model/scaleout.py, says where an engine's jobs run."""
+
+
+def mode_tests(source: str, where: str) -> list[str]:
+    """``where:line`` of every comparison or ``match`` case in ``source`` that tests a run mode's
+    name (a mode's name as a string literal among its operands: ``evo.mode == "tournament"``,
+    ``kind in ("generational", x)``) or an engine's (an engine's name beside a name or attribute
+    that says engine: ``params.train.engine != "dask"``, ``case "serial":`` under
+    ``match train.engine``). A name elsewhere (a default, a table's entry or a lookup in it, a
+    dict key, a section called ``dask``) is not a test of it."""
+    def literals(node: ast.AST) -> set[object]:
+        """The operand's value when it is a literal, or its elements' when it is a tuple, list or set of them."""
+        if isinstance(node, ast.Constant):
+            return {node.value}
+        if isinstance(node, ast.MatchValue):
+            return literals(node.value)
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return set().union(*(literals(n) for n in node.elts))
+        return set()
+
+    def says_engine(node: ast.AST) -> bool:
+        return any("engine" in (n.id if isinstance(n, ast.Name) else n.attr) for n in ast.walk(node)
+                   if isinstance(n, ast.Name | ast.Attribute))
+
+    def tests(operands: list[ast.AST]) -> bool:
+        found = set().union(*(literals(n) for n in operands))
+        return bool(found & RUN_MODES) or bool(found & ENGINES) and any(says_engine(n) for n in operands)
+
+    found = []
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, ast.Compare) and tests([node.left, *node.comparators]):
+            found.append(f"{where}:{node.lineno}")
+        elif isinstance(node, ast.Match):
+            found += [f"{where}:{case.pattern.lineno}" for case in node.cases if tests([node.subject, case.pattern])]
+    return sorted(found, key=lambda hit: int(hit.rsplit(":", 1)[1]))
+
+
+def test_only_the_mode_and_engine_tables_test_a_modes_or_an_engines_name():
+    """What a run mode does is looked up in ``trainers.population.modes.MODES`` and where an
+    engine runs jobs in ``tasks.model.scaleout.ENGINES``, never decided by a string test spread
+    over the tree (docs/evolution.md). The tables themselves need no such test either."""
+    sources = [p for part in ("trainers", "tasks", "flows", "benchmarks") for p in sorted((REPO / part).rglob("*.py"))]
+    assert REPO / "trainers" / "population" / "modes.py" in sources and len(sources) > 100
+    planted = 'def f(params, evo, kind):\n    tournament = evo.mode == "tournament"\n' \
+        '    if params.train.engine != "dask" or kind in ("generational", None):\n        pass\n' \
+        '    match params.train.engine:\n        case "serial":\n            pass\n'
+    assert mode_tests(planted, "planted") == ["planted:2", "planted:3", "planted:3", "planted:6"]
+    not_tests = 'def f(mode: str = "generational", engine: str = "multiplexed") -> bool:\n' \
+        '    return "dask" in SECTIONS and mode == "stream" and MODES["tournament"] is not None\n'
+    assert mode_tests(not_tests, "x") == []
+    hits = [hit for p in sources for hit in mode_tests(p.read_text(), str(p.relative_to(REPO)))]
+    assert hits == []

@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,12 @@ from prefect_dask.client import PrefectDaskClient
 from standins.postgres import free_port
 from tasks.config import TrainParams, load_params
 from tasks.errors import ConfigError
-from tasks.model.scaleout import NO_FIXED_PORT, DaskPool, job_pool, job_runner, run_on
+from tasks.model.scaleout import ENGINES, NO_FIXED_PORT, DaskPool, run_on
 from tests.trainers.helpers import market, scales
 from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
-from trainers.population.dispatch import Setting, run_job
-from trainers.population.evolution import Evolution, run_serially
+from trainers.population.dispatch import JobPool, Setting, run_job
+from trainers.population.evolution import Evolution, JobRunner, run_serially
 from trainers.ppo.multiplex import run_multiplexed
 
 DATA = market(t=60)
@@ -52,6 +54,16 @@ def jobs(count: int) -> list[AgentJob]:
 def in_process(job: AgentJob) -> AgentJob:
     """``run_job`` in this process."""
     return run_job(job, SETTING)
+
+
+def job_runner(train: TrainParams, setting: Setting) -> AbstractContextManager[JobRunner]:
+    """The job runner ``train.engine`` names, as the train stage opens it."""
+    return ENGINES[train.engine].runner(train, setting)
+
+
+def job_pool(train: TrainParams, setting: Setting) -> AbstractContextManager[JobPool | None]:
+    """The pool ``train.engine`` names, as the train stage opens it."""
+    return ENGINES[train.engine].pool(train, setting)
 
 
 MEASURED = {"cpu_seconds", "gpu_seconds"}
@@ -201,6 +213,11 @@ def test_a_population_on_two_gpu_worker_processes_ends_as_in_process(gpu_workers
     workers = [task["worker"] for task in stream.data if task["key"].startswith("run_job-")]  # train-agent-generation
     assert len(workers) == 4 * 2 and len(set(workers)) == 2  # every agent's job, both generations, on both
     assert_same(asdict(remote), asdict(local), "result")
+
+
+def test_every_engine_the_config_allows_has_one_entry() -> None:
+    assert set(ENGINES) == set(typing.get_args(TrainParams.model_fields["engine"].annotation))
+    assert [name for name, engine in ENGINES.items() if engine.batched] == ["multiplexed"]
 
 
 def test_in_process_is_the_default() -> None:

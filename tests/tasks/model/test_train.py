@@ -119,7 +119,7 @@ def test_a_resumed_runs_summary_rates_only_the_steps_it_ran():
 def test_training_logs_one_line_per_generation_once_its_evaluations_are_in(tiny, caplog):
     evo = dataclasses.replace(tiny.evolution, population=3, generations=4, iterations_per_generation=2,
                               eval_interval=1)  # two evaluations per agent per generation
-    lines = GenerationLog(evo, tournament=False)
+    lines = GenerationLog(evo, pooled=False)
     with caplog.at_level("INFO", logger="podracer.train"):
         for agent, fitness in [(0, 0.1), (0, 0.2), (1, 0.9), (1, 0.5), (2, 0.3)]:
             lines.add(0, agent, fitness)
@@ -130,7 +130,7 @@ def test_training_logs_one_line_per_generation_once_its_evaluations_are_in(tiny,
     assert caplog.messages == ["generation 1/4: best validation sharpe 0.900 (agent 1), mean 0.383",
                                "generation 2/4: best validation sharpe 0.700 (agent 0), mean 0.700"]
     caplog.clear()
-    jobs = GenerationLog(evo, tournament=True)
+    jobs = GenerationLog(evo, pooled=True)
     with caplog.at_level("INFO", logger="podracer.train"):
         jobs.add(2, 5, 0.4)
         jobs.add(2, 5, 0.6)

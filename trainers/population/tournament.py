@@ -342,11 +342,15 @@ class Tournament:
         if state["config"] != self._config():
             raise ValueError(f"{path}: checkpoint of a different evolution or tournament config; start afresh")
         fitness, depth, weights = state["best"]
-        self.state = _Run(
-            board=[Entry(**e) for e in state["board"]], best=(fitness, depth, weights), best_job=state["best_job"],
-            best_hparams=state["best_hparams"], best_algorithm=state["best_algorithm"],
-            history=[AgentRecord(**r) for r in state["history"]],
-            cost=CostLedger(**state["cost"]), submitted=state["submitted"], clock=state["clock"],
-            pending=[(AgentJob(**job), start) for job, start in state["pending"]],
-        )
+        try:
+            self.state = _Run(
+                board=[Entry(**e) for e in state["board"]], best=(fitness, depth, weights), best_job=state["best_job"],
+                best_hparams=state["best_hparams"], best_algorithm=state["best_algorithm"],
+                history=[AgentRecord(**r) for r in state["history"]],
+                cost=CostLedger(**state["cost"]), submitted=state["submitted"], clock=state["clock"],
+                pending=[(AgentJob(**job), start) for job, start in state["pending"]],
+            )
+        except (KeyError, TypeError) as err:  # a field renamed or added since it was written
+            raise ValueError(f"{path}: checkpoint written by another version of the tournament ({err}); "
+                             "start afresh without --resume") from None
         self.rng.bit_generator.state = state["rng"]

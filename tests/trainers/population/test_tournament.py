@@ -229,6 +229,12 @@ def test_a_resumed_run_ends_exactly_as_an_uninterrupted_one(tmp_path, straight):
 
     with pytest.raises(ValueError, match="different"):
         tiny_run(leaderboard_size=2)(checkpoint_dir=folder, resume=True)
+    old = torch.load(folder / "tournament.pt", weights_only=True)  # as written before a field was renamed
+    old["best_algo"] = old.pop("best_algorithm")
+    (tmp_path / "old").mkdir()
+    torch.save(old, tmp_path / "old" / "tournament.pt")
+    with pytest.raises(ValueError, match="another version of the tournament"):
+        run(checkpoint_dir=tmp_path / "old", resume=True)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         run(checkpoint_dir=tmp_path / "c", resume=True)
 

@@ -1,6 +1,6 @@
 """The learners a run can train, in one table: :data:`ALGORITHMS` maps a learner's name (as
 ``tournament.algorithms`` and ``params.yaml``'s sections spell it) to what the population
-layer needs of it (elegantrl-podracers.txt §3: a pool of agents "initialized with different
+layer needs of it (elegantrl-podracers §3: a pool of agents "initialized with different
 DRL algorithms"; docs/evolution.md, A pool of several algorithms).
 
 Nothing outside this module tests a learner's name: the population layer, the train stage
@@ -30,7 +30,7 @@ Config = PPOConfig | SACConfig
 SearchSpace = dict[str, tuple[float, float]]
 
 DEFAULT_LEARNER = "ppo"
-"""The learner of the generational mode (finrl-podracer.txt §4.2's PPO population), of a warm
+"""The learner of the generational mode (finrl-podracer §4.2's PPO population), of a warm
 start and of a pool that names none."""
 
 

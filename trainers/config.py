@@ -3,8 +3,8 @@
 ``tasks/config.py`` validates them as sections of ``params.yaml`` (pydantic reads each
 class's ``__pydantic_config__``, so an unknown key is an error), and every command that
 loads the config without training (the broker, ``status``, ``promote``) starts without
-paying for torch. Defaults follow finrl-podracer.txt Table 3 (PPO), §4.2 (evolution),
-elegantrl-podracers.txt §3 (tournament) and nitro-serverless-boosting.txt §5.3 (Nitro).
+paying for torch. Defaults follow finrl-podracer Table 3 (PPO), §4.2 (evolution),
+elegantrl-podracers §3 (tournament) and nitro §5.3 (Nitro).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def evolved(cfg: C, values: Mapping[str, float], floats: tuple[str, ...], intege
 
 @dataclass(frozen=True)
 class PPOConfig:
-    """PPO hyperparameters (finrl-podracer.txt Table 3 defaults)."""
+    """PPO hyperparameters (finrl-podracer Table 3 defaults)."""
 
     __pydantic_config__ = {"extra": "forbid"}
 
@@ -57,7 +57,7 @@ class PPOConfig:
     init_log_std: float = -0.5
     learners: int = 1
     """Parallel learners per agent, from one set of weights, each with its own seed and envs;
-    their parameters are averaged at the end of every epoch (finrl-podracer.txt §4.4)."""
+    their parameters are averaged at the end of every epoch (finrl-podracer §4.4)."""
     policy: Literal["mlp", "shared"] = "mlp"
     """``mlp``: one network over the whole state (the paper's). ``shared``: one per-stock
     scorer applied to every stock (:class:`trainers.common.state.StockLayout`); the critic stays
@@ -220,7 +220,7 @@ class EnvConfig:
 
     initial_cash: float = 1_000_000.0
     hmax: int = 100
-    """Largest trade per stock per bar, in shares (paper §3: k ≤ h_max)."""
+    """Largest trade per stock per bar, in shares (finrl-podracer §3: k ≤ h_max)."""
     cost_pct: float = 0.002
     """Transaction cost as a fraction of traded notional (0.2%, paper Fig. 4)."""
     reward_scale: float = 1e-4
@@ -302,14 +302,14 @@ class EvolutionConfig:
     eval_interval: int = 8
     """Evaluate every this many iterations (and always at the end of a generation)."""
     mode: Literal["generational", "tournament"] = "generational"
-    """Generations with a selector (finrl-podracer.txt §4.2), or an asynchronous training pool
-    with a leaderboard (elegantrl-podracers.txt §3, :mod:`trainers.population.tournament`)."""
+    """Generations with a selector (finrl-podracer §4.2), or an asynchronous training pool
+    with a leaderboard (elegantrl-podracers §3, :mod:`trainers.population.tournament`)."""
     fitness: Literal["sharpe", "sortino", "cumulative_return"] = "sharpe"
     select: Literal["final", "snapshot"] = "final"
     """Which policy a generational run hands on: ``final``, the final population's best unless
     an earlier snapshot led it on validation by more than the best of the run's evaluations
     would by luck (docs/evolution.md); ``snapshot``, the best validation snapshot of all
-    generations (finrl-podracer.txt §4.2's evaluator as published)."""
+    generations (finrl-podracer §4.2's evaluator as published)."""
     patience: int = 0
     """Stop an agent once its fitness has fallen this many evaluations in a row (0: never)."""
     quantile: float = 0.25
@@ -357,7 +357,7 @@ class TournamentConfig:
     """The generator samples this many leaderboard entries and copies the fittest."""
     algorithms: dict[str, float] = field(default_factory=lambda: {"ppo": 1.0})
     """Each learner's share of the pool's jobs, e.g. ``{ppo: 0.5, sac: 0.5}``
-    (elegantrl-podracers.txt §3: agents "initialized with different DRL algorithms"). Every
+    (elegantrl-podracers §3: agents "initialized with different DRL algorithms"). Every
     algorithm keeps its own ``leaderboard_size`` rows and its copies explore only its own
     hyperparameters (docs/evolution.md, A pool of several algorithms)."""
 

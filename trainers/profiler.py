@@ -1,4 +1,4 @@
-"""Cross-stack profiler after RL-Scope (rl-scope-profiling.txt §3, Appendix C).
+"""Cross-stack profiler after RL-Scope (rl-scope §3, Appendix C).
 
 Annotate a training loop with *phases* and nestable *operations* (§3.1)::
 

@@ -3,7 +3,7 @@
 One PPO agent per run on the default embedded market (our own stages 1–3), PPO defaults
 (Table 3). ``static`` keeps ``ppo.num_envs`` envs every round; ``boosted`` lets Nitro pick
 each round's count in [``nitro.min_envs``, ``nitro.max_envs``] from the Hessian's
-convexity ratio (nitro-serverless-boosting.txt §5). Both stop when the hard budget
+convexity ratio (nitro §5). Both stop when the hard budget
 (``evolution.budget_env_steps``) cannot pay for another round. Each seed runs both arms;
 the evaluator keeps each run's best validation snapshot, which is then scored on the
 test window. Prints a table, records it in docs/benchmarks.md (the section's latest reading

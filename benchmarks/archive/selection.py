@@ -1,6 +1,6 @@
 """Which snapshot(s) should the pipeline register? A selection study on development seeds.
 
-The evaluator keeps the best validation snapshot of a run (finrl-podracer.txt §4.2): the
+The evaluator keeps the best validation snapshot of a run (finrl-podracer §4.2): the
 maximum of ``population × generations`` noisy Sharpe ratios over one year, a winner's curse
 (docs/results.md). This study trains ``params.yaml``'s evolution once per market seed, keeps every
 evaluated snapshot, and scores several selection rules on the **test** window, paired by

@@ -34,7 +34,7 @@ SCENARIOS = {
               "features.train_end=2021-12-31", "features.val_end=2022-12-31",
               "features.turbulence_refresh=390", "validation.max_gap_bars=30"],
 }
-"""``paper``: the paper's scale (finrl-podracer.txt §5), NASDAQ-100-sized x 10 years of minute bars, ~98 M rows."""
+"""``paper``: the paper's scale (finrl-podracer §5), NASDAQ-100-sized x 10 years of minute bars, ~98 M rows."""
 DEFAULT = ("daily", "minute")
 TARGET = ("minute: <= 120 s end to end and <= 4 GiB peak; paper: <= 10 min and <= 8 GiB peak "
           "(aim 5 min and 4 GiB); on 2 cores")

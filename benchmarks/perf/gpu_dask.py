@@ -1,5 +1,5 @@
 """The device script's ``dask`` section (benchmarks/perf/gpu.py): GPU workers beyond one
-process (finrl-podracer.txt §4.3; docs/training.md, GPU workers; deploy/dask/).
+process (finrl-podracer §4.3; docs/training.md, GPU workers; deploy/dask/).
 
 A real ``dask scheduler`` and two ``dask worker --resources GPU=1`` processes on 127.0.0.1,
 both pinned to this machine's first GPU (``CUDA_VISIBLE_DEVICES=0``), train a short

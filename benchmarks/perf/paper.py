@@ -1,4 +1,4 @@
-"""The paper's scale end to end on CPU (finrl-podracer.txt §5): 100 stocks x 10 years of 1-minute bars.
+"""The paper's scale end to end on CPU (finrl-podracer §5): 100 stocks x 10 years of 1-minute bars.
 
 Runs ``podracer ingest``, ``validate``, ``features``, ``train``, ``backtest``, ``register`` and
 ``deliver`` with ``params.paper.yaml`` (about 98 M rows, 16 generations of 4 agents, 2023 as

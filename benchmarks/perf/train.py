@@ -61,7 +61,7 @@ class Curve:
 
     def time_to(self, level: float) -> float | None:
         """Training seconds until an evaluated snapshot first scores ``level`` (the evaluator
-        keeps that snapshot, finrl-podracer.txt §4.2); the untrained policy does not count."""
+        keeps that snapshot, finrl-podracer §4.2); the untrained policy does not count."""
         return next((s for s, v in zip(self.seconds[1:], self.sharpe[1:]) if v >= level), None)
 
     def seconds_at(self, samples: int) -> float:

@@ -120,7 +120,7 @@ def policy_bundle(params: Params, fs: feature_set.FeatureSet, scales: StateScale
                   result: EvolutionResult) -> tuple[dict[str, torch.Tensor], PolicyMeta]:
     """The model to register: the best validation snapshot, or with ``registry.ensemble: k``
     the run's top k agents as one policy acting on the mean of their target allocations
-    (:class:`trainers.population.ensemble.Ensemble`; finrl-podracer.txt §6)."""
+    (:class:`trainers.population.ensemble.Ensemble`; finrl-podracer §6)."""
     k = params.registry.ensemble
     meta = PolicyMeta(
         symbols=fs.symbols, feature_names=fs.feature_names, mean=fs.mean.tolist(), std=fs.std.tolist(),

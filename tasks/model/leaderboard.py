@@ -1,5 +1,5 @@
 """The evolution's leaderboard: its table, its lineage / fitness-over-time plot, and its
-MLflow nested runs (finrl-podracer.txt §4.2, Fig. 7's evolution of agents).
+MLflow nested runs (finrl-podracer §4.2, Fig. 7's evolution of agents).
 
 The train stage writes ``leaderboard.csv`` and ``evolution.png`` beside the model; the
 register stage turns the table into one nested MLflow run per agent per generation under

@@ -1,4 +1,4 @@
-"""Where agent jobs run (finrl-podracer.txt §4.3: the orchestrator spreads agents over workers).
+"""Where agent jobs run (finrl-podracer §4.3: the orchestrator spreads agents over workers).
 
 ``train.engine`` chooses, in one table (:data:`ENGINES`; nothing else tests an engine's name):
 

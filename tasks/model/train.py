@@ -1,4 +1,4 @@
-"""Stage 4, train: generational evolution of a PPO population (finrl-podracer.txt §4.2–4.4).
+"""Stage 4, train: generational evolution of a PPO population (finrl-podracer §4.2–4.4).
 
 Loads the feature set, trains the run ``evolution.mode`` names
 (:data:`trainers.population.modes.MODES`: generational evolution or a tournament) on the train

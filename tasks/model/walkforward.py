@@ -8,7 +8,7 @@ on the pipeline's train split (so the train-only normalisation and the state sca
 those of the champion it warm-starts from) and selects on everything between the end of the
 train split and the window. Its **data cutoff**, the last bar it trained or selected on, is
 recorded on its registry version; a champion whose cutoff reaches into the window has seen
-part of it, and the gate report says how much (finrl-podracer.txt §4.2's evaluator, walked
+part of it, and the gate report says how much (finrl-podracer §4.2's evaluator, walked
 forward in time; docs/operations.md, the CT cycle).
 """
 

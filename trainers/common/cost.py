@@ -1,5 +1,5 @@
 """The cost ledger: what a job or a run has spent (env steps, CPU and GPU seconds) against its
-budgets (nitro-serverless-boosting.txt §5.3). Every learner's job charges one, whatever trains it.
+budgets (nitro §5.3). Every learner's job charges one, whatever trains it.
 """
 
 from __future__ import annotations

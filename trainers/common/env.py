@@ -1,4 +1,4 @@
-"""Vectorised stock-trading environment (finrl-podracer.txt §3 eq. 1–4, §4.4).
+"""Vectorised stock-trading environment (finrl-podracer §3 eq. 1–4, §4.4).
 
 E independent sub-environments are stepped as one batch of tensors on CPU or CUDA;
 there is no Python loop over environments or stocks inside :meth:`MarketEnv.step`, and on

@@ -1,4 +1,4 @@
-"""One agent's share of a run as a self-contained job (finrl-podracer.txt §4.2–4.3), whatever
+"""One agent's share of a run as a self-contained job (finrl-podracer §4.2–4.3), whatever
 learner trains it.
 
 A job carries everything its agent needs (hyperparameters, seed, full training state,

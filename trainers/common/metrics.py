@@ -1,4 +1,4 @@
-"""Trading performance metrics (finrl-podracer.txt §5.2), from an account-value curve."""
+"""Trading performance metrics (finrl-podracer §5.2), from an account-value curve."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def cumulative_return(values: np.ndarray, per_year: float) -> float:
 
 
 FITNESS = {"sharpe": sharpe, "sortino": sortino, "cumulative_return": cumulative_return}
-"""The evaluator's fitness functions of an account-value curve (finrl-podracer.txt §4.2)."""
+"""The evaluator's fitness functions of an account-value curve (finrl-podracer §4.2)."""
 
 
 def fitness(name: str, values: np.ndarray, per_year: float) -> float:

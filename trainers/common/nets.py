@@ -1,4 +1,4 @@
-"""The actor and critic networks (finrl-podracer.txt §5: an MLP policy and value function).
+"""The actor and critic networks (finrl-podracer §5: an MLP policy and value function).
 
 An :class:`Actor` is also the served policy (``tasks/model/bundle.py``): its deterministic
 action is ``tanh`` of the Gaussian mean. Every actor, a learner's fresh one and a saved

@@ -5,7 +5,7 @@ so training and serving drifted apart. Here every constant that shapes the state
 lives in :class:`StateScales`, is saved next to the policy, and both the env and the
 MLflow pyfunc call :func:`build_state` and :func:`normalise_features`.
 
-State (finrl-podracer.txt §3): balance, shares held, closing prices and the technical
+State (finrl-podracer §3): balance, shares held, closing prices and the technical
 indicators of every stock, each scaled.
 """
 

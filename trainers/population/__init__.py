@@ -1,5 +1,5 @@
-"""The population layer: how a run's agents are trained together (finrl-podracer.txt §4.2–4.3,
-elegantrl-podracers.txt §3; docs/evolution.md).
+"""The population layer: how a run's agents are trained together (finrl-podracer §4.2–4.3,
+elegantrl-podracers §3; docs/evolution.md).
 
 ``modes.py`` is the table of run modes; ``evolution.py`` and ``tournament.py`` are the two
 modes' runs; ``selection.py`` their search space and selector; ``dispatch.py`` the setting a

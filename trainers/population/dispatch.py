@@ -1,4 +1,4 @@
-"""A run's jobs, whichever learner trains them (finrl-podracer.txt §4.2–4.3): the setting they
+"""A run's jobs, whichever learner trains them (finrl-podracer §4.2–4.3): the setting they
 share, with what depends on the learner looked up in :data:`trainers.algorithms.ALGORITHMS`,
 the one entry point that trains any job (:func:`run_job`), and the pool that runs them
 concurrently in tournament mode.
@@ -98,7 +98,7 @@ def gpu_turn(workers: Mapping[str, Mapping[str, Any]], turn: int) -> dict[str, A
 
 class JobPool(Protocol):
     """Runs agent jobs concurrently and hands each back when it finishes (tournament mode,
-    elegantrl-podracers.txt §3: a training pool with no generation barrier)."""
+    elegantrl-podracers §3: a training pool with no generation barrier)."""
 
     def submit(self, job: AgentJob) -> None:
         """Start training ``job`` (:func:`run_job` with the pool's :class:`Setting`)."""

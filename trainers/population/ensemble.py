@@ -1,10 +1,10 @@
 """An ensemble policy: several trained actors that decide together as one.
 
-FinRL-Podracer's evolution keeps the best agents of a population (finrl-podracer.txt §4.2,
+FinRL-Podracer's evolution keeps the best agents of a population (finrl-podracer §4.2,
 the evaluator and selector) and argues that "ensemble multiple weak agents is preferable to
 aiming to train one strong agent" (§6); ElegantRL-podracers' tournament fills its training
 pool with agents "initialized with different DRL algorithms for an ensemble purpose"
-(elegantrl-podracers.txt §3). An :class:`Ensemble` serves the leaders of such a pool together.
+(elegantrl-podracers §3). An :class:`Ensemble` serves the leaders of such a pool together.
 
 It keeps :class:`trainers.common.nets.Actor`'s contract, ``forward(state) -> action in (-1, 1)^n``,
 so the env, the backtest, the MLflow pyfunc and the broker loop use it unchanged: the

@@ -1,4 +1,4 @@
-"""Generational evolution of a PPO population (finrl-podracer.txt §4.2).
+"""Generational evolution of a PPO population (finrl-podracer §4.2).
 
 Each generation every agent trains; the **evaluator** scores its deterministic policy on
 the validation window (never the test window, docs/evolution.md) every ``eval_interval``

@@ -2,10 +2,10 @@
 is built, how its jobs are handed out and how it reports its progress, as
 :mod:`trainers.algorithms` does for learners (docs/evolution.md, Tournament mode).
 
-- ``generational`` (finrl-podracer.txt §4.2): each generation's jobs train together, then the
+- ``generational`` (finrl-podracer §4.2): each generation's jobs train together, then the
   selector copies top agents over the bottom ones
   (:class:`~trainers.population.evolution.Evolution`).
-- ``tournament`` (elegantrl-podracers.txt §3–4.1): a training pool with no generation barrier
+- ``tournament`` (elegantrl-podracers §3–4.1): a training pool with no generation barrier
   whose finished jobs feed a leaderboard (:class:`~trainers.population.tournament.Tournament`).
 
 Nothing outside this module tests a mode's name (``tests/tasks/test_layout.py``): the config,

@@ -1,4 +1,4 @@
-"""The population's search space and its selector (finrl-podracer.txt §4.2; PBT semantics).
+"""The population's search space and its selector (finrl-podracer §4.2; PBT semantics).
 
 The selector is a **pure, seeded function**: given the fitness and hyperparameters of every
 agent and a random generator, it ranks the agents (best first), replaces the bottom

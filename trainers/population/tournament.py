@@ -1,4 +1,4 @@
-"""Tournament-based ensemble training (elegantrl-podracers.txt §3, §4.1): the asynchronous
+"""Tournament-based ensemble training (elegantrl-podracers §3, §4.1): the asynchronous
 alternative to the generational mode of :mod:`trainers.population.evolution`.
 
 A *training pool* runs ``workers`` agent jobs at a time with no generation barrier. When a
@@ -189,7 +189,7 @@ class _Run:
 
 
 class Tournament:
-    """One tournament run (elegantrl-podracers.txt §3–4.1) over ``data``.
+    """One tournament run (elegantrl-podracers §3–4.1) over ``data``.
 
     The orchestrator keeps ``workers`` jobs in the pool until ``jobs`` have been submitted.
     When one finishes, the updater offers it to the leaderboard, the run's best validation

@@ -1,4 +1,4 @@
-"""Proximal Policy Optimization, the paper's learner (finrl-podracer.txt §4.4), read top to bottom.
+"""Proximal Policy Optimization, the paper's learner (finrl-podracer §4.4), read top to bottom.
 
 ``agent.py`` holds a PPO agent's learners and their state; ``ppo.py`` the one PPO update,
 rollout and GAE(λ) included; ``batched.py`` and ``schedule.py`` the batched networks, Adam

@@ -1,4 +1,4 @@
-"""A PPO agent: K parallel learners fused by parameter averaging (finrl-podracer.txt §4.4).
+"""A PPO agent: K parallel learners fused by parameter averaging (finrl-podracer §4.4).
 
 "All parallel learners are initialized with different random seeds and synchronized at
 the end of each training epoch", and they communicate by sending network parameters,

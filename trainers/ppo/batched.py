@@ -1,5 +1,5 @@
 """N actor-critics as one batched model: the multiplexed population's networks and optimizer
-(gmi-drl-gpu-multiplexing.txt §3: many small trainers share one device; here they share
+(gmi-drl §3: many small trainers share one device; here they share
 one set of kernels instead of one process each).
 
 Every agent's layer ``l`` lives in one stacked tensor ``[N, in, out]`` (its bias in

@@ -1,6 +1,6 @@
 """Agent jobs trained with the one PPO (:class:`trainers.ppo.ppo.PPO`): a generation's agents as
-one batched model on one device (gmi-drl-gpu-multiplexing.txt §1 and §3: small DRL
-trainers leave a device idle, so many share it; finrl-podracer.txt §4.2's population is
+one batched model on one device (gmi-drl §1 and §3: small DRL
+trainers leave a device idle, so many share it; finrl-podracer §4.2's population is
 such a set), or one agent alone as a population of one.
 
 :func:`run_multiplexed` takes a generation's :class:`~trainers.common.jobs.AgentJob` s and
@@ -29,7 +29,7 @@ from trainers.ppo.ppo import PPO, Rollout
 
 
 def boost(job: AgentJob, actor: Actor, rollout: Rollout, setting: JobSetting, clip: float) -> int:
-    """Nitro after a round (nitro-serverless-boosting.txt §5.2–5.3): the convexity ratio R of
+    """Nitro after a round (nitro §5.2–5.3): the convexity ratio R of
     the new policy's surrogate on a subset of the round's rollout, the boosting score S_k over
     the agent's last ``window`` rounds, and the next round's env count I_k. The subset and
     the Lanczos start are drawn from a generator seeded by the agent's seed and round, so

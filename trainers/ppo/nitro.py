@@ -1,4 +1,4 @@
-"""Nitro: Hessian-guided, cost-aware boosting of actor parallelism (nitro-serverless-boosting.txt §5).
+"""Nitro: Hessian-guided, cost-aware boosting of actor parallelism (nitro §5).
 
 Each round Nitro inspects the curvature of the policy's surrogate objective (§5.1) and summarises it by the
 ratio of the Hessian's extreme eigenvalues, R = -λmax/λmin (§5.2, eq. 2). A round whose R is low relative to

@@ -2,16 +2,16 @@
 one batched model, a single agent being a population of one.
 
 It reads like CleanRL's ``ppo_continuous_action.py``: :meth:`PPO.collect` steps the envs for
-``horizon`` steps into a rollout buffer that stays on the env's device (finrl-podracer.txt
+``horizon`` steps into a rollout buffer that stays on the env's device (finrl-podracer
 §4.4) and computes GAE(λ), bootstrapping truncated episodes from their final state (the
 end of data is a truncation, never a terminal state; docs/training.md); :meth:`PPO.update`
 normalises the advantages and runs ``repeat_times`` epochs of minibatch steps on the
 clipped surrogate, the value loss and the entropy bonus, each one Adam step after
-gradient-norm clipping. Defaults follow finrl-podracer.txt Table 3.
+gradient-norm clipping. Defaults follow finrl-podracer Table 3.
 
 Every learner keeps its own hyperparameters, envs and random streams, and draws them in
 the order it would alone, so batching changes nothing but the kernels: a generation's
-agents share one set of them (gmi-drl-gpu-multiplexing.txt §3), their weights padded into
+agents share one set of them (gmi-drl §3), their weights padded into
 :class:`~trainers.ppo.batched.BatchedNets` and their Adam states in
 :class:`~trainers.ppo.batched.BatchedAdam`.
 
@@ -347,7 +347,7 @@ class PPO:
     @torch.no_grad()
     def fuse(self, rows: Sequence[int]) -> None:
         """Average the actor and critic parameters over ``rows``, one agent's parallel learners
-        (finrl-podracer.txt §4.4: learners exchange parameters, not gradients, once per epoch)."""
+        (finrl-podracer §4.4: learners exchange parameters, not gradients, once per epoch)."""
         index = self.index(rows)
         for p in self.nets.params:
             p[index] = p.index_select(0, index).mean(dim=0, keepdim=True).expand(len(rows), *p.shape[1:])

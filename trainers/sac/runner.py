@@ -1,5 +1,5 @@
 """A SAC agent's job (:class:`trainers.sac.sac.SACAgent`) under the same schedule and evaluator
-as a PPO job (finrl-podracer.txt §4.2): ``iterations`` iterations within its budget and
+as a PPO job (finrl-podracer §4.2): ``iterations`` iterations within its budget and
 patience, and an evaluation of its deterministic policy on the validation window every
 ``eval_interval``. Nitro rescales PPO's rounds only (it reads PPO's surrogate).
 """

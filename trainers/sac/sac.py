@@ -1,7 +1,7 @@
 """Soft Actor-Critic (Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy
 Deep RL with a Stochastic Actor", with the automatic temperature of their 2018 follow-up,
 "Soft Actor-Critic Algorithms and Applications" §5) on the batched market env: one of the
-off-policy learners ElegantRL-podracers lists next to PPO (elegantrl-podracers.txt §4,
+off-policy learners ElegantRL-podracers lists next to PPO (elegantrl-podracers §4,
 "Algorithm variation").
 
 It reads like CleanRL's ``sac_continuous_action.py``. Each iteration

@@ -1,4 +1,4 @@
-"""A tournament whose pool holds PPO and SAC agents (elegantrl-podracers.txt §3; docs/evolution.md,
+"""A tournament whose pool holds PPO and SAC agents (elegantrl-podracers §3; docs/evolution.md,
 A pool of several algorithms): who trains each job, what the leaderboard keeps, what a copy
 inherits, and a resume after a kill."""
 

@@ -4,8 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# pytest-xdist workers for `make test`: the suite's budget is 2 cores (docs/testing.md)
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test`: the suite's budget is 2 cores, and its long tests wait on
+# servers and subprocesses, so a third worker uses the cores meanwhile (docs/testing.md, Where the time goes)
+TEST_WORKERS ?= 3
 
 # Quiet and offline settings live in .env; export them to every recipe.
 include .env

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 LONGEST = ("tests/flows/test_services.py", "tests/flows/test_cli_commands.py")
-"""The two longest tests (about 4 minutes each): they start first, one on each worker."""
+"""The two longest tests (4 to 6 minutes each): they start first, on different workers."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-COPY = ("flows", "tasks", "trainers", "tests", "standins", "benchmarks", "docs", "README.md", "pyproject.toml", ".env",
-        "params.yaml")
+COPY = ("flows", "tasks", "trainers", "deploy", "tests", "standins", "benchmarks", "docs", "README.md", "pyproject.toml",
+        ".env", "params.yaml")
 
 
 @dataclass(frozen=True)
@@ -204,8 +204,8 @@ BUGS = {
             'optimal_block_length(psi)["circular"]', 'optimal_block_length(psi)["stationary"]',
             ("tests/tasks/registry/test_evidence.py::test_the_block_length_is_the_circular_bootstraps",)),
     54: Bug("the bootstrap's chunks drawn from a fresh generator each (other resamples than one draw)",
-            "tasks/registry/evidence.py", "        starts = rng.integers(",
-            "        rng = np.random.default_rng(seed)\n        starts = rng.integers(",
+            "tasks/registry/evidence.py", "        yield rng.integers(",
+            "        rng = np.random.default_rng(seed)\n        yield rng.integers(",
             ("tests/tasks/registry/test_evidence.py::"
              "test_the_resamples_drawn_in_chunks_are_the_resamples_drawn_at_once",)),
     55: Bug("a diverged agent's NaN curve scores a Sharpe of 0 and wins selection in a losing year",
@@ -217,6 +217,19 @@ BUGS = {
             "trainers/population/evolution.py", ">= pop.best[order[0]][0] - luck:", ">= pop.best[order[0]][0]:",
             ("tests/trainers/population/test_evolution.py::"
              "test_the_final_population_is_chosen_unless_a_snapshot_leads_it_by_more_than_luck",)),
+    57: Bug("a stop signals a service's leader alone, so its children outlive it", "deploy/local/processes.py",
+            "        os.killpg(pid, sig)", "        os.kill(pid, sig)",
+            ("tests/deploy/local/test_processes.py::"
+             "test_a_stop_reaches_the_whole_group_so_no_child_of_a_service_outlives_it",)),
+    58: Bug("the runner waits on the threads a finished cycle leaves, so `down` waits out its grace",
+            "flows/deployments.py", "    leave(lambda: serve(*deployments(params), print_starting_message=True))",
+            "    serve(*deployments(params), print_starting_message=True)",
+            ("tests/flows/test_deployments.py::"
+             "test_the_runner_ends_at_sigterm_even_with_the_threads_a_finished_cycle_leaves",)),
+    59: Bug("the decay benchmark's mixture monitor at the two-sided level", "benchmarks/evidence/decay.py",
+            "log_term = math.log(1.0 / (2.0 * alpha))", "log_term = math.log(1.0 / alpha)",
+            ("tests/benchmarks/evidence/test_decay.py::"
+             "test_the_mixture_boundary_is_crossed_where_the_hand_computed_one_is",)),
 }
 
 

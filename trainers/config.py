@@ -305,6 +305,12 @@ class EvolutionConfig:
     """Generations with a selector (finrl-podracer §4.2), or an asynchronous training pool
     with a leaderboard (elegantrl-podracers §3, :mod:`trainers.population.tournament`)."""
     fitness: Literal["sharpe", "sortino", "cumulative_return"] = "sharpe"
+    eval_chunks: int = 1
+    """Trade the validation window in this many stretches side by side, each later one after an
+    unscored warm-up (:func:`trainers.common.evaluate.chunk_plan`): a chain of decisions that
+    many times shorter, for a GPU. 1 (the default): the single pass. On the development seeds
+    chunks reordered close agents more than the single pass's own start does
+    (docs/evolution.md, parallel evaluation)."""
     select: Literal["final", "snapshot"] = "final"
     """Which policy a generational run hands on: ``final``, the final population's best unless
     an earlier snapshot led it on validation by more than the best of the run's evaluations
@@ -331,6 +337,7 @@ class EvolutionConfig:
         require(self.generations >= 1, "generations must be >= 1")
         require(self.iterations_per_generation >= 1, "iterations_per_generation must be >= 1")
         require(self.eval_interval >= 1, "eval_interval must be >= 1")
+        require(self.eval_chunks >= 1, "eval_chunks must be >= 1")
         require(self.patience >= 0, "patience must be >= 0")
         require(0 <= self.quantile <= 0.5, "quantile must be in [0, 0.5]")
         require(min(self.perturb_factors) > 0, "perturb_factors must be > 0")

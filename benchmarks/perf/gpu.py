@@ -12,6 +12,9 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
   Inductor, with the bytes a step moves against the memory bandwidth;
 * ``ppo``: PPO samples/s for populations of 1 to 256 agents at 30 and 100 stocks, eager and
   recorded, with the update's share of the FP32 peak (benchmarks/perf/gpu_train.py);
+* ``update``: the bytes one PPO update moves per sample-epoch, eager and compiled, in both
+  forms of the batched model, against the bytes it must move, and its rate against the copy
+  roofline of those (benchmarks/perf/gpu_update.py);
 * ``parity``: one generation on CUDA against the CPU (same random draws), and a checkpoint
   resumed across devices (benchmarks/perf/gpu_train.py);
 * ``dask``: a short evolution's jobs on a real ``dask scheduler`` and two ``--resources GPU=1``
@@ -19,10 +22,11 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
   it needs dask's wheels, which travel in ``.whl/``);
 * ``headline``: a population of 16 on the paper-scale minute market for a wall budget, its
   test-year Sharpe beside buy-and-hold and momentum, and an RL-Scope breakdown
-  (benchmarks/perf/gpu_train.py; ``headline.json`` and ``profile.json``).
+  (benchmarks/perf/gpu_train.py; ``headline.json``, the profile in it).
 
-    python3 -m pip install --no-deps .whl/*.whl                      # on the GPU machine: dask's wheels, carried
-    python3 -m benchmarks.perf.gpu --out OUT --commit HASH          # on the GPU machine, about 8 minutes
+    .venv/bin/python -m benchmarks.perf.tree                         # here first: stamp the tree (.stamp/)
+    python3 -m pip install --no-deps .whl/*.whl                      # on the GPU machine (.whl and .stamp carried)
+    python3 -m benchmarks.perf.gpu --out OUT                         # there: about 8 minutes
     .venv/bin/python -m benchmarks.perf.gpu --device cpu --tiny  # here: every section at toy sizes (make test runs it)
     .venv/bin/python -m benchmarks.perf.gpu --record OUT            # here: the device's JSON into docs/benchmarks.md
 """
@@ -43,17 +47,18 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import commit
 from benchmarks.perf import gpu_train
 from benchmarks.perf.gpu_common import Args, bytes_moved, sample_env, timed
 from benchmarks.perf.gpu_dask import section_dask
+from benchmarks.perf.gpu_update import section_update
+from benchmarks.perf.tree import tree_state
 from trainers.common.capture import HostReadError, Recorded, no_host_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root (the device script runs from it on a bare GPU machine, uninstalled)."""
 
-SECTIONS = ("device", "sync", "env", "ppo", "parity", "dask", "headline")
-BUDGET = {"device": 20, "sync": 40, "env": 80, "ppo": 90, "parity": 40, "dask": 90, "headline": 10_000}
+SECTIONS = ("device", "sync", "env", "ppo", "update", "parity", "dask", "headline")
+BUDGET = {"device": 20, "sync": 40, "env": 80, "ppo": 90, "update": 90, "parity": 40, "dask": 90, "headline": 10_000}
 """Each section's most seconds; the headline takes what the deadline leaves."""
 NOMINAL = {"H100": {"fp32_tflops": 67.0, "bandwidth_gbs": 3350.0},
            "H200": {"fp32_tflops": 67.0, "bandwidth_gbs": 4800.0}}
@@ -161,7 +166,8 @@ def necessary_bytes(stocks: int, state_dim: int) -> int:
 
 SECTION_FUNCTIONS: dict[str, Callable[[Args], dict[str, Any]]] = {
     "device": section_device, "sync": section_sync, "env": section_env, "ppo": gpu_train.section_ppo,
-    "parity": gpu_train.section_parity, "dask": section_dask, "headline": gpu_train.section_headline}
+    "update": section_update, "parity": gpu_train.section_parity, "dask": section_dask,
+    "headline": gpu_train.section_headline}
 
 
 def run_section(args: Args) -> None:
@@ -174,8 +180,9 @@ def run_section(args: Args) -> None:
     except Exception as error:  # noqa: BLE001 - a failed section is reported, and the next one runs
         result = {**(args.load(args.section) or {}), "ok": False, "error": f"{type(error).__name__}: {error}",
                   "trace": traceback.format_exc()[-3000:]}
+    tree = tree_state()
     result |= {"section": args.section, "seconds": time.perf_counter() - started, "device": args.device,
-               "commit": args.commit or commit()}
+               "commit": tree["commit"], "tree": tree}
     args.save(args.section, result)
 
 
@@ -192,7 +199,6 @@ def orchestrate(args: Args, sections: list[str]) -> dict[str, Any]:
                    "--out", str(args.out),
                    "--deadline", str(budget), "--headline-seconds", str(args.headline_seconds),
                    "--env-sizes", *map(str, args.env_sizes), "--agents", *map(str, args.agents),
-                   *(["--commit", args.commit] if args.commit else []),
                    *(["--tiny"] if args.tiny else [])]
         print(f"== {name} (up to {budget:.0f} s, {left:.0f} s left)", flush=True)
         try:
@@ -217,8 +223,6 @@ def main() -> None:
     parser.add_argument("--env-sizes", type=int, nargs="+", default=[4096, 16384, 65536],
                         help="the env section's env counts")
     parser.add_argument("--agents", type=int, nargs="+", default=[1, 4, 16, 64, 256], help="ppo section's populations")
-    parser.add_argument("--commit", help="the commit the tree is at, written in each JSON (default: git here; "
-                        "a GPU machine's copy of .git can lag behind the tree it was sent)")
     parser.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
     parser.add_argument("--record", type=Path, help="record a device run's OUT folder in docs/benchmarks.md")
     parser.add_argument("--cpu", type=Path, help="with --record: the same sections run here on the CPU, for ratios")
@@ -231,7 +235,7 @@ def main() -> None:
     raw.out.mkdir(parents=True, exist_ok=True)
     headline = raw.headline_seconds or (5.0 if raw.tiny else 150.0)
     args = Args(raw.device, raw.tiny, raw.out, time.monotonic() + raw.deadline, headline, raw.section,
-                tuple(raw.env_sizes), tuple(raw.agents), raw.commit)
+                tuple(raw.env_sizes), tuple(raw.agents))
     if raw.section:
         run_section(args)
         return

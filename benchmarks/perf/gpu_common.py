@@ -30,8 +30,6 @@ class Args:
     section: str | None = None
     env_sizes: tuple[int, ...] = (4096, 16384, 65536)
     agents: tuple[int, ...] = (1, 4, 16, 64, 256)
-    commit: str | None = None
-    """The commit the tree is at, as given (``--commit``); None: ask git here."""
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()

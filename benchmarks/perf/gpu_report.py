@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import DOCS, ROOT, Reading, commit, now, record
+from benchmarks.perf.gpu_update import update_table
 
 IMAGE = ROOT / "docs" / "img" / "benchmark_gpu.png"
 MODES = {"off": "eager", "eager": "eager", "graphs": "CUDA graphs", "inductor": "Inductor + CUDA graphs"}
@@ -74,7 +75,8 @@ def ppo_table(gpu: dict[str, dict[str, Any]], cpu: dict[str, dict[str, Any]] | N
 
 
 def headline_text(run: dict[str, dict[str, Any]]) -> str:
-    h, profile = run["headline"], run.get("profile", {})
+    h = run["headline"]
+    profile = h.get("profile") or run.get("profile", {})  # a separate profile.json before the update section
     test = h.get("test", {})
     sharpe = " · ".join(f"{name.replace('_', '-')} {m['sharpe']:.2f}" for name, m in test.items() if "sharpe" in m)
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(profile.get("shares_of_wall", {}).items(),
@@ -91,7 +93,30 @@ def headline_text(run: dict[str, dict[str, Any]]) -> str:
             f"(the moonshot is 10).\n"
             f"- Test year (never seen in training or selection), Sharpe: {sharpe}; "
             f"best validation Sharpe {h['best_validation_sharpe']:.2f}.\n"
-            f"- RL-Scope breakdown (one eager iteration and 500 evaluation decisions, shares of wall): {shares}.")
+            f"- RL-Scope breakdown (one eager iteration and 500 evaluation decisions, shares of wall): {shares}."
+            + _chunked(h))
+
+
+def _chunked(headline: dict[str, Any]) -> str:
+    """The final population's validation Sharpe in one pass and in chunks (benchmarks/perf/gpu_eval.py)."""
+    check = headline.get("chunked_evaluation") or {}
+    if not check.get("chunked"):
+        return ""
+    row = check["chunked"][0]
+    return (f"\n- Validation in {row['chunks']} chunks side by side against one pass, the final {check['agents']} "
+            f"agents: {row['seconds']:.1f} s against {check['single_seconds']:.1f} s; largest Sharpe change "
+            f"{row['largest_change']:.3f}, rank correlation {row['rank_correlation']:.2f}, the same best: "
+            f"{row['same_best']} (one pass started {check['started_earlier']['bars']} bars earlier: largest change "
+            f"{check['started_earlier']['largest_change']:.3f}).")
+
+
+def _tree(run: dict[str, dict[str, Any]]) -> str:
+    """How the run's tree was checked (benchmarks/perf/tree.py), when its JSON says."""
+    tree = run["env"].get("tree")
+    if tree is None:
+        return ""
+    state = "clean" if tree["clean"] else f"not clean ({', '.join(tree['changed'])})"
+    return f", checked by the run itself ({tree['checked_by']}): {state}"
 
 
 def _at(run: dict[str, dict[str, Any]], name: str) -> str:
@@ -166,9 +191,10 @@ def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, 
     resume = "; ".join(f"{k}: {v['generations']} generations" for k, v in parity["resume"].items())
     cpu_line = f" 2 CPU cores: {cpu['device']['name']}, the same scripts (`{cpu_folder}`)." if cpu else ""
     latest = (
-        f"Device run: `python3 -m pip install --no-deps .whl/*.whl; python3 -m benchmarks.perf.gpu --out OUT "
-        f"--commit HASH` on the GPU machine, `.whl/` carrying dask's wheels (docs/training.md, GPU workers); its "
-        f"JSON and console output: `{rel}/`, each JSON naming its commit; recorded with "
+        f"Device run: `.venv/bin/python -m benchmarks.perf.tree` here, then `python3 -m pip install --no-deps "
+        f".whl/*.whl; python3 -m benchmarks.perf.gpu --out OUT` on the GPU machine, `.whl/` carrying dask's wheels "
+        f"and `.stamp/` the tree's stamp (docs/training.md, GPU workers); its JSON and console output: `{rel}/`, "
+        f"each JSON naming its commit{_tree(gpu)}; recorded with "
         f"`.venv/bin/python -m benchmarks.perf.gpu --record {rel}"
         + (f" --cpu {cpu_folder}" if cpu_folder else "") + "`.  \n"
         f"Device: {device_line(gpu)}.{cpu_line} Plot: `docs/img/{image.name}`.\n\n"
@@ -183,6 +209,9 @@ def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, 
         f"{parity['same_best_agent']}, largest fitness difference {parity['max_fitness_diff']:.1e}, largest weight "
         f"difference {parity['max_best_actor_weight_diff']:.1e}. Cross-device resume: {resume}.\n\n"
         + (f"{dask_text(gpu['dask'])}\n\n" if "dask" in gpu else "")
+        + (f"**The update's bytes** (benchmarks/perf/gpu_update.py; counted at {gpu['update']['agents']} agents, "
+           f"the rate at the headline's shapes):\n\n{update_table(gpu['update'])}\n\n"
+           if gpu.get("update", {}).get("rows") else "")
         + f"**The headline** (benchmarks/perf/gpu_train.py):\n\n{headline_text(gpu)}\n")
     h = gpu["headline"]
     env16 = next((r for r in gpu["env"]["rows"] if r["envs"] == 16384 and r["mode"] == "inductor"), {})

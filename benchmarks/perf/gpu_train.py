@@ -18,14 +18,13 @@ from typing import Any
 import torch
 
 from benchmarks.perf.gpu_common import Args, paper_env, paper_ppo, scales_of
+from benchmarks.perf.gpu_eval import actors_of, chunk_check
 from benchmarks.perf.gpu_market import minute_market, sample_market
 from trainers import profiler
 from trainers.common.capture import compiled
 from trainers.common.env import MarketData, MarketEnv
 from trainers.common.evaluate import buy_and_hold, run_policies
 from trainers.common.metrics import performance
-from trainers.common.nets import Actor
-from trainers.common.state import StockLayout
 from trainers.config import EvolutionConfig, RuntimeConfig, SACConfig
 from trainers.population.evolution import Evolution, EvolutionResult
 from trainers.ppo.agent import PPOAgent
@@ -33,6 +32,11 @@ from trainers.ppo.multiplex import Multiplexed, run_multiplexed
 from trainers.ppo.ppo import PPO
 from trainers.sac.sac import SACAgent
 
+EVAL_CHUNKS = 64
+"""The chunks the headline's final population is also evaluated in, beside its single pass
+(about 300 decisions in a chain instead of 19,656): the training itself keeps the single
+pass, which the development seeds did not let chunks replace (docs/evolution.md, parallel
+evaluation)."""
 SEARCH = {"lr": (2.0**-16, 2.0**-10), "entropy_coef": (0.002, 0.05), "clip": (0.1, 0.3), "gamma": (0.95, 0.999),
           "gae_lambda": (0.9, 0.99)}
 """The headline's search space: params.paper.yaml's, less the shapes (env count, width,
@@ -251,6 +255,10 @@ def section_headline(args: Args) -> dict[str, Any]:
         out["steady_env_steps_per_s"] = d_steps / (curve[-1]["seconds"] - curve[0]["seconds"])
     args.save("headline", out)
     out["test"] = _guarded(lambda: _test_year(data, windows, result, market.per_year))
+    out["chunked_evaluation"] = _guarded(lambda: chunk_check(  # the final population, both ways
+        data, scales_of(data, windows["train"][0]), windows["validation"],
+        actors_of(data, scales_of(data, windows["train"][0]), [lead.actor for lead in result.leaders]),
+        market.per_year, "graphs" if args.device == "cuda" else "eager", chunks=(EVAL_CHUNKS,)))
     try:
         baselines.wait(timeout=max(1.0, args.remaining() - 40))
     except subprocess.TimeoutExpired:
@@ -263,7 +271,8 @@ def section_headline(args: Args) -> dict[str, Any]:
     gc.collect()  # the training's buffers and graphs, before the profile builds its own
     if args.device == "cuda":
         torch.cuda.empty_cache()
-    args.save("profile", _guarded(lambda: _profile(args, data, windows, shapes, evo)))
+    out["profile"] = _guarded(lambda: _profile(args, data, windows, shapes, evo))  # in here too: 8 files at most
+    args.save("headline", out)
     return out
 
 
@@ -312,14 +321,9 @@ def _test_year(data: MarketData, windows: dict[str, tuple[int, int]], result: Ev
                per_year: float) -> dict:
     """The best validation snapshot and buy-and-hold on the test year (never seen in training
     or selection), under the env's rules."""
-    env, ppo = paper_env(), paper_ppo()
-    scales = scales_of(data, windows["train"][0])
-    layout = StockLayout(data.n_stocks, data.n_features, scales)
-    actor = Actor(1 + 2 * data.n_stocks + data.n_stocks * data.n_features, data.n_stocks, ppo.net_dims,
-                  ppo.init_log_std, layout)
-    actor.load_state_dict({k: v.cpu() for k, v in result.best_actor.items()})
-    agent = run_policies(actor.to(data.close.device), data, scales, env, windows["test"], accounts=1,
-                         compile="graphs")[:, 0]
+    env, scales = paper_env(), scales_of(data, windows["train"][0])
+    (actor,) = actors_of(data, scales, [result.best_actor])
+    agent = run_policies(actor, data, scales, env, windows["test"], accounts=1, compile="graphs")[:, 0]
     hold = buy_and_hold(data, env, windows["test"])
     return {"agent": performance(agent, per_year), "buy_and_hold": performance(hold, per_year)}
 

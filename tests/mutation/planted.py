@@ -230,6 +230,21 @@ BUGS = {
             "log_term = math.log(1.0 / (2.0 * alpha))", "log_term = math.log(1.0 / alpha)",
             ("tests/benchmarks/evidence/test_decay.py::"
              "test_the_mixture_boundary_is_crossed_where_the_hand_computed_one_is",)),
+    60: Bug("the fused narrow layers drop their bias", "trainers/ppo/batched.py",
+            "x = (x.unsqueeze(-1) * weight.unsqueeze(1)).sum(-2) + bias",
+            "x = (x.unsqueeze(-1) * weight.unsqueeze(1)).sum(-2)",
+            ("tests/trainers/ppo/test_batched.py::test_fused_narrow_layers_compute_what_the_matmuls_do",)),
+    61: Bug("a chunked evaluation keeps each later stretch's warm-up returns", "trainers/common/evaluate.py",
+            "values[warm + 1 :, :, c] / values[warm:-1, :, c]", "values[1:, :, c] / values[:-1, :, c]",
+            ("tests/trainers/common/test_evaluate.py::test_chunks_chain_each_stretchs_own_returns_after_its_warm_up",)),
+    62: Bug("the evaluator's batch read chunk by chunk, mixing the agents", "trainers/ppo/multiplex.py",
+            "nets.mean(states.view(len(self.agents), -1, states.shape[-1]))).flatten(0, 1)",
+            "nets.mean(states.view(-1, len(self.agents), states.shape[-1]).transpose(0, 1))).transpose(0, 1)"
+            ".flatten(0, 1)",
+            ("tests/trainers/ppo/test_multiplex.py::test_a_chunked_evaluation_scores_each_agent_on_its_own_chunks",)),
+    63: Bug("a device run's tree check passes a file that differs from the stamp", "benchmarks/perf/tree.py",
+            "or blob_hash(path) != sha", "or False",
+            ("tests/benchmarks/perf/test_tree.py::test_the_stamp_finds_a_changed_and_a_missing_file",)),
 }
 
 

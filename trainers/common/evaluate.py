@@ -2,6 +2,14 @@
 
 Both run through :class:`trainers.common.env.MarketEnv`, so they apply exactly the training
 MDP: next-bar-open fills, sells before buys, integer shares, cash ≥ 0 and costs.
+
+A window's pass is a chain of decisions, each waiting for the last: a validation year of
+minute bars is about 19,656 of them. The evaluator may cut the window into ``chunks``
+stretches traded side by side as more accounts (:func:`chunk_plan`): each later stretch's
+account starts flat ``warmup`` bars or more before the stretch, so that by its first scored
+bar it holds what the policy's own decisions lead to, and only the stretch's returns are
+kept. The chain is then ``chunks`` times shorter. The fitness is not bit for bit the single
+pass's: how far it moves is measured in docs/evolution.md (parallel evaluation).
 """
 
 from __future__ import annotations
@@ -22,10 +30,29 @@ Policy = Callable[[torch.Tensor], torch.Tensor]
 """Deterministic actions ``[E, A]`` in (-1, 1) for states ``[E, state_dim]`` (an Actor is one)."""
 
 
+WARMUP = 250
+"""Bars a chunk's account trades, unscored, before its stretch: far more than the one
+decision in which the weights action reaches its targets (docs/evolution.md)."""
+
+
+def chunk_plan(window: tuple[int, int], every: int, chunks: int, warmup: int = WARMUP) -> tuple[list[int], int]:
+    """Where the accounts of a ``chunks``-way pass start, and the warm-up ``w`` (at least
+    ``warmup``) before each later stretch: every account trades ``w + L`` bars from its start
+    ``window[0] + c·L``; the first keeps all its returns, account c ≥ 1 its last L, so the
+    stretches tile the window and the last ends at ``window[1]``. ``L`` is a multiple of
+    ``every``, so every account decides at the bars the single pass decides at. One start
+    (the single pass) when the window is too short for ``chunks`` stretches of a decision."""
+    t_lo, t_hi = window
+    stretch = (t_hi - t_lo - warmup) // (chunks * every) * every
+    if chunks <= 1 or stretch < every:
+        return [t_lo], 0
+    return [t_lo + c * stretch for c in range(chunks)], t_hi - t_lo - chunks * stretch
+
+
 @torch.no_grad()
 def run_policies(
     policy: Policy, data: MarketData, scales: StateScales, cfg: EnvConfig, window: tuple[int, int], accounts: int,
-    compile: CompileMode = "eager",
+    compile: CompileMode = "eager", chunks: int = 1,
 ) -> np.ndarray:
     """Account values ``[T + 1, accounts]`` at each close of ``window``, one account per row of
     ``policy``'s batch: the multiplexed evaluator scores N agents in one pass this way.
@@ -33,14 +60,35 @@ def run_policies(
     Each account starts with ``initial_cash`` at the close of ``window[0]``; T is
     ``window[1] − window[0]``. The policy decides at every ``cfg.decide_every``-th close.
     On CUDA with ``compile`` other than ``eager``, a whole decision is recorded once and
-    replayed (:func:`_replayed`).
+    replayed (:func:`_replayed`). With ``chunks`` > 1 the window is traded in stretches side
+    by side (:func:`chunk_plan`): the policy's batch is then ``accounts × chunks`` states,
+    each account's chunks consecutive, and the values are the first chunk's, then the later
+    stretches' returns chained on.
     """
-    env = MarketEnv(data, scales, cfg, num_envs=accounts, window=window, random_start=False)
-    state = env.reset()
+    starts, warm = chunk_plan(window, cfg.decide_every, chunks)
+    if len(starts) == 1:
+        env = MarketEnv(data, scales, cfg, num_envs=accounts, window=window, random_start=False)
+        env.reset()
+        return _pass(policy, env, compile)
+    length = window[1] - starts[-1]  # every account's bars: its warm-up and its stretch
+    env = MarketEnv(data, scales, cfg, num_envs=accounts * len(starts), window=(window[0], window[0] + length),
+                    random_start=False)
+    env.reset()
+    env.t = torch.tensor(starts, device=env.device).repeat(accounts)
+    env.t_end = env.t + length
+    values = _pass(policy, env, compile).reshape(length + 1, accounts, len(starts))
+    first = values[:, :, 0]  # the single pass's first bars, as they are
+    growth = np.concatenate([values[warm + 1 :, :, c] / values[warm:-1, :, c] for c in range(1, len(starts))])
+    return np.concatenate([first, first[-1] * np.cumprod(growth, axis=0)])
+
+
+def _pass(policy: Policy, env: MarketEnv, compile: CompileMode) -> np.ndarray:
+    """Account values at each close of one pass of ``env``, reset (its accounts maybe placed since)."""
+    state = env.observe()
     if capturing(env.device, compile):
-        return _replayed(policy, env, state, cfg.decide_every)
+        return _replayed(policy, env, state, env.cfg.decide_every)
     values = [env.account_value().unsqueeze(0)]
-    for _ in range(-(-(window[1] - window[0]) // cfg.decide_every)):  # one step per decision
+    for _ in range(-(-(env.t_hi - env.t_lo) // env.cfg.decide_every)):  # one step per decision
         with profiler.operation("inference"):
             action = policy(state)
         with profiler.operation("simulation"):

@@ -52,6 +52,8 @@ class JobSetting:
     """The SAC base of a pool that holds SAC agents (``tournament.algorithms``)."""
     runtime: RuntimeConfig = RuntimeConfig()
     """How the steps execute (``train.compile``, ``train.deterministic``, ``train.rng``)."""
+    eval_chunks: int = 1
+    """The validation window's stretches traded side by side (``evolution.eval_chunks``)."""
 
     @property
     def rng_device(self) -> str | None:

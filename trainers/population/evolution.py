@@ -85,7 +85,7 @@ def make_setting(data: MarketData, scales: StateScales, env_cfg: EnvConfig, ppo_
     """What every job of a run shares, from the run's configs."""
     return Setting(data, scales, env_cfg, ppo_cfg, train_window, val_window, per_year, cfg.fitness,
                    cfg.iterations_per_generation, cfg.eval_interval, cfg.patience, nitro, sac_cfg=sac_cfg,
-                   runtime=runtime)
+                   runtime=runtime, eval_chunks=cfg.eval_chunks)
 
 
 def job_budget(cfg: EvolutionConfig, jobs: int) -> int | None:

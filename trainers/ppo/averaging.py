@@ -47,7 +47,7 @@ class WeightAverage:
     def policy(self) -> BatchedNets:
         """The model with the averaged actors (and the current critics, which no policy reads)."""
         return BatchedNets([*self.params, *self.nets.params[len(self.params):]], self.nets.widths, self.nets.layout,
-                           self.nets.price_ref)
+                           self.nets.price_ref, self.nets.fused)
 
     def actor(self, i: int, like: Actor) -> Actor:
         """Learner ``i``'s averaged actor, unpadded, in a copy of ``like``."""

@@ -36,6 +36,10 @@ BETAS = (0.9, 0.999)
 EPS = 1e-8
 """torch.optim.Adam's defaults."""
 LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+NARROW = 32
+"""With ``fused``, a layer whose inputs are at most this wide is a broadcast product and a sum
+rather than a batched matmul, so Inductor fuses it with the ops around it (docs/training.md,
+the update's bytes)."""
 
 
 def _linears(module: Actor | Critic) -> list[torch.nn.Linear]:
@@ -49,10 +53,13 @@ class BatchedNets:
     """
 
     def __init__(self, params: list[torch.Tensor], widths: list[list[int]], layout: StockLayout | None = None,
-                 price_ref: torch.Tensor | None = None) -> None:
+                 price_ref: torch.Tensor | None = None, fused: bool = False) -> None:
         self.params, self.widths, self.n = params, widths, len(widths)
         self.layout = layout
         """The actors' per-stock layout (``policy: shared``), the same for every agent."""
+        self.fused = fused
+        """Narrow layers as products and sums (:data:`NARROW`): for ``train.compile: inductor``
+        only; eager, they would move more bytes than the matmuls do."""
         if price_ref is None and layout is not None:
             price_ref = layout.price_ref_on(params[0].device)
         self.price_ref = price_ref
@@ -127,12 +134,14 @@ class BatchedNets:
         tensors = self.crop(self.params, agents, rows)
         if grad:
             tensors = [t.detach().requires_grad_() for t in tensors]
-        return BatchedNets(tensors, [self.widths[i] for i in agents], self.layout, self.price_ref)
+        return BatchedNets(tensors, [self.widths[i] for i in agents], self.layout, self.price_ref, self.fused)
 
-    @staticmethod
-    def _mlp(layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
+    def _mlp(self, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
         for depth, (weight, bias) in enumerate(layers):
-            x = torch.baddbmm(bias, x, weight)
+            if self.fused and weight.shape[1] <= NARROW:  # [N, M, i, 1] × [N, 1, i, o], summed over i
+                x = (x.unsqueeze(-1) * weight.unsqueeze(1)).sum(-2) + bias
+            else:
+                x = torch.baddbmm(bias, x, weight)
             if depth < len(layers) - 1:
                 x = torch.relu(x)
         return x

@@ -84,11 +84,11 @@ class Multiplexed:
         self.ppo.check_capacity()  # the evaluation reads the device anyway
         nets = self.ppo.policy_nets().sub([rows[0] for rows in self.rows])
 
-        def policy(states: torch.Tensor) -> torch.Tensor:
-            return torch.tanh(nets.mean(states.unsqueeze(1))).squeeze(1)
+        def policy(states: torch.Tensor) -> torch.Tensor:  # [agents × chunks, S], each agent's chunks in a row
+            return torch.tanh(nets.mean(states.view(len(self.agents), -1, states.shape[-1]))).flatten(0, 1)
 
         curves = run_policies(policy, s.data, s.scales, s.env_cfg, s.val_window, accounts=len(self.agents),
-                              compile=s.runtime.compile)
+                              compile=s.runtime.compile, chunks=s.eval_chunks)
         return [fitness(s.fitness, curves[:, i], s.per_year) for i in range(curves.shape[1])]
 
     def actor_state(self, i: int) -> dict[str, torch.Tensor]:

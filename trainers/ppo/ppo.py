@@ -170,6 +170,7 @@ class PPO:
         self.learners, self.envs, self.cfg = list(learners), list(envs), cfg
         self.device = self.envs[0].device
         self.nets = BatchedNets.stack([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
+        self.nets.fused = runtime.compile == "inductor"
         self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64))
         for i, learner in enumerate(self.learners):
             self.adam.load_state_of(i, learner.optimizer)

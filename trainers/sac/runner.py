@@ -40,5 +40,5 @@ def run_off_policy(job: AgentJob, setting: JobSetting) -> AgentJob:
 def evaluate(actor: torch.nn.Module, setting: JobSetting) -> float:
     """One deterministic policy's fitness on the validation window (§4.2's evaluator)."""
     curve = run_policies(actor, setting.data, setting.scales, setting.env_cfg, setting.val_window, accounts=1,
-                         compile=setting.runtime.compile)
+                         compile=setting.runtime.compile, chunks=setting.eval_chunks)
     return fitness(setting.fitness, curve[:, 0], setting.per_year)

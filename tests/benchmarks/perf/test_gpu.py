@@ -16,6 +16,7 @@ import torch
 from benchmarks.perf.gpu import SECTIONS, necessary_bytes
 from benchmarks.perf.gpu_common import bytes_moved, paper_env, paper_ppo
 from benchmarks.perf.gpu_report import record_run
+from benchmarks.perf.gpu_update import necessary_update_bytes
 from tasks.config import load_params
 from tests.conftest import REPO
 
@@ -26,7 +27,7 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     done = subprocess.run([sys.executable, "-m", "benchmarks.perf.gpu", "--device", "cpu", "--tiny", "--out", str(out),
                            "--deadline", "400"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    results = {name: json.loads((out / f"{name}.json").read_text()) for name in (*SECTIONS, "profile")}
+    results = {name: json.loads((out / f"{name}.json").read_text()) for name in SECTIONS}
     assert all(results[name]["ok"] for name in SECTIONS), {n: r.get("error") for n, r in results.items()}
     assert results["sync"]["all_ok"] and len(results["sync"]["steps"]) == 4
     assert {row["mode"] for row in results["env"]["rows"]} == {"eager", "inductor"}  # no CUDA graphs on a CPU
@@ -35,8 +36,15 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     dask = results["dask"]  # two worker processes of a real scheduler, as in-process, bit for bit
     assert dask["identical"] and len(dask["jobs_by_worker"]) == 2 and sum(dask["jobs_by_worker"].values()) == 4
     headline = results["headline"]
-    assert headline["env_steps"] > 0 and {"agent", "buy_and_hold", "momentum"} <= set(headline["test"])
-    assert sum(results["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)
+    assert headline["env_steps"] > 0 and {"agent", "buy_and_hold", "momentum", "session_momentum"} <= set(
+        headline["test"])
+    session = headline["test"]["session_momentum"]  # the lookback with the best validation Sharpe
+    assert session["validation_sharpes"][str(session["lookback_sessions"])] == max(
+        session["validation_sharpes"].values())
+    assert headline["chunked_evaluation"]["chunked"][0]["chunks"] == 64
+    assert sum(headline["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)
+    update = {row["form"]: row for row in results["update"]["rows"]}  # the fused form moves fewer bytes compiled
+    assert update["fused"]["inductor_bytes"] < update["matmul"]["inductor_bytes"] < update["matmul"]["eager_bytes"]
     assert len(list(out.iterdir())) <= 8  # what a device run can hand back
 
 
@@ -57,6 +65,13 @@ def test_bytes_are_counted_op_by_op_by_hand() -> None:
     # 100 stocks: the account in and out (4 × 8 + 100 × 8 each), the float32 action, the open and
     # the close, the state row in and out
     assert necessary_bytes(100, 501) == 2 * (32 + 800) + 400 + 1600 + 2 * 501 * 4
+
+
+def test_the_updates_necessary_bytes_by_hand() -> None:
+    # 100 stocks of 3 features: a 501-float state, 100 actions, per-stock log-probabilities and
+    # advantages, one value target, 4 bytes each
+    assert necessary_update_bytes(100, 501, per_action=True) == 4 * (501 + 100 + 100 + 100 + 1) == 3208
+    assert necessary_update_bytes(100, 501, per_action=False) == 4 * (501 + 100 + 1 + 1 + 1)
 
 
 def test_a_device_run_is_recorded_with_its_device_name(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@ import dataclasses
 import numpy as np
 import torch
 
+from tests.trainers.helpers import market
 from trainers.common.env import MarketData
-from trainers.common.evaluate import buy_and_hold, run_policies, run_policy
+from trainers.common.evaluate import WARMUP, buy_and_hold, chunk_plan, run_policies, run_policy
+from trainers.common.nets import Actor
 from trainers.common.state import StateScales
 from trainers.config import EnvConfig
 
@@ -76,3 +78,42 @@ def test_a_window_that_ends_before_the_data_marks_only_its_own_closes():
     values = buy_and_hold(tiny_market(), CFG, (0, 1))
     np.testing.assert_allclose(values, [1_000.0, 49 * 11 + 24 * 19 + 20.3], rtol=0, atol=1e-9)
     assert run_policy(constant([[1.0, -1.0]]), tiny_market(), SCALES, CFG, (0, 1)).shape == (2,)
+
+
+def test_a_chunk_plan_tiles_the_window_on_the_single_passs_decision_grid():
+    # 1,000 bars, a decision every 5, 4 chunks, a warm-up of at least 250: stretches of
+    # (1000 - 250) // 20 · 5 = 185 bars from bars 0, 185, 370, 555; each account trades
+    # 1000 - 4 · 185 = 260 bars of warm-up and its 185, so the last ends at bar 1,000.
+    assert chunk_plan((0, 1000), 5, 4, 250) == ([0, 185, 370, 555], 260)
+    assert chunk_plan((100, 1100), 5, 4, 250) == ([100, 285, 470, 655], 260)
+    assert chunk_plan((0, 1000), 5, 1, 250) == ([0], 0)  # the single pass
+    assert chunk_plan((0, 260), 5, 4, 250) == ([0], 0)  # too short for a decision per stretch
+
+
+def test_chunks_chain_each_stretchs_own_returns_after_its_warm_up():
+    """Each stretch's returns are those of an account started flat at its chunk's start, its
+    warm-up dropped; the first chunk's values are the single pass's, bar for bar."""
+    data = market(t=1200, n=3, k=2, seed=3)
+    cfg = EnvConfig(initial_cash=10_000.0, hmax=20, decide_every=3, action="weights", rebalance_band=0.01)
+    sc = StateScales(1 / cfg.initial_cash, 1 / cfg.hmax, tuple(data.close[0].tolist()))
+    torch.manual_seed(0)
+    actors = [Actor(1 + 3 * 2 + 3 * 2, 3, (4,), -0.5) for _ in range(2)]
+
+    def policy(states: torch.Tensor) -> torch.Tensor:  # each account's chunks in a row
+        rows = states.view(2, -1, states.shape[-1])
+        return torch.cat([actor(rows[i]) for i, actor in enumerate(actors)])
+
+    window = (20, 1180)
+    starts, warm = chunk_plan(window, 3, 3)
+    assert len(starts) == 3 and warm >= WARMUP
+    chunked = run_policies(policy, data, sc, cfg, window, 2, chunks=3)
+    single = run_policies(policy, data, sc, cfg, window, 2)
+    length = window[1] - starts[-1]
+    np.testing.assert_array_equal(chunked[: length + 1], single[: length + 1])
+    for i, actor in enumerate(actors):
+        growth = [chunked[1 : length + 1, i] / chunked[:length, i]]
+        for start in starts[1:]:
+            alone = run_policy(actor, data, sc, cfg, (start, start + length))
+            growth.append(alone[warm + 1 :] / alone[warm:-1])
+        np.testing.assert_allclose(chunked[1:, i] / chunked[:-1, i], np.concatenate(growth), rtol=1e-12)
+    assert chunked.shape == single.shape and not np.array_equal(chunked, single)

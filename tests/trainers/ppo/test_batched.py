@@ -3,10 +3,12 @@
 
 import copy
 
+import pytest
 import torch
 
 from trainers.common.nets import Actor, Critic
-from trainers.ppo.batched import BatchedAdam, BatchedNets
+from trainers.common.state import StateScales, StockLayout
+from trainers.ppo.batched import NARROW, BatchedAdam, BatchedNets
 
 
 def test_padding_and_cropping_are_exact():
@@ -26,6 +28,37 @@ def test_padding_and_cropping_are_exact():
     alone = nets.sub([0])  # agent 0 cut to its own widths
     assert alone.params[1].shape == (1, 5, 3) and alone.params[3].shape == (1, 3, 2)
     torch.testing.assert_close(alone.mean(states[:1])[0], actors[0].net(states[0]))
+
+
+SCALES = StateScales(1e-3, 0.1, tuple(10.0 * (i + 1) for i in range(8)))
+
+
+@pytest.mark.parametrize("layout", [None, StockLayout(8, 3, SCALES)])
+def test_fused_narrow_layers_compute_what_the_matmuls_do(layout: StockLayout | None,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The products-and-sums form of the narrow layers (Inductor's) gives the matmuls' means,
+    values and gradients within float rounding; a layer wider than ``NARROW`` stays a matmul."""
+    torch.manual_seed(0)
+    dim = 1 + 8 * 2 + 8 * 3
+    assert dim > NARROW >= 3 + 2
+    actors = [Actor(dim, 8, (8,), -0.5, layout), Actor(dim, 8, (5,), -0.5, layout)]
+    critics = [Critic(dim, (8,)), Critic(dim, (5,))]
+    plain = BatchedNets.stack(actors, critics).sub([0, 1], grad=True)
+    fused = BatchedNets.stack(actors, critics).sub([0, 1], grad=True)
+    fused.fused = True
+    states = torch.rand(2, 6, dim) + 0.5
+    matmuls: list[int] = []
+    baddbmm = torch.baddbmm
+    monkeypatch.setattr(torch, "baddbmm", lambda *a, **k: matmuls.append(a[1].shape[-1]) or baddbmm(*a, **k))
+    outputs = {}
+    for name, nets in (("plain", plain), ("fused", fused)):
+        matmuls.clear()
+        mean, value = nets.mean(states), nets.value(states)
+        outputs[name] = (mean, value, *torch.autograd.grad(mean.sin().sum() + value.pow(2).sum(), nets.params[1:]))
+        inputs = {"plain": [dim if layout is None else 5, 8, dim, 8], "fused": [dim] * (1 if layout else 2)}
+        assert matmuls == inputs[name]
+    for a, b in zip(outputs["plain"], outputs["fused"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_batched_adam_is_torch_adam_per_agent_and_leaves_resting_agents_alone():

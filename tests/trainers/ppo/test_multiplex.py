@@ -108,3 +108,23 @@ def test_a_state_dict_resumes_training_bit_for_bit():
         assert all(torch.equal(a[k], b[k]) for k in a)
     assert torch.equal(straight["envs"][0]["cash"], resumed["envs"][0]["cash"])
 
+
+
+def test_a_chunked_evaluation_scores_each_agent_on_its_own_chunks():
+    """With ``eval_chunks``, the batch holds each agent's chunks in a row: scoring two agents at
+    once gives each the fitness it gets alone, and the chunks change it (docs/evolution.md)."""
+    data = market(t=420, n=3, k=2)
+    cfg = EvolutionConfig(population=2, generations=1, iterations_per_generation=1, search_space=SPACE)
+    run = Evolution(data, scales(data, ENV), ENV, PPO, cfg, (0, 59), (59, 419), 252.0)
+    chunked = dataclasses.replace(run.setting, eval_chunks=3)
+    agents = [chunked.agent(run.state.hparams[i], run.state.seeds[i], run.state.states[i]) for i in range(2)]
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # policies that trade (a fresh actor's last layer is near zero)
+        for agent in agents:
+            for p in agent.learners[0].actor.net.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+    both = Multiplexed(chunked, agents).evaluate()
+    alone = [Multiplexed(chunked, [agent]).evaluate()[0] for agent in agents]
+    assert both == pytest.approx(alone, rel=1e-9, abs=1e-12)
+    single = Multiplexed(run.setting, agents).evaluate()
+    assert all(a != b for a, b in zip(both, single))

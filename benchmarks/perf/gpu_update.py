@@ -1,0 +1,193 @@
+"""The device script's update section (benchmarks/perf/gpu.py): the bytes one PPO update moves
+per sample and epoch, counted, against the bytes it must move; on CUDA, its rate against the
+bandwidth roofline of those necessary bytes (docs/training.md, the update's bytes).
+
+Two forms of the batched model are measured side by side: ``matmul`` (every layer a batched
+matmul) and ``fused`` (the narrow layers as products and sums, which Inductor fuses with the
+loss around them; :data:`trainers.ppo.batched.NARROW`). Bytes are counted two ways:
+
+* eager: every ATen op's inputs and outputs (:func:`benchmarks.perf.gpu_common.bytes_moved`);
+* Inductor: the compiled forward and backward graphs' own count of the buffers each kernel
+  reads and writes (``torch._inductor.metrics``), plus the eager Adam step beside them.
+
+On the GPU machine it is one section of the device script; here it is also a benchmark of its own:
+
+    .venv/bin/python -m benchmarks.perf.gpu_update     # this machine's counts into docs/benchmarks.md
+
+trainers/, torch and numpy only (its ``main`` records with benchmarks/common.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from benchmarks.perf.gpu_common import Args, bytes_moved, timed
+from benchmarks.perf.gpu_market import sample_market
+from benchmarks.perf.gpu_train import population
+from trainers.config import RuntimeConfig
+from trainers.ppo.ppo import PPO, ppo_loss
+
+FORMS = {"matmul": False, "fused": True}
+"""The batched model's forms: whether its narrow layers are products and sums."""
+
+
+def necessary_update_bytes(stocks: int, state_dim: int, per_action: bool) -> int:
+    """Bytes any update must move per sample and epoch: read the sample's state, its pre-``tanh``
+    actions, its old log-probability, advantage (per stock with ``credit: per_stock``) and value
+    target, float32 each. The weights and their gradients are shared by a minibatch's
+    thousands of samples, so they are left out."""
+    per = stocks if per_action else 1
+    return 4 * (state_dim + stocks + 2 * per + 1)
+
+
+COUNTED = {"num_envs": 64, "horizon": 32, "batch_size": 1024, "repeat_times": 2}
+"""The shapes the bytes are counted at (per sample, they hardly depend on them)."""
+HEADLINE = {"num_envs": 2048, "horizon": 128, "batch_size": 32768, "repeat_times": 8}
+"""The headline's shapes (benchmarks/perf/gpu_train.py), at which CUDA's rate is measured."""
+TINY = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
+
+
+def section_update(args: Args) -> dict[str, Any]:
+    """Per form: bytes per sample-epoch, eager and compiled, beside the necessary bytes; on
+    CUDA, sample-epochs/s of a whole update at the headline's shapes (Inductor and CUDA
+    graphs) and its share of the measured copy bandwidth at the necessary bytes."""
+    stocks, agents = (4, 2) if args.tiny else (100, 16 if args.device == "cuda" else 2)
+    shapes = TINY if args.tiny else COUNTED
+    data = sample_market(stocks, 300 if args.tiny else 5000, seed=0, device=args.device)
+    device = args.load("device") or {}
+    out: dict[str, Any] = {"rows": [], "shapes": shapes, "agents": agents, "stocks": stocks}
+    for form, fused in FORMS.items():
+        if args.remaining() < 20:
+            return out | {"cut_short": True}
+        row = _counted(data, agents, shapes, fused) | {"form": form}
+        if args.device == "cuda":
+            row |= _rate(data, agents, TINY if args.tiny else HEADLINE, fused)
+            if "copy_gbs" in device:
+                row["roofline_share"] = row["sample_epochs_per_s"] * row["necessary_bytes"] / 1e9 / device["copy_gbs"]
+        out["rows"].append(row)
+        args.save("update", out)
+    return out
+
+
+def _ready(data: Any, agents: int, shapes: dict[str, int], fused: bool, compile: str) -> tuple[PPO, Any]:
+    """A population after one iteration, the narrow layers in the given form, its group loaded."""
+    ppo = population(data, agents, RuntimeConfig(compile=compile), **shapes)
+    ppo.nets.fused = fused
+    group = list(range(agents))
+    ppo.train_iteration(group)
+    return ppo, ppo.group(group)
+
+
+def _counted(data: Any, agents: int, shapes: dict[str, int], fused: bool) -> dict[str, Any]:
+    """One static gradient step's bytes per sample-epoch: eager (the whole step and the loss's
+    forward and backward alone) and with the loss compiled by Inductor; and the seconds the
+    compiled loss's forward and backward take."""
+    ppo, group = _ready(data, agents, shapes, fused, "eager")
+    weight, active = group.schedule.static_masks()
+    idx = torch.randint(0, group.batch[0].shape[0], weight[0].shape, generator=torch.Generator().manual_seed(0)
+                        ).to(weight.device)
+    samples = idx.numel()
+    hp = (ppo.hparam("clip"), ppo.hparam("entropy_coef"), ppo.cfg.value_coef)
+
+    def loss_and_grad(loss_fn: Any) -> None:
+        nets = ppo.nets.sub(list(range(agents)), grad=True)
+        torch.autograd.grad(loss_fn(nets, group.batch, idx, weight[0], *hp), nets.params)
+
+    step = bytes_moved(lambda: ppo.static_step(group.batch, idx, weight[0], active[0]))
+    loss = bytes_moved(lambda: loss_and_grad(ppo_loss))
+    inductor = torch.compile(ppo_loss, fullgraph=True)
+    compiled = _inductor_bytes(lambda: loss_and_grad(inductor))
+    seconds = timed(lambda: loss_and_grad(inductor), weight.device, repeats=5)
+    per_action = ppo.cfg.credit == "per_stock"
+    return {"eager_bytes": step / samples, "inductor_bytes": (compiled + step - loss) / samples,
+            "necessary_bytes": necessary_update_bytes(data.n_stocks, ppo.envs[0].state_dim, per_action),
+            "samples_per_step": samples, "inductor_loss_s": seconds}
+
+
+def _inductor_bytes(fn: Any) -> int:
+    """Bytes the kernels Inductor generates for ``fn``'s graphs read and write per call, by its
+    own count (``torch._inductor.metrics``, kept while it compiles with its metrics log on; the
+    caches off, so that it compiles here, and the log's lines dropped)."""
+    from torch._inductor import config, metrics
+
+    log = logging.getLogger("torch._inductor.compile_fx.__inductor_metrics")
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    torch._dynamo.reset()
+    metrics.reset()
+    try:
+        with config.patch(force_disable_caches=True), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "dynamo_pgo force disabled": the caches are off on purpose
+            fn()
+        return int(metrics.num_bytes_accessed)
+    finally:
+        log.setLevel(level)
+        log.propagate = propagate
+
+
+def _rate(data: Any, agents: int, shapes: dict[str, int], fused: bool) -> dict[str, Any]:
+    """Sample-epochs/s of whole updates as training runs them on CUDA (Inductor, recorded)."""
+    ppo, group = _ready(data, agents, shapes, fused, "inductor")
+    members = list(range(agents))
+    ppo.train_iteration(members)  # the second iteration records the steps
+    rollout = ppo.collect(members)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    ppo.update(members, rollout)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    sample_epochs = agents * shapes["num_envs"] * shapes["horizon"] * shapes["repeat_times"]
+    return {"update_s": seconds, "sample_epochs_per_s": sample_epochs / seconds}
+
+
+def update_table(result: dict[str, Any]) -> str:
+    """The section's rows as a markdown table."""
+    lines = ["| form | bytes/sample-epoch, eager | with Inductor | necessary | Inductor / necessary "
+             "| compiled loss + backward, s/step | sample-epochs/s (CUDA) | share of the copy roofline |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        rate = f"{r['sample_epochs_per_s'] / 1e6:,.1f} M" if "sample_epochs_per_s" in r else "-"
+        share = f"{r['roofline_share']:.1%}" if "roofline_share" in r else "-"
+        lines.append(f"| {r['form']} | {r['eager_bytes']:,.0f} | {r['inductor_bytes']:,.0f} | {r['necessary_bytes']:,} "
+                     f"| {r['inductor_bytes'] / r['necessary_bytes']:.1f}x | {r['inductor_loss_s'] * 1e3:.1f} ms "
+                     f"| {rate} | {share} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Count the update's bytes on this machine's CPU, print the table and record it."""
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.common import Reading, commit, now, record
+    from benchmarks.perf.gpu_common import Args
+
+    with tempfile.TemporaryDirectory() as out:
+        result = section_update(Args("cpu", False, Path(out), time.monotonic() + 600, 0.0))
+    table = update_table(result)
+    print(table)
+    shapes = result["shapes"]
+    latest = (f"`.venv/bin/python -m benchmarks.perf.gpu_update` (2 CPU cores; on a GPU the device script's "
+              f"`update` section, in the GPU section). PPO's static gradient step at the paper's config, "
+              f"{result['stocks']} stocks, {result['agents']} agents, minibatches of {shapes['batch_size']:,} "
+              f"samples each: bytes per sample and epoch, counted op by op (eager) and by Inductor's own count of "
+              f"its kernels (the loss's forward and backward compiled, the Adam step eager), against the bytes "
+              f"any update must read (docs/training.md, the update's bytes).\n\n{table}")
+    form = {r["form"]: r for r in result["rows"]}
+    matmul, fused = form["matmul"], form["fused"]
+    record(Reading("update-bytes", "The PPO update's bytes: benchmarks/perf/gpu_update.py", latest,
+                   ("date", "commit", "eager bytes", "Inductor bytes (matmul)", "Inductor bytes (fused)",
+                    "necessary bytes", "compiled step, matmul / fused"),
+                   (now(), commit(), f"{matmul['eager_bytes']:,.0f}", f"{matmul['inductor_bytes']:,.0f}",
+                    f"{fused['inductor_bytes']:,.0f}", f"{fused['necessary_bytes']:,}",
+                    f"{matmul['inductor_loss_s'] / fused['inductor_loss_s']:.2f}x")))
+
+
+if __name__ == "__main__":
+    main()

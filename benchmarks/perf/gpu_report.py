@@ -94,7 +94,17 @@ def headline_text(run: dict[str, dict[str, Any]]) -> str:
             f"- Test year (never seen in training or selection), Sharpe: {sharpe}; "
             f"best validation Sharpe {h['best_validation_sharpe']:.2f}.\n"
             f"- RL-Scope breakdown (one eager iteration and 500 evaluation decisions, shares of wall): {shares}."
-            + _chunked(h))
+            + _split(h) + _chunked(h))
+
+
+def _split(headline: dict[str, Any]) -> str:
+    """The compiled generation's split (benchmarks/perf/gpu_train.py::_compiled_split), when run."""
+    split = headline.get("compiled_split") or {}
+    if "shares_of_generation" not in split:
+        return ""
+    parts = ", ".join(f"{k} {v:.0%} ({split['seconds'][k]:.2f} s each)" for k, v in
+                      sorted(split["shares_of_generation"].items(), key=lambda kv: -kv[1]))
+    return f"\n- A generation as it runs ({MODES[split['mode']]}, the device drained between parts): {parts}."
 
 
 def _chunked(headline: dict[str, Any]) -> str:

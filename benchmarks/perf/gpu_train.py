@@ -233,7 +233,7 @@ def section_headline(args: Args) -> dict[str, Any]:
                           if args.tiny else 4, eval_interval=1 if args.tiny else 4, search_space=dict(SEARCH), seed=0)
     out["config"] = {"ppo": shapes, "population": evo.population, "iterations_per_generation":
                      evo.iterations_per_generation}
-    budget = min(args.headline_seconds, max(20.0, args.remaining() - (20 if args.tiny else 90)))
+    budget = min(args.headline_seconds, max(20.0, args.remaining() - (20 if args.tiny else 150)))
     args.save("headline", out)
     for mode in _modes(args):
         try:
@@ -272,6 +272,8 @@ def section_headline(args: Args) -> dict[str, Any]:
     if args.device == "cuda":
         torch.cuda.empty_cache()
     out["profile"] = _guarded(lambda: _profile(args, data, windows, shapes, evo))  # in here too: 8 files at most
+    args.save("headline", out)
+    out["compiled_split"] = _guarded(lambda: _compiled_split(args, data, windows, shapes, evo, out["mode"]))
     args.save("headline", out)
     return out
 
@@ -355,3 +357,37 @@ def _profile(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], 
         shares[key] = shares.get(key, 0.0) + row.raw_seconds / total
     return {"shares_of_wall": shares, "report": report.to_dict()}
 
+
+
+def _compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
+                    evo: EvolutionConfig, mode: str) -> dict[str, Any]:
+    """The headline's generation as it runs, compiled and recorded: seconds of a rollout, an
+    update and one evaluation of the whole validation window, the device drained after each
+    (a replayed graph has no operations inside for RL-Scope to see), and their shares of a
+    generation of ``iterations_per_generation`` iterations and one evaluation."""
+    run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
+                    windows["train"], windows["validation"], 252.0 * 390, runtime=RuntimeConfig(compile=mode))
+    setting, dev = run.setting, torch.device(args.device)
+    pop = Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.state.hparams, run.state.seeds)])
+    group = list(range(len(pop.agents)))
+    rows = [r for i in group for r in pop.rows[i]]
+    for _ in range(2):  # compiled, then recorded
+        pop.train_iteration(group)
+    seconds: dict[str, float] = {}
+    for name, step in (("rollout", lambda: pop.ppo.collect(rows)), ("evaluation", pop.evaluate)):
+        _sync(dev)
+        started = time.perf_counter()
+        rollout = step()
+        _sync(dev)
+        seconds[name] = time.perf_counter() - started
+        if name == "rollout":
+            started = time.perf_counter()
+            pop.ppo.update(rows, rollout)
+            _sync(dev)
+            seconds["update"] = time.perf_counter() - started
+    pop.finish()
+    per = evo.iterations_per_generation
+    generation = per * (seconds["rollout"] + seconds["update"]) + seconds["evaluation"]
+    shares = {"rollout": per * seconds["rollout"] / generation, "update": per * seconds["update"] / generation,
+              "evaluation": seconds["evaluation"] / generation}
+    return {"mode": mode, "seconds": seconds, "shares_of_generation": shares}

@@ -15,8 +15,8 @@ import torch
 
 from benchmarks.perf.gpu import SECTIONS, necessary_bytes
 from benchmarks.perf.gpu_common import bytes_moved, paper_env, paper_ppo
-from benchmarks.perf.gpu_report import record_run
-from benchmarks.perf.gpu_update import necessary_update_bytes
+from benchmarks.perf.gpu_report import headline_text, record_run
+from benchmarks.perf.gpu_update import necessary_update_bytes, update_table
 from tasks.config import load_params
 from tests.conftest import REPO
 
@@ -42,6 +42,10 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     assert session["validation_sharpes"][str(session["lookback_sessions"])] == max(
         session["validation_sharpes"].values())
     assert headline["chunked_evaluation"]["chunked"][0]["chunks"] == 64
+    assert sum(headline["compiled_split"]["shares_of_generation"].values()) == pytest.approx(1.0)
+    text = headline_text(results)  # the report's lines for them
+    assert "A generation as it runs" in text and "chunks side by side" in text and "session-momentum" in text
+    assert "| fused |" in update_table(results["update"])
     assert sum(headline["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)
     update = {row["form"]: row for row in results["update"]["rows"]}  # the fused form moves fewer bytes compiled
     assert update["fused"]["inductor_bytes"] < update["matmul"]["inductor_bytes"] < update["matmul"]["eager_bytes"]

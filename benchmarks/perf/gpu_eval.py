@@ -24,10 +24,11 @@ import torch
 
 from benchmarks.perf.gpu_common import paper_env, paper_ppo, scales_of
 from benchmarks.perf.gpu_market import minute_market
+from trainers.common.env import MarketData
 from trainers.common.evaluate import WARMUP, run_policies
 from trainers.common.metrics import sharpe
-from trainers.common.nets import Actor
-from trainers.common.state import StockLayout
+from trainers.common.nets import Actor, ActorShape, new_actor
+from trainers.common.state import StateScales
 from trainers.config import CompileMode, EvolutionConfig
 from trainers.population.evolution import Evolution
 from trainers.ppo.multiplex import run_multiplexed
@@ -35,21 +36,20 @@ from trainers.ppo.multiplex import run_multiplexed
 CHUNKS = (4, 16, 64)
 
 
-def actors_of(data: Any, scales: Any, states: Sequence[dict[str, torch.Tensor]]) -> list[Actor]:
+def actors_of(data: MarketData, scales: StateScales, states: Sequence[dict[str, torch.Tensor]]) -> list[Actor]:
     """The paper config's per-stock actors with ``states``' weights, on the data's device."""
     ppo = paper_ppo()
-    layout = StockLayout(data.n_stocks, data.n_features, scales)
+    shape = ActorShape.of(data.n_stocks, data.n_features, scales, ppo.policy)
     actors = []
     for state in states:
-        actor = Actor(1 + 2 * data.n_stocks + data.n_stocks * data.n_features, data.n_stocks, ppo.net_dims,
-                      ppo.init_log_std, layout)
+        actor = new_actor(shape, ppo.net_dims, ppo.init_log_std)
         actor.load_state_dict({k: v.cpu() for k, v in state.items()})
         actors.append(actor.to(data.close.device))
     return actors
 
 
-def chunk_check(data: Any, scales: Any, window: tuple[int, int], actors: Sequence[Actor], per_year: float,
-                compile: CompileMode = "eager", chunks: Sequence[int] = CHUNKS) -> dict[str, Any]:
+def chunk_check(data: MarketData, scales: StateScales, window: tuple[int, int], actors: Sequence[Actor],
+                per_year: float, compile: CompileMode = "eager", chunks: Sequence[int] = CHUNKS) -> dict[str, Any]:
     """Each actor's Sharpe on ``window`` in one pass and in each of ``chunks`` stretches side by
     side; per chunk count, the largest change, the rank correlation, whether the best agent
     is the same, and the seconds (the device's queue drained). The yardstick beside them: the

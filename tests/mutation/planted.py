@@ -245,6 +245,23 @@ BUGS = {
     63: Bug("a device run's tree check passes a file that differs from the stamp", "benchmarks/perf/tree.py",
             "or blob_hash(path) != sha", "or False",
             ("tests/benchmarks/perf/test_tree.py::test_the_stamp_finds_a_changed_and_a_missing_file",)),
+    64: Bug("the watch's threshold set for one look, not for the run of looks", "tasks/registry/decay.py",
+            "h = threshold(slack, years * per_year)", "h = threshold(slack, 1.0)",
+            ("tests/tasks/registry/test_decay.py::test_repeated_looks_at_a_healthy_record_alarm_about_as_rarely_as_asked",)),
+    65: Bug("the watch ignores its tolerance", "tasks/registry/decay.py",
+            "norm.ppf(1.0 - alpha) * promise.se - tolerance * spread / math.sqrt(per_year)",
+            "norm.ppf(1.0 - alpha) * promise.se",
+            ("tests/tasks/registry/test_decay.py::test_the_tolerance_lowers_the_promises_floor",)),
+    66: Bug("a NaN in the live record is tested instead of failing closed", "tasks/registry/decay.py",
+            'fault = (data_fault({"champion": model, "buy-and-hold": benchmark}, "return") or promise.fault()',
+            "fault = (promise.fault()",
+            ("tests/tasks/registry/test_decay.py::test_a_bad_record_fails_closed_and_never_alarms",
+             "tests/tasks/delivery/client/test_watch.py::test_a_nan_in_the_record_or_no_promise_fails_closed_and_nothing_acts")),
+    67: Bug("a severe decay rolls back to a previous champion whose own watch did not hold",
+            "tasks/delivery/client/watch.py", "previous != seen.version and healthy(params, previous):",
+            "previous != seen.version:",
+            ("tests/tasks/delivery/client/test_watch.py::"
+             "test_a_severe_decay_goes_flat_when_the_previous_champion_is_not_known_healthy",)),
 }
 
 

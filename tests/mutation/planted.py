@@ -245,6 +245,10 @@ BUGS = {
     63: Bug("a device run's tree check passes a file that differs from the stamp", "benchmarks/perf/tree.py",
             "or blob_hash(path) != sha", "or False",
             ("tests/benchmarks/perf/test_tree.py::test_the_stamp_finds_a_changed_and_a_missing_file",)),
+    64: Bug("the on-decay deployment listens for another resource: the watch's alarm starts no retraining",
+            "flows/deployments.py", 'expect={DECAYED}, match={"prefect.resource.id": "podracer.model.*"}',
+            'expect={DECAYED}, match={"prefect.resource.id": "podracer.dataset.*"}',
+            ("tests/flows/test_watch_live.py",)),
 }
 
 

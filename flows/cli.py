@@ -320,13 +320,15 @@ def _registry_lines(cfg: Params, rows: list) -> list[str]:
     (docs/delivery.md, Shadow accounts); nothing when there is no registry yet."""
     from tasks.delivery.client import standing
     from tasks.delivery.keys import CHAMPION, SHADOW
+    from tasks.registry.aliases import PREVIOUS
 
     aliases = standing.registry_aliases(cfg.registry)
     if not aliases:
         return []
     lines = [f"[bold]registry[/] {cfg.registry.model_name}: "
              + ", ".join(f"{alias} version {version}" for alias, version in sorted(aliases.items()))]
-    lines += ["  " + escape(line) for line in standing.watch_lines(cfg.registry, aliases.get(CHAMPION))]
+    watched = standing.watch_lines(cfg.registry, aliases.get(CHAMPION), aliases.get(PREVIOUS))
+    lines += ["  " + escape(line) for line in watched]
     if SHADOW in aliases:
         broker = next((s.url for s, _, healthy in rows if s.name == "broker" and healthy),
                       f"http://127.0.0.1:{cfg.broker.port}")

@@ -262,6 +262,10 @@ BUGS = {
             "previous != seen.version:",
             ("tests/tasks/delivery/client/test_watch.py::"
              "test_a_severe_decay_goes_flat_when_the_previous_champion_is_not_known_healthy",)),
+    68: Bug("the on-decay deployment listens for another resource: the watch's alarm starts no retraining",
+            "flows/deployments.py", 'expect={DECAYED}, match={"prefect.resource.id": "podracer.model.*"}',
+            'expect={DECAYED}, match={"prefect.resource.id": "podracer.dataset.*"}',
+            ("tests/flows/test_watch_live.py",)),
 }
 
 

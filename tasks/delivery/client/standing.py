@@ -83,9 +83,11 @@ def registry_aliases(registry: RegistryParams) -> dict[str, str]:
         return {}
 
 
-def watch_lines(registry: RegistryParams, champion: str | None) -> list[str]:
+def watch_lines(registry: RegistryParams, champion: str | None, previous: str | None = None) -> list[str]:
     """The champion's live watch as its version's tags hold it (its latest look and what the
-    watch did), and the safe policy while no version trades; nothing without a store."""
+    watch did), and the safe policy while no version trades; nothing without a store. While
+    the champion is there because the watch rolled back to it, also the look that did it:
+    the ``previous`` champion's last line, whose version carries the action."""
     store = _client(registry)
     if store is None:
         return []
@@ -94,6 +96,7 @@ def watch_lines(registry: RegistryParams, champion: str | None) -> list[str]:
     try:
         safe = store.get_registered_model(registry.model_name).tags.get(SAFE)
         tags = store.get_model_version(registry.model_name, champion).tags if champion else {}
+        before = store.get_model_version(registry.model_name, previous).tags if champion and previous else {}
     except MlflowException:
         return []
     lines = [f"safe policy: {safe}"] if safe else []
@@ -101,6 +104,8 @@ def watch_lines(registry: RegistryParams, champion: str | None) -> list[str]:
         lines.append(tags.get(WATCH_LINE, f"champion version {champion}: not watched yet (no recorded trading cycle)"))
     if tags.get(WATCH_ACTION):
         lines.append(f"watch action: {tags[WATCH_ACTION]}")
+    if before.get(WATCH_ACTION, "").startswith(f"rollback to version {champion} ") and before.get(WATCH_LINE):
+        lines.append(f"rolled back by the watch: {before[WATCH_LINE]}")
     if tags.get(DRIFT):
         lines.append(("warning: " if "large shift" in tags[DRIFT] else "") + tags[DRIFT])
     return lines

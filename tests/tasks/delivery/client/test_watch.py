@@ -181,6 +181,20 @@ def test_status_shows_the_latest_look_the_action_and_the_safe_policy(params):
     assert shown[2].startswith("watch action: flat at bar")
 
 
+def test_status_names_the_look_that_rolled_the_champion_back(params):
+    """The action is written on the decayed version, which is no longer champion: status shows
+    its line under the champion it rolled back to, until the aliases move on."""
+    client(params.registry).set_model_version_tag(params.registry.model_name, "1", WATCH_VERDICT, HOLDS)
+    look(params, *market(-0.0005, seed=2), Calls().flatten, Calls().emit)
+    assert (alias_version(params.registry, CHAMPION), alias_version(params.registry, PREVIOUS)) == ("1", "2")
+    shown = watch_lines(params.registry, "1", "2")
+    assert shown[-1].startswith("rolled back by the watch: champion version 2, since b00000: watch over 504 bars: "
+                                "severe decay (") and "; rollback to version 1 at bar b00504" in shown[-1]
+    assert watch_lines(params.registry, "1") == shown[:-1]
+    promote(params.registry, "2")  # by hand: version 1's watch rolled nothing back
+    assert not any(line.startswith("rolled back") for line in watch_lines(params.registry, "2", "1"))
+
+
 def test_the_input_drift_is_a_warning_on_the_champions_version_and_in_status(params):
     store = client(params.registry)
     keys = [str(d)[:10] for d in pd.bdate_range("2020-01-01", periods=200)]

@@ -29,10 +29,6 @@ times the trend make the momentum rule lose far below buy-and-hold on the turned
 shipped thresholds call it at once. ``services.poll_seconds: 600``: the runner's polls cover
 lost events, and none is lost here; a data poll would start one more CT cycle on the ground's
 bars, which no event announced.
-
-Measured alone on two cores: 140 s beside a benchmark at nice 19 (the ground 50 s, ``up`` 29 s,
-the turn and its CT cycle 25 s, the trading cycle 7 s, the on-decay cycle 18 s, ``down`` 10 s);
-90 s once that benchmark was idle.
 """
 
 from __future__ import annotations

@@ -6,7 +6,11 @@ fresh subprocess so that its peak RSS is its own:
 
 - **chunked**: the shipped test, which draws its resamples a chunk at a time;
 - **one array**: the same test with every resample held at once (the chunk made as large as
-  all of them), as the test ran before; its verdict must be the chunked one's bit for bit.
+  all of them), as the test ran before; its verdict must be the chunked one's bit for bit;
+- **watch look**: one look of the champion's live watch (``tasks/registry/decay.py::watch``,
+  params.yaml's ``watch``) at a year of minute bars since its promotion, the pair as its record
+  and its promise read from the same pair: what each trading cycle adds (docs/operations.md,
+  the watch).
 
 The pair is a seeded simulation: buy-and-hold's minute returns with GARCH-free fat tails, and
 a model that is it plus a small persistent active return. Targets: at most 5 s and 1 GiB.
@@ -33,6 +37,7 @@ BARS = 252 * 390
 MODES = {"chunked": None, "one array": 1 << 62}
 """Each mode's ``CHUNK_CELLS``: the shipped one, or large enough for every resample at once."""
 TARGET = "at most 5 s and 1 GiB for a year of minute bars (98,280), 2,000 resamples, on 2 cores"
+LOOK = "watch look"
 
 
 def pair(bars: int = BARS, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -47,11 +52,27 @@ def pair(bars: int = BARS, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return market + active, market
 
 
+def look() -> dict[str, object]:
+    """One look of the live watch at the pair, in this process: seconds, peak GiB, its line."""
+    from tasks.config import load_params
+    from tasks.registry.decay import Promise, watch
+
+    cfg = load_params(ROOT / "params.yaml").watch
+    model, bench = pair()
+    reset_peak()
+    started = time.perf_counter()
+    w = watch(model, bench, Promise.of(model, bench), tolerance=cfg.tolerance, years=cfg.years,
+              per_year=252 * 390.0, alpha=cfg.alpha)
+    return {"seconds": time.perf_counter() - started, "peak_gib": peak_gib(), "evidence": w.line, "line": w.line}
+
+
 def run(mode: str) -> dict[str, object]:
     """One paired test in this process (a subprocess of :func:`main`): seconds, peak GiB, the evidence."""
     from tasks.config import load_params
     from tasks.registry import evidence
 
+    if mode == LOOK:
+        return look()
     if MODES[mode] is not None:
         evidence.CHUNK_CELLS = MODES[mode]
     registry = load_params(ROOT / "params.yaml").registry
@@ -74,17 +95,17 @@ def measure(mode: str) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", choices=sorted(MODES), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=[*sorted(MODES), LOOK], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run(args.child)))
         return
-    results = {mode: measure(mode) for mode in MODES}
+    results = {mode: measure(mode) for mode in [*MODES, LOOK]}
     same = results["chunked"]["evidence"] == results["one array"]["evidence"]
     lines = ["| mode | seconds | peak RSS GiB |", "|---|---|---|"]
-    lines += [f"| {mode} | {r['seconds']:.1f} | {r['peak_gib']:.2f} |" for mode, r in results.items()]
+    lines += [f"| {mode} | {r['seconds']:.2f} | {r['peak_gib']:.2f} |" for mode, r in results.items()]
     text = "\n".join(lines) + (f"\n\nVerdict ({'bit for bit the same in both' if same else 'DIFFERENT'}): "
-                               f"{results['chunked']['line']}")
+                               f"{results['chunked']['line']}\n\nThe watch's look: {results[LOOK]['line']}")
     print(text)
     if not same:
         raise SystemExit("the chunked test's evidence differs from the one-array test's")
@@ -94,9 +115,10 @@ def main() -> None:
         "gate-stats", "The gate's paired test on a year of minute bars",
         f"Command: `{command}`  \nMachine: {os.cpu_count()} CPUs, {platform.machine()}, Python "
         f"{platform.python_version()}. Target: {TARGET}.\n\n{text}",
-        ("date", "commit", "command", "chunked: s, GiB", "one array: s, GiB", "same verdict"),
+        ("date", "commit", "command", "chunked: s, GiB", "one array: s, GiB", "same verdict", "watch look: s, GiB"),
         (now(), commit(), f"`{command}`", f"{chunked['seconds']:.1f} s, {chunked['peak_gib']:.2f} GiB",
-         f"{results['one array']['seconds']:.1f} s, {results['one array']['peak_gib']:.2f} GiB", str(same))))
+         f"{results['one array']['seconds']:.1f} s, {results['one array']['peak_gib']:.2f} GiB", str(same),
+         f"{results[LOOK]['seconds']:.2f} s, {results[LOOK]['peak_gib']:.2f} GiB")))
 
 
 if __name__ == "__main__":

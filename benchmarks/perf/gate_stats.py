@@ -103,7 +103,7 @@ def main() -> None:
     results = {mode: measure(mode) for mode in [*MODES, LOOK]}
     same = results["chunked"]["evidence"] == results["one array"]["evidence"]
     lines = ["| mode | seconds | peak RSS GiB |", "|---|---|---|"]
-    lines += [f"| {mode} | {r['seconds']:.2f} | {r['peak_gib']:.2f} |" for mode, r in results.items()]
+    lines += [f"| {mode} | {r['seconds']:.3f} | {r['peak_gib']:.2f} |" for mode, r in results.items()]
     text = "\n".join(lines) + (f"\n\nVerdict ({'bit for bit the same in both' if same else 'DIFFERENT'}): "
                                f"{results['chunked']['line']}\n\nThe watch's look: {results[LOOK]['line']}")
     print(text)
@@ -118,7 +118,7 @@ def main() -> None:
         ("date", "commit", "command", "chunked: s, GiB", "one array: s, GiB", "same verdict", "watch look: s, GiB"),
         (now(), commit(), f"`{command}`", f"{chunked['seconds']:.1f} s, {chunked['peak_gib']:.2f} GiB",
          f"{results['one array']['seconds']:.1f} s, {results['one array']['peak_gib']:.2f} GiB", str(same),
-         f"{results[LOOK]['seconds']:.2f} s, {results[LOOK]['peak_gib']:.2f} GiB")))
+         f"{results[LOOK]['seconds'] * 1e3:.1f} ms, {results[LOOK]['peak_gib']:.2f} GiB")))
 
 
 if __name__ == "__main__":

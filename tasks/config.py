@@ -374,7 +374,8 @@ def _one_line(error: ValidationError, source: str) -> str:
     return f"{source}: " + "; ".join(parts)
 
 
-def _apply_override(tree: dict[str, Any], assignment: str) -> None:
+def apply_override(tree: dict[str, Any], assignment: str) -> None:
+    """Set ``KEY=VALUE`` (a dotted key, a YAML value) in the params tree ``tree``, as ``-s`` does."""
     key, sep, raw = assignment.partition("=")
     if not sep or not key:
         raise ConfigError(f"override {assignment!r}: expected KEY=VALUE, e.g. ppo.lr=0.001")
@@ -400,7 +401,7 @@ def load_params(path: Path | str = DEFAULT_PARAMS, overrides: list[str] | None =
             raise ConfigError(f"{path}: expected a mapping of sections at the top level")
         tree = loaded or {}
     for assignment in overrides or []:
-        _apply_override(tree, assignment)
+        apply_override(tree, assignment)
     try:
         return Params.model_validate(tree)
     except ValidationError as exc:

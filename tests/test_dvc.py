@@ -14,7 +14,7 @@ import yaml
 
 from flows.stage_table import STAGES
 from standins.tiny import TINY
-from tasks.config import load_params
+from tasks.config import apply_override, load_params
 from tests.conftest import REPO
 
 
@@ -65,12 +65,7 @@ def test_dvc_repro_runs_the_stages(tmp_path):
     shutil.copy(REPO / "mlflow" / "README.md", tmp_path / "mlflow" / "README.md")
     tree: dict = yaml.safe_load((REPO / "params.yaml").read_text())
     for assignment in TINY:
-        key, value = assignment.split("=", 1)
-        *parents, leaf = key.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+        apply_override(tree, assignment)
     # DVC rejects YAML dates in params, so dates stay quoted strings (as in params.yaml).
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(tree, default=str))))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}

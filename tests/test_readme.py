@@ -34,7 +34,7 @@ import yaml
 
 from flows.cli import app
 from standins.tiny import TINY
-from tasks.config import load_params
+from tasks.config import apply_override, load_params
 from tests.conftest import REPO
 
 README = REPO / "README.md"
@@ -164,14 +164,9 @@ def tiny_project(root: Path) -> None:
     tree: dict = {}
     dated = ("data.start", "data.end", "features.train_end", "features.val_end")
     for assignment in [*TINY, "registry.gate_margin=-1000"]:
-        key, value = assignment.split("=", 1)
-        if key in dated:
+        if assignment.split("=", 1)[0] in dated:
             continue
-        *parents, leaf = key.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+        apply_override(tree, assignment)
     (root / "params.yaml").write_text(yaml.safe_dump(tree, default_flow_style=None))
 
 

@@ -24,6 +24,7 @@ import yaml
 from flows.cli import app
 from standins.postgres import free_port
 from standins.tiny import TINY
+from tasks.config import apply_override
 from tests.commands import podracer
 from tests.conftest import REPO
 from tests.test_readme import ELSEWHERE, RUNNABLE, prepare
@@ -32,12 +33,7 @@ from tests.test_readme import ELSEWHERE, RUNNABLE, prepare
 def tiny_project(root) -> None:
     tree: dict = {}
     for assignment in [*TINY, "registry.gate_margin=-1000"]:
-        key, value = assignment.split("=", 1)
-        *parents, leaf = key.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+        apply_override(tree, assignment)
     (root / "params.yaml").write_text(yaml.safe_dump(tree, default_flow_style=None))
 
 

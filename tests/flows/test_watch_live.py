@@ -41,7 +41,7 @@ import torch
 import yaml
 
 from standins.tiny import tiny_params
-from tasks.config import Params
+from tasks.config import Params, apply_override
 from tasks.data.arrivals import simulate
 from tasks.data.features import features
 from tasks.data.validate import validate
@@ -65,12 +65,7 @@ def settle(path, assignments: list[str]) -> None:
     """Write ``KEY=VALUE`` assignments into the YAML file ``path``."""
     tree = yaml.safe_load(path.read_text())
     for assignment in assignments:
-        key, value = assignment.split("=", 1)
-        *parents, leaf = key.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+        apply_override(tree, assignment)
     path.write_text(yaml.safe_dump(tree, default_flow_style=None))
 
 

@@ -159,12 +159,13 @@ def test_readme_data_commands_run_their_data_stages_with_the_repos_params(tmp_pa
     assert result.bars > 0 and set(result.splits) == {"train", "validation", "test"}
 
 
-def tiny_project(root: Path) -> None:
-    """params.yaml at tiny size, without dates or splits: each source brings its own."""
+def tiny_project(root: Path, dates: bool = False) -> None:
+    """params.yaml at tiny size; without ``dates``, without dates or splits (each README source
+    brings its own)."""
     tree: dict = {}
     dated = ("data.start", "data.end", "features.train_end", "features.val_end")
     for assignment in [*TINY, "registry.gate_margin=-1000"]:
-        if assignment.split("=", 1)[0] in dated:
+        if not dates and assignment.split("=", 1)[0] in dated:
             continue
         apply_override(tree, assignment)
     (root / "params.yaml").write_text(yaml.safe_dump(tree, default_flow_style=None))

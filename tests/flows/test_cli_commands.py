@@ -19,22 +19,12 @@ import time
 import pytest
 import requests
 import typer
-import yaml
 
 from flows.cli import app
 from standins.postgres import free_port
-from standins.tiny import TINY
-from tasks.config import apply_override
 from tests.commands import podracer
 from tests.conftest import REPO
-from tests.test_readme import ELSEWHERE, RUNNABLE, prepare
-
-
-def tiny_project(root) -> None:
-    tree: dict = {}
-    for assignment in [*TINY, "registry.gate_margin=-1000"]:
-        apply_override(tree, assignment)
-    (root / "params.yaml").write_text(yaml.safe_dump(tree, default_flow_style=None))
+from tests.test_readme import ELSEWHERE, RUNNABLE, prepare, tiny_project
 
 
 def say(root, *args: str, code: int = 0) -> str:
@@ -76,7 +66,7 @@ def serves(root) -> float:
 
 @pytest.mark.slow
 def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
-    tiny_project(tmp_path)
+    tiny_project(tmp_path, dates=True)
     lines: list[list[str]] = []
 
     def command(*args: str, code: int = 0) -> str:

@@ -30,7 +30,7 @@ from standins.tiny import tiny_params
 from tasks.registry.aliases import CHAMPION
 from tasks.registry.register import register
 from tests.commands import podracer as run_command
-from tests.flows.test_cli_commands import tiny_project
+from tests.test_readme import tiny_project
 
 SERVICES = ["prefect", "mlflow", "receiver", "broker", "runner"]
 MODEL = "podracer-ppo"
@@ -71,7 +71,7 @@ class Project:
 
     def __init__(self, root, built) -> None:
         self.root = root
-        tiny_project(root)
+        tiny_project(root, dates=True)
         shutil.copytree(built.data_dir, root / "data")
         self.ports = {name: free_port() for name in ("prefect", "mlflow", "receiver", "broker", "runner")}
         assert len(set(self.ports.values())) == 5

@@ -10,8 +10,8 @@ process imports this module to record, and its peak memory must not include the 
 the device script, on a machine without the pipeline's packages, imports :func:`commit`.
 
 **Sections and history.** A section sits between ``<!-- benchmark: KEY -->`` and
-``<!-- end: KEY -->``; a run replaces it with its latest reading and its own row, and appends
-that row to ``docs/history/KEY.csv`` (one file per benchmark, one row per run, in time order;
+``<!-- end: KEY -->``; a run replaces it with its latest reading and the line that dates it,
+and appends its row to ``docs/history/KEY.csv`` (one file per benchmark, one row per run, in time order;
 docs/benchmarks.md, How a reading is kept). A row starts with the date and :func:`commit`, the
 commit the figures were measured on. A section not yet in the file is appended.
 A run also rewrites ``docs/history/README.md``, every CSV as a table (:func:`history_page`;
@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root: params.yaml and docs/ are read and written here."""
 DOCS = ROOT / "docs" / "benchmarks.md"
-HEAD = "# Benchmarks\n\nEach benchmark in `benchmarks/` keeps a section here: its latest reading and its row.\n"
+HEAD = ("# Benchmarks\n\nEach benchmark in `benchmarks/` keeps a section here: its latest reading and when it "
+        "was taken.\n")
 HISTORY = "history"
 """The folder beside docs/benchmarks.md that holds one CSV per benchmark, a row per run."""
 
@@ -246,15 +248,19 @@ def write_history_page(folder: Path) -> Path:
 
 
 def section(reading: Reading, page: Path = DOCS) -> str:
-    """The section's text: the latest reading, then this run's row and a link to every run's."""
+    """The section's text: the latest reading, when and at which commit it was taken, and a link
+    to every run's row (the rows themselves live in the history CSV, not on the page)."""
     if len(reading.row) != len(reading.columns):
         raise ValueError(f"{reading.key}: {len(reading.row)} cells for {len(reading.columns)} columns")
-    link = history_file(reading.key, page).relative_to(page.parent).as_posix()
-    return "\n".join([
-        f"## {reading.title}", f"<!-- benchmark: {reading.key} -->", "", reading.latest.strip(), "",
-        f"This run's row; every run's, in time order: [{link}]({link}).", "",
-        table_line(reading.columns), table_line(["---"] * len(reading.columns)),
-        table_line([cell(c) for c in reading.row]), f"<!-- end: {reading.key} -->"])
+    return "\n".join([f"## {reading.title}", f"<!-- benchmark: {reading.key} -->", "", reading.latest.strip(), "",
+                      recorded_line(reading.key, reading.columns, reading.row, page), f"<!-- end: {reading.key} -->"])
+
+
+def recorded_line(key: str, columns: Sequence[str], row: Sequence[str], page: Path = DOCS) -> str:
+    """``Recorded DATE at COMMIT; every run's row, in time order: LINK.`` for a section's latest row."""
+    link = history_file(key, page).relative_to(page.parent).as_posix()
+    at = dict(zip(columns, row)).get("commit")
+    return f"Recorded {row[0]}{f' at {at}' if at else ''}; every run's row, in time order: [{link}]({link})."
 
 
 def find_section(text: str, key: str) -> re.Match[str] | None:

@@ -87,4 +87,5 @@ def test_a_device_run_is_recorded_with_its_device_name(tmp_path: Path) -> None:
     inductor = next(r for r in env["rows"] if r["envs"] == 16384 and r["mode"] == "inductor")
     assert f"| 16,384 | Inductor + CUDA graphs | {inductor['steps_per_s'] / 1e6:,.1f} M |" in text  # as measured
     assert "pinned to GPU 0, trained 8 jobs (4 + 4 by worker" in text and "bit for bit the same" in text
-    assert f"| {env['commit']} | NVIDIA H100 80GB HBM3 |" in text  # the history row names the run's commit
+    assert f" at {env['commit']}; every run's row" in text  # the reading names the run's commit
+    assert f"| {env['commit']} | NVIDIA H100 80GB HBM3 |" in (tmp_path / "history" / "README.md").read_text()

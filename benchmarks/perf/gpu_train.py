@@ -330,15 +330,21 @@ def _test_year(data: MarketData, windows: dict[str, tuple[int, int]], result: Ev
     return {"agent": performance(agent, per_year), "buy_and_hold": performance(hold, per_year)}
 
 
+def _fresh(data: MarketData, train: tuple[int, int], validation: tuple[int, int], shapes: dict[str, int],
+           evo: EvolutionConfig, runtime: RuntimeConfig) -> Multiplexed:
+    """The headline's first generation, untrained, as one batched model."""
+    run = Evolution(data, scales_of(data, train[0]), paper_env(), paper_ppo(**shapes), evo, train, validation,
+                    252.0 * 390, runtime=runtime)
+    setting = run.setting
+    return Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.state.hparams, run.state.seeds)])
+
+
 def _profile(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
              evo: EvolutionConfig) -> dict[str, Any]:
     """RL-Scope's breakdown (trainers/profiler.py) of one eager iteration of the headline's
     population and a part of an evaluation, GPU kernels attributed to the operations."""
     lo, hi = windows["validation"]
-    run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
-                    windows["train"], (lo, min(hi, lo + (50 if args.tiny else 2500))), 252.0 * 390)
-    setting = run.setting
-    pop = Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.state.hparams, run.state.seeds)])
+    pop = _fresh(data, windows["train"], (lo, min(hi, lo + (50 if args.tiny else 2500))), shapes, evo, RuntimeConfig())
     group = list(range(len(pop.agents)))
     pop.train_iteration(group)  # warm-up
     _sync(torch.device(args.device))
@@ -365,10 +371,8 @@ def _compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, 
     update and one evaluation of the whole validation window, the device drained after each
     (a replayed graph has no operations inside for RL-Scope to see), and their shares of a
     generation of ``iterations_per_generation`` iterations and one evaluation."""
-    run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
-                    windows["train"], windows["validation"], 252.0 * 390, runtime=RuntimeConfig(compile=mode))
-    setting, dev = run.setting, torch.device(args.device)
-    pop = Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.state.hparams, run.state.seeds)])
+    pop = _fresh(data, windows["train"], windows["validation"], shapes, evo, RuntimeConfig(compile=mode))
+    dev = torch.device(args.device)
     group = list(range(len(pop.agents)))
     rows = [r for i in group for r in pop.rows[i]]
     for _ in range(2):  # compiled, then recorded

@@ -9,7 +9,7 @@ not that commit's. Where there is no stamp, git is asked.
 
     .venv/bin/python -m benchmarks.perf.tree     # here, before each device run: write the stamp
 
-Standard library only.
+Standard library and benchmarks/common.py only.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import os
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import commit
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = ROOT / ".stamp" / "tree.json"
@@ -56,18 +58,18 @@ def write_stamp(path: Path = STAMP) -> dict[str, Any]:
 def tree_state(root: Path = ROOT, stamp: Path = STAMP) -> dict[str, Any]:
     """``{"commit", "clean", "changed", "checked_by"}`` of the tree at ``root``: against the stamp
     when there is one (every stamped file hashed again; missing and modified files are
-    changes), else by git; ``commit: unknown`` when neither can say."""
+    changes), else by git (:func:`benchmarks.common.commit`, which names no files);
+    ``commit: unknown`` when neither can say."""
     if stamp.exists():
         saved = json.loads(stamp.read_text())
         changed = [name for name, sha in saved["files"].items() if _differs(root / name, sha)]
         return {"commit": saved["commit"][:7], "clean": not changed, "changed": changed[:SHOWN],
                 "checked_by": "stamp"}
-    try:
-        head = _git("rev-parse", "--short", "HEAD").strip()
-        dirty = _git("status", "--porcelain", "--untracked-files=no").splitlines()
-    except (OSError, subprocess.CalledProcessError):
+    said = commit()
+    if said.startswith("unknown"):
         return {"commit": "unknown", "clean": False, "changed": [], "checked_by": "nothing: no stamp, no git"}
-    return {"commit": head, "clean": not dirty, "changed": [line[3:] for line in dirty][:SHOWN], "checked_by": "git"}
+    return {"commit": said.removesuffix("-dirty"), "clean": not said.endswith("-dirty"), "changed": [],
+            "checked_by": "git"}
 
 
 def _differs(path: Path, sha: str) -> bool:

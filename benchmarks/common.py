@@ -24,7 +24,7 @@ import csv
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -271,7 +271,14 @@ def find_section(text: str, key: str) -> re.Match[str] | None:
 
 def record(reading: Reading, path: Path = DOCS) -> None:
     """Replace ``reading.key``'s section of ``path`` with this run's, append its row to the
-    section's history CSV (:func:`history_file`) and rewrite the history's page."""
+    section's history CSV (:func:`history_file`) and rewrite the history's page. A row equal
+    to the history's last in every cell but the date is that reading recorded again (a device
+    run's folder rendered anew): it keeps the date it was first recorded at and adds no row."""
+    history = history_file(reading.key, path)
+    header, rows = read_history(history)
+    again = bool(rows) and header == list(reading.columns) and rows[-1][1:] == [str(c) for c in reading.row[1:]]
+    if again:
+        reading = replace(reading, row=(rows[-1][0], *reading.row[1:]))
     text = path.read_text() if path.exists() else HEAD
     new = section(reading, path)
     found = find_section(text, reading.key)
@@ -279,7 +286,7 @@ def record(reading: Reading, path: Path = DOCS) -> None:
         text = text[:found.start()] + new + text[found.end():]
     else:
         text = text.rstrip("\n") + "\n\n" + new + "\n"
-    history = history_file(reading.key, path)
-    append_history(history, reading.columns, tuple(str(c) for c in reading.row))
+    if not again:
+        append_history(history, reading.columns, tuple(str(c) for c in reading.row))
     write_history_page(history.parent)
     path.write_text(text)

@@ -52,6 +52,16 @@ def test_a_record_appends_exactly_one_row_and_keeps_the_rows_before_it(tmp_path)
     assert history.read_text() == 'date,figure\nmonday,"-s a|b, c"\ntuesday,2\n'
 
 
+def test_the_same_reading_recorded_again_keeps_its_date_and_adds_no_row(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    record(reading("gpu", "Run on the device.", ("monday", "126 M")), docs)
+    record(reading("gpu", "Run on the device, rendered anew.", ("thursday", "126 M")), docs)
+    assert rows(history_file("gpu", docs)) == [["date", "figure"], ["monday", "126 M"]]
+    assert "rendered anew" in docs.read_text() and "Recorded monday" in docs.read_text()
+    record(reading("gpu", "A new run.", ("friday", "130 M")), docs)
+    assert rows(history_file("gpu", docs))[1:] == [["monday", "126 M"], ["friday", "130 M"]]
+
+
 def test_a_changed_header_keeps_every_old_row_under_its_own_columns(tmp_path):
     docs = tmp_path / "benchmarks.md"
     record(reading("paper", "Latest.", ("monday", "1")), docs)

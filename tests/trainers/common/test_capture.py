@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import trainers.common.evaluate
@@ -146,20 +147,27 @@ def test_a_planted_fresh_buffer_is_caught(recording, monkeypatch: pytest.MonkeyP
 @pytest.mark.slow
 def test_compiled_and_eager_steps_give_the_same_generation():
     """``train.compile: inductor`` (torch.compile of the rollout step and the loss) against the
-    same static schedule eager: one generation of two agents, weights and fitness."""
+    same static schedule eager: two generations of two agents, weights and fitness. The
+    second generation builds a new PPO but compiles nothing: Inductor's kernels are kept
+    from one generation to the next (a recompilation per generation would cost minutes at
+    the paper's scale, and after torch's cache limit fall back to eager)."""
     data = market(t=100, n=4, k=2)
-    evo = EvolutionConfig(population=2, generations=1, iterations_per_generation=3, eval_interval=3, seed=1,
+    evo = EvolutionConfig(population=2, generations=2, iterations_per_generation=3, eval_interval=3, seed=1,
                           search_space={"lr": (1e-4, 1e-3)})
     env = dataclasses.replace(ENV, episode_len=12)
+    graphs: list[int] = []  # graphs Dynamo has compiled, after each generation
 
     def generation(runtime: RuntimeConfig) -> tuple[float, list[torch.Tensor]]:
         run = Evolution(data, scales(data, env), env, CFG, evo, (0, 60), (60, 99), 252.0, runtime=runtime)
-        result = run.run(runner=run_multiplexed)
+        result = run.run(runner=run_multiplexed,
+                         on_generation=lambda _: graphs.append(counters["stats"]["unique_graphs"]))
         return result.best_fitness, [s["learners"][0]["actor"][k] for s in run.state.states for k in sorted(
             s["learners"][0]["actor"])]
 
     eager_fitness, eager = generation(RuntimeConfig(compile="graphs"))  # static, uncompiled (no CUDA graphs on a CPU)
+    graphs.clear()
     compiled_fitness, compiled = generation(RuntimeConfig(compile="inductor"))
+    assert graphs[0] > 0 and graphs[1] == graphs[0]  # the first generation compiled, the second reused it
     assert compiled_fitness == pytest.approx(eager_fitness, abs=COMPILED_ATOL)
     for a, b in zip(eager, compiled):
         torch.testing.assert_close(a, b, atol=COMPILED_ATOL, rtol=0)

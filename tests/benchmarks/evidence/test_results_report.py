@@ -45,6 +45,8 @@ def test_the_targets_decide_met_and_not_met_at_their_thresholds():
     assert [name.split(":")[1].split(",")[0].strip() for name, _, _ in got] == [
         "champion − B&H ≥ ewm_40 rule − B&H − 0.10", "champion − momentum > 0", "champion − vanilla > 0"]
     assert [ok for _, _, ok in got] == [True, True, False]
+    assert got[1][1] == "+0.50, t = +3.46 (the filter: +1.00, t = +inf)"  # the ceiling's own reading beside it
+    assert got[2][1].endswith("(the filter: +0.50, t = +inf)")
     trailing = targets(rows({**base, "champion": champion, "ewm_40 rule": [0.36, 0.61, 0.86]}))
     assert trailing[0][2] is False  # 0.11 behind the rule
 

@@ -30,8 +30,8 @@ def test_t_statistic_by_hand():
 
 
 def test_differences_are_paired_by_seed_and_stay_in_their_market():
-    mixed = rows({"champion": [1.0, 2.0], "buy-and-hold": [0.5, 0.5]}) + rows({"champion": [9.0], "buy-and-hold": [0.0]},
-                                                                              market="null")
+    mixed = (rows({"champion": [1.0, 2.0], "buy-and-hold": [0.5, 0.5]})
+             + rows({"champion": [9.0], "buy-and-hold": [0.0]}, market="null"))
     assert diffs(mixed, "learnable", "champion", "buy-and-hold") == [0.5, 1.5]
     assert diffs(mixed, "null", "champion", "buy-and-hold") == [9.0]
 
@@ -142,7 +142,8 @@ def test_a_run_recovered_from_its_log_says_its_wall_time_is_unknown_and_plots_en
     assert width(path) == 1000  # env steps and wall time, 5 inches each at 100 dpi
     plot_curve(champions(math.nan), path)
     assert width(path) == 500
-    recovered = report([{"command": "cmd", "minutes": math.nan, "rows": champions(math.nan), "recovered": "from its log"}])
+    recovered = report([{"command": "cmd", "minutes": math.nan, "rows": champions(math.nan),
+                         "recovered": "from its log"}])
     assert "wall time not recorded for every run" in recovered and "nan" not in recovered.split("\n")[0]
     assert "Recovered: `cmd`: from its log." in recovered
     assert "(seeds 0–1, 1 min on this machine)" in report([{"command": "cmd", "minutes": 1.0, "rows": champions(1.0)}])

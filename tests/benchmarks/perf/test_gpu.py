@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks.perf.gpu import SECTIONS, necessary_bytes
-from benchmarks.perf.gpu_common import bytes_moved, paper_env, paper_ppo
+from benchmarks.perf import gpu
+from benchmarks.perf.gpu import BUDGET, SECTIONS, necessary_bytes, orchestrate
+from benchmarks.perf.gpu_common import Args, bytes_moved, paper_env, paper_ppo
 from benchmarks.perf.gpu_report import headline_text, record_run
 from benchmarks.perf.gpu_update import necessary_update_bytes, update_table
 from tasks.config import load_params
@@ -50,6 +52,20 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     update = {row["form"]: row for row in results["update"]["rows"]}  # the fused form moves fewer bytes compiled
     assert update["fused"]["inductor_bytes"] < update["matmul"]["inductor_bytes"] < update["matmul"]["eager_bytes"]
     assert len(list(out.iterdir())) <= 8  # what a device run can hand back
+
+
+def test_a_section_keeps_its_device_budget_but_the_cpu_smoke_takes_what_the_deadline_leaves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    timeouts: list[float] = []
+
+    def run(command: list[str], check: bool, timeout: float, cwd: Path) -> None:
+        timeouts.append(timeout)
+
+    monkeypatch.setattr(gpu.subprocess, "run", run)
+    for tiny in (False, True):
+        timeouts.clear()
+        orchestrate(Args("cpu", tiny, tmp_path, time.monotonic() + 400, 5.0), ["env"])
+        assert timeouts[0] == (pytest.approx(400 - 5 + 10, abs=1) if tiny else BUDGET["env"] + 10)
 
 
 def test_its_configs_are_params_paper_yamls() -> None:

@@ -213,10 +213,11 @@ BUGS = {
             "    if False:",
             ("tests/trainers/population/test_evolution.py::"
              "test_a_diverged_agent_is_never_selected_even_when_every_healthy_agent_loses",)),
-    56: Bug("the registered policy is the best snapshot whatever its lead (the winner's curse uncounted)",
-            "trainers/population/evolution.py", ">= pop.best[order[0]][0] - luck:", ">= pop.best[order[0]][0]:",
+    56: Bug("a snapshot that led the final population beyond luck is registered instead of it",
+            "trainers/population/evolution.py", "pop.last[finals[0]]) > -math.inf:",
+            "pop.last[finals[0]]) >= pop.best[order[0]][0] - luck:",
             ("tests/trainers/population/test_evolution.py::"
-             "test_the_final_population_is_chosen_unless_a_snapshot_leads_it_by_more_than_luck",)),
+             "test_the_final_population_is_chosen_however_far_a_snapshot_led_unless_every_final_agent_diverged",)),
     57: Bug("a stop signals a service's leader alone, so its children outlive it", "deploy/local/processes.py",
             "        os.killpg(pid, sig)", "        os.kill(pid, sig)",
             ("tests/deploy/local/test_processes.py::"
@@ -277,6 +278,11 @@ BUGS = {
             "budget = left - 5 if args.tiny else min(BUDGET[name], left - 5)", "budget = min(BUDGET[name], left - 5)",
             ("tests/benchmarks/perf/test_gpu.py::"
              "test_a_section_keeps_its_device_budget_but_the_cpu_smoke_takes_what_the_deadline_leaves",)),
+    72: Bug("a final population whose every agent diverged is registered over the best snapshot",
+            "trainers/population/evolution.py", "pop.last[finals[0]]) > -math.inf:",
+            "pop.last[finals[0]]) >= -math.inf:",
+            ("tests/trainers/population/test_evolution.py::"
+             "test_the_final_population_is_chosen_however_far_a_snapshot_led_unless_every_final_agent_diverged",)),
 }
 
 

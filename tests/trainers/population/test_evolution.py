@@ -299,10 +299,11 @@ def chosen_by_luck(best: list[float], last: list[float], history: list[float], s
     return run.best()
 
 
-def test_the_final_population_is_chosen_unless_a_snapshot_leads_it_by_more_than_luck():
+def test_the_final_population_is_chosen_however_far_a_snapshot_led_unless_every_final_agent_diverged():
     """Evaluations 0, 1, 2, 3: sd 1.291; the best of 4 such would lead by 1.291 x
     (0.4228 x Φ⁻¹(3/4) + 0.5772 x Φ⁻¹(1 − 1/(4e))) = 1.291 x (0.4228 x 0.6745 + 0.5772 x 1.3285)
-    = 1.291 x 1.0520 = 1.358 by luck alone."""
+    = 1.291 x 1.0520 = 1.358 by luck alone: reported, and no snapshot's lead overrides the final
+    population, not even one beyond it."""
     history = [0.0, 1.0, 2.0, 3.0]
     near = chosen_by_luck(best=[3.0, 1.0], last=[2.5, 2.2], history=history)  # a lead of 0.5: luck
     assert near.luck == pytest.approx(1.2909944 * 1.0520, abs=2e-3)
@@ -310,7 +311,12 @@ def test_the_final_population_is_chosen_unless_a_snapshot_leads_it_by_more_than_
     assert "tag" not in near.best_actor  # the final policy, not the snapshot
     assert [leader.fitness for leader in near.leaders] == [2.5, 2.2]
     far = chosen_by_luck(best=[1.0, 3.5], last=[2.0, 1.9], history=history)  # a lead of 1.5: beyond luck
-    assert (far.best_agent, far.best_fitness, far.best_generation) == (1, 3.5, 1)
-    assert torch.equal(far.best_actor["tag"], torch.tensor([1.0]))
+    assert (far.best_agent, far.best_fitness, far.best_generation) == (0, 2.0, 2)
+    assert "tag" not in far.best_actor
+    diverged = chosen_by_luck(best=[1.0, 3.5], last=[math.nan, math.nan], history=history)
+    assert (diverged.best_agent, diverged.best_fitness, diverged.best_generation) == (1, 3.5, 1)
+    assert torch.equal(diverged.best_actor["tag"], torch.tensor([1.0]))  # the best snapshot, never a NaN agent
+    one = chosen_by_luck(best=[1.0, 3.5], last=[math.nan, -0.5], history=history)
+    assert (one.best_agent, one.best_fitness, one.best_generation) == (1, -0.5, 2)  # the finite one, losing or not
     published = chosen_by_luck(best=[3.0, 1.0], last=[2.5, 2.2], history=history, select="snapshot")
     assert (published.best_agent, published.best_fitness, published.best_generation) == (0, 3.0, 1)

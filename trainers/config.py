@@ -312,10 +312,10 @@ class EvolutionConfig:
     chunks reordered close agents more than the single pass's own start does
     (docs/evolution.md, parallel evaluation)."""
     select: Literal["final", "snapshot"] = "final"
-    """Which policy a generational run hands on: ``final``, the final population's best unless
-    an earlier snapshot led it on validation by more than the best of the run's evaluations
-    would by luck (docs/evolution.md); ``snapshot``, the best validation snapshot of all
-    generations (finrl-podracer §4.2's evaluator as published)."""
+    """Which policy a generational run hands on: ``final``, the final population's best
+    (an earlier snapshot only when every final agent diverged; docs/evolution.md);
+    ``snapshot``, the best validation snapshot of all generations (finrl-podracer §4.2's
+    evaluator as published)."""
     patience: int = 0
     """Stop an agent once its fitness has fallen this many evaluations in a row (0: never)."""
     quantile: float = 0.25

@@ -11,8 +11,8 @@ every 5 bars, tilt 1, 1% band; ``benchmarks/archive/ceiling.py``): the ``ewm_40`
 least-squares scorer fitted on the training window to the agents' own (normalised) inputs (a
 perfect optimiser of a linear scorer in sample), and the filter that knows the generator.
 
-**Selection**, from the shipped arm's run: the registered policy (the final population's best
-unless an earlier snapshot led it beyond luck, ``evolution.select``), the best validation
+**Selection**, from the shipped arm's run: the registered policy (the final population's best,
+``evolution.select``), the best validation
 snapshot of all generations (the paper's evaluator), the best of the final population, its
 mean allocation, and the final agent with the best *training* Sharpe; with the run's number of
 evaluations, the lead the best of them would have by luck alone (SR₀) and the registered
@@ -66,8 +66,7 @@ ARMS: dict[str, Arm] = {
     "+ pooled normalisation": Arm(["env.reward=value", "ppo.average=0", SNAPSHOT], "one train mean and sd per feature"),
     "+ market-relative credit": Arm(["ppo.average=0", SNAPSHOT], "each stock credited over the equal-weight market"),
     AVERAGED: Arm([SNAPSHOT], "the policy is the average of the weights (ppo.average)"),
-    "shipped": Arm([], "+ the final population unless a snapshot leads it beyond luck (evolution.select): "
-                       "params.yaml"),
+    "shipped": Arm([], "+ the final population's best (evolution.select): params.yaml"),
     "no averaging": Arm(["ppo.average=0"], "the shipped learner with the last iterate as its policy"),
     "joint credit": Arm(["ppo.credit=joint", SNAPSHOT], "one GAE advantage for the whole action", AVERAGED),
     "noise x e": Arm(["ppo.init_log_std=-1.5", SNAPSHOT], "exploration noise e^-1.5 (shipped e^-2.5)", AVERAGED),

@@ -32,8 +32,12 @@ def table(result: EvolutionResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "generational") -> None:
-    """Fitness over training time with the lineage drawn in.
+def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "generational",
+         model: tuple[int, int, float] | None = None) -> None:
+    """Fitness over training time with the lineage drawn in, and the registered policy ringed:
+    ``model``, its (generation, agent, fitness), at that agent's evaluation in that generation
+    nearest its fitness (the final population's best is rarely the best evaluation;
+    docs/evolution.md); None, or no such evaluation: the best evaluation.
 
     Generational: one colour per agent slot; a slot's line breaks where the selector replaced
     it, and a dashed line joins the copy to its parent. A pooled mode (a tournament): one
@@ -72,12 +76,22 @@ def plot(board: pd.DataFrame, path: Path, fitness: str = "sharpe", mode: str = "
     learners = sorted(set(board["algorithm"])) if "algorithm" in board else []
     for learner in learners if len(learners) > 1 else []:  # a mixed pool: which marker is which learner
         axes.plot([], [], MARKERS.get(learner, "o"), color="black", label=learner.upper())
-    best = board.loc[board["fitness"].idxmax()]
-    axes.scatter([best["x"]], [best["fitness"]], s=120, facecolors="none", edgecolors="black",
-                 label="best snapshot (the model)", zorder=5)
+    chosen = model_row(board, model)
+    axes.scatter([chosen["x"]], [chosen["fitness"]], s=120, facecolors="none", edgecolors="black",
+                 label="the registered policy", zorder=5)
     axes.set(xlabel=xlabel, ylabel=f"validation {fitness}", title=title)
     figure.legend(fontsize=7, loc="outside right upper")  # beside the axes, never over a line
     figure.savefig(path, dpi=100)
+
+
+def model_row(board: pd.DataFrame, model: tuple[int, int, float] | None) -> pd.Series:
+    """The leaderboard row where the registered policy was evaluated (:func:`plot`'s ring)."""
+    if model is not None:
+        generation, agent, score = model
+        rows = board[(board["generation"] == generation) & (board["agent"] == agent) & board["fitness"].notna()]
+        if len(rows):
+            return rows.loc[(rows["fitness"] - score).abs().idxmin()]
+    return board.loc[board["fitness"].idxmax()]
 
 
 def log_nested_runs(board: pd.DataFrame) -> None:

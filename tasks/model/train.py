@@ -263,7 +263,8 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
         bundle.save(staging, weights, meta, result.best_hparams)
         board = leaderboard.table(result)
         board.to_csv(staging / leaderboard.LEADERBOARD, index=False)
-        leaderboard.plot(board, staging / leaderboard.PLOT, evo.fitness, evo.mode)
+        leaderboard.plot(board, staging / leaderboard.PLOT, evo.fitness, evo.mode,
+                         (result.best_generation, result.best_agent, result.best_fitness))
         (staging / SUMMARY).write_text(json.dumps(summary, indent=1))
         if report is not None:
             save_profile(report, staging)

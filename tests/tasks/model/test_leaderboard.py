@@ -5,7 +5,7 @@ import math
 
 import pandas as pd
 
-from tasks.model.leaderboard import log_nested_runs, plot
+from tasks.model.leaderboard import log_nested_runs, model_row, plot
 
 
 def mixed_board() -> pd.DataFrame:
@@ -38,3 +38,18 @@ def test_each_nested_run_names_its_learner_and_logs_its_own_hyperparameters(tmp_
 def test_the_tournament_plot_marks_each_learner(tmp_path):
     plot(mixed_board(), tmp_path / "evolution.png", mode="tournament")
     assert (tmp_path / "evolution.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_ring_marks_the_registered_policy_not_the_best_evaluation():
+    """The final population's best (generation 1, agent 0, fitness 0.6) is registered though
+    generation 0's agent 1 scored 0.7: the ring goes on the former's evaluation."""
+    board = pd.DataFrame([
+        {"generation": 0, "agent": 0, "iteration": 1, "fitness": 0.5, "x": 0.5},
+        {"generation": 0, "agent": 1, "iteration": 1, "fitness": 0.7, "x": 0.5},
+        {"generation": 1, "agent": 0, "iteration": 1, "fitness": 0.55, "x": 1.5},
+        {"generation": 1, "agent": 0, "iteration": 2, "fitness": 0.6, "x": 2.0},
+        {"generation": 1, "agent": 1, "iteration": 2, "fitness": math.nan, "x": 2.0},
+    ])
+    assert model_row(board, (1, 0, 0.6))["x"] == 2.0
+    assert model_row(board, None)["fitness"] == 0.7  # no model given: the best evaluation
+    assert model_row(board, (5, 3, 0.6))["fitness"] == 0.7  # not on the board: the best evaluation

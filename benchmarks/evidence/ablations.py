@@ -12,11 +12,11 @@ least-squares scorer fitted on the training window to the agents' own (normalise
 perfect optimiser of a linear scorer in sample), and the filter that knows the generator.
 
 **Selection**, from the shipped arm's run: the registered policy (the final population's best,
-``evolution.select``), the best validation
-snapshot of all generations (the paper's evaluator), the best of the final population, its
-mean allocation, and the final agent with the best *training* Sharpe; with the run's number of
-evaluations, the lead the best of them would have by luck alone (SR₀) and the registered
-policy's deflated Sharpe ratio (Bailey & López de Prado 2014; ``trainers/common/metrics.py``).
+``evolution.select``), the best validation snapshot of all generations (the paper's
+evaluator), the best of the final population, its mean allocation, and the final agent with
+the best *training* Sharpe; with the run's number of evaluations, the lead the best of them
+would have by luck alone (SR₀) and the registered policy's deflated Sharpe ratio (Bailey &
+López de Prado 2014; ``trainers/common/metrics.py``).
 
 Development seeds only; the designs chosen here run once on fresh seeds in
 ``benchmarks.evidence.results``.

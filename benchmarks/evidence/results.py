@@ -8,8 +8,9 @@ and ``arch-demo`` (2 real indices, 1999–2018; test 2016–2018; the seed varie
 only). Arms, all with the same next-open fills and 0.2% costs:
 
 * **champion**: params.yaml's evolution (``evolution.seed`` = the seed); the model the
-  pipeline would register (``evolution.select``: the final population's best). With ``--compute K`` the run has K times the generations, and
-  its row is ``champion Kx`` (the compute curve);
+  pipeline would register (``evolution.select``: the final population's best). With
+  ``--compute K`` the run has K times the generations, and its row is ``champion Kx`` (the
+  compute curve);
 * **vanilla**: one agent with the PPO defaults for as many env steps, its policy at the end;
 * **momentum**: the top third by trailing 20-bar return, equal weight, rebalanced weekly;
 * **ewm_40 rule**: the ranking by ``ewm_40``, one of the agents' own inputs with no fitting,

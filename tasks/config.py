@@ -38,7 +38,7 @@ DEFAULT_PARAMS = Path("params.yaml")
 Indicator = Literal[
     "macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30", "close_30_sma", "close_60_sma",
     "turbulence", "vix_proxy", "ret_5", "ret_20", "ret_60", "ret_20_xs", "ret_60_xs", "vol_20", "ewm_20", "ewm_40",
-    "ewm_20_xs", "ewm_40_xs",
+    "ewm_20_xs", "ewm_40_xs", "sr_20", "sr_40", "sr_20_xs", "sr_40_xs",
 ]
 """FinRL's default technical indicators (stockstats names), two market-wide risk features and
 the scale-free per-stock features of ``tasks/data/momentum.py``."""

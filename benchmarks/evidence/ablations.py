@@ -8,6 +8,7 @@ the same window**, so the gap between in sample and out of sample shows arm by a
 
 Beside the arms, per seed, what needs no RL, traded through the agents' own action (weights
 every 5 bars, tilt 1, 1% band; ``benchmarks/archive/ceiling.py``): the ``ewm_40`` ranking, the
+``sr_40`` ranking (that trend over its volatility, ``--rules`` alone: no training), the
 least-squares scorer fitted on the training window to the agents' own (normalised) inputs (a
 perfect optimiser of a linear scorer in sample), and the filter that knows the generator.
 
@@ -22,6 +23,7 @@ Development seeds only; the designs chosen here run once on fresh seeds in
 ``benchmarks.evidence.results``.
 
     .venv/bin/python -m benchmarks.evidence.ablations --seeds 100-109 --jobs 2 --json docs/results/dev/ablations.json
+    .venv/bin/python -m benchmarks.evidence.ablations --seeds 100-109 --rules --json docs/results/dev/ablations-rules.json
     .venv/bin/python -m benchmarks.evidence.ablations --report docs/results/dev/ablations.json
 """
 
@@ -84,6 +86,8 @@ ARMS: dict[str, Arm] = {
     "4 more histories": Arm([SNAPSHOT], "4 more training histories drawn from the embedded market's generator (a "
                                         "diagnostic: no real market offers them)", AVERAGED),
     "ewm_40 only": Arm(["features.indicators=[ewm_40_xs]"], "the rule's input alone: can PPO reach the rule?"),
+    "trend over volatility": Arm(["features.indicators=[ewm_20_xs,sr_40_xs,vol_20]"],
+                                 "ewm_40_xs replaced by sr_40_xs, the same trend over its 40-bar volatility"),
     "no volatility": Arm(["features.indicators=[ewm_20_xs,ewm_40_xs]"], "the two trends without vol_20"),
     "ranked scores": Arm(["env.tilt=1.0"], "the env trades tanh(z) of the action's cross-sectional z-score: the "
                                            "agent learns the ranking, the rule's mapping sets the concentration"),
@@ -127,15 +131,16 @@ def held(m: Market, scores: torch.Tensor) -> dict[str, float]:
 
 
 def references(m: Market) -> list[dict[str, Any]]:
-    """What needs no RL, per window: the ewm_40 rule, the least-squares scorer, the filter."""
+    """What needs no RL, per window: the ewm_40 and sr_40 rules, the least-squares scorer, the filter."""
     from benchmarks.archive.ceiling import linear_fit
     from benchmarks.evidence.results import oracle_scores
-    from tasks.data.momentum import ewm_return
+    from tasks.data.momentum import ewm_return, trend_sharpe
     from tasks.data.synthetic import filtered_drift
 
     fitted = torch.tensor(m.data.features.double().numpy() @ linear_fit(m.data, m.train, 5))
-    rows = {"ewm_40 rule": torch.tensor(ewm_return(m.data.close.numpy(), 40)), "least-squares scorer": fitted,
-            "filter": oracle_scores(m.params, m.fs, filtered_drift)}
+    close = m.data.close.numpy()
+    rows = {"ewm_40 rule": torch.tensor(ewm_return(close, 40)), "sr_40 rule": torch.tensor(trend_sharpe(close, 40)),
+            "least-squares scorer": fitted, "filter": oracle_scores(m.params, m.fs, filtered_drift)}
     return [{"arm": name, **held(m, scores)} for name, scores in rows.items()]
 
 
@@ -212,9 +217,9 @@ def augmented(m: Market, histories: list[np.ndarray]) -> Market:
                    test=(m.test[0] + extra, m.test[1] + extra))
 
 
-def run_arm(job: tuple[str, int, list[str], bool]) -> list[dict[str, Any]]:
+def run_arm(job: tuple[str | None, int, list[str], bool]) -> list[dict[str, Any]]:
     """Train one arm on one market seed; the shipped arm adds the vanilla agent, the selection
-    rules and the references unless ``bare``."""
+    rules and the references unless ``bare``. Arm ``None``: the references alone, no training."""
     from trainers.config import EvolutionConfig
     from trainers.population.evolution import Evolution
     from trainers.ppo.multiplex import run_multiplexed
@@ -222,7 +227,9 @@ def run_arm(job: tuple[str, int, list[str], bool]) -> list[dict[str, Any]]:
     arm, seed, overrides, bare = job
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        m = build_market(Path(tmp), "learnable", seed, [*ARMS[arm].overrides, *overrides])
+        m = build_market(Path(tmp), "learnable", seed, [*(ARMS[arm].overrides if arm else []), *overrides])
+    if arm is None:
+        return _printed(references(m), seed)
     own = m
     if arm in MORE:
         m = augmented(m, more_history(m, *MORE[arm], seed))
@@ -245,6 +252,10 @@ def run_arm(job: tuple[str, int, list[str], bool]) -> list[dict[str, Any]]:
         rows.append({"arm": "vanilla", **edges(m, m.actor(ALGORITHMS["ppo"].actor_weights(alone.state.states[0]),
                                                            ppo.hparams())), "env_steps": done.env_steps})
         rows += selection(m, evo, result) + references(m)
+    return _printed(rows, seed)
+
+
+def _printed(rows: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
     for row in rows:
         row["seed"] = seed
         print(json.dumps(row), flush=True)
@@ -268,14 +279,17 @@ def report(rows: list[dict[str, Any]]) -> str:
         ref = ARMS[arm].reference if arm in ARMS else REFERENCE
         if not any((ref, s) in by for s in seeds):  # a run without the shipped arm: its rows came with this one
             ref = AVERAGED
+        if not any((ref, s) in by for s in seeds):  # the rules alone (--rules): each against the first, ewm_40's
+            ref = arms[0]
         vs = [by[(arm, s)]["test"] - by[(ref, s)]["test"] for s in seeds if (arm, s) in by and (ref, s) in by]
         lines.append(f"| {arm} | " + " | ".join(cell([r[w] for r in own]) for w in WINDOWS)
                      + (" | |" if arm == ref or not vs else f" | = {ref} on every seed |" if not any(vs)
                         else f" | − {ref}: {paired(vs)} |"))
-    lines += ["", "Each step of the ladder against the one before it, test edge paired by seed:", ""]
-    for a, b in zip(LADDER, LADDER[1:]):
-        vs = [by[(b, s)]["test"] - by[(a, s)]["test"] for s in seeds if (a, s) in by and (b, s) in by]
-        lines.append(f"- {b} − {a}: {paired(vs)}")
+    steps = [(a, b, [by[(b, s)]["test"] - by[(a, s)]["test"] for s in seeds if (a, s) in by and (b, s) in by])
+             for a, b in zip(LADDER, LADDER[1:])]
+    if any(vs for _, _, vs in steps):
+        lines += ["", "Each step of the ladder against the one before it, test edge paired by seed:", ""]
+        lines += [f"- {b} − {a}: {paired(vs)}" for a, b, vs in steps]
     best = [r for r in rows if "luck" in r]  # the registered policy's row of each run of the shipped arm
     if best:
         shrink = [r["val"] - r["test"] for r in best]
@@ -321,6 +335,8 @@ def main() -> None:
                         help="a params.yaml override for every arm (KEY=VALUE), e.g. -s evolution.generations=2")
     parser.add_argument("--bare", action="store_true",
                         help="the shipped arm's own row only: no vanilla agent, selection rows or references")
+    parser.add_argument("--rules", action="store_true",
+                        help="the references alone (the rules, the least-squares scorer, the filter): no training")
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--report", type=Path, nargs="+", help="print the report of earlier --json runs")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "ablations.png",
@@ -332,7 +348,8 @@ def main() -> None:
         plot(rows, args.plot)
         return
     started = time.perf_counter()
-    jobs = [(arm, seed, args.overrides, args.bare) for arm in args.arms for seed in args.seeds]
+    arms: list[str | None] = [None] if args.rules else args.arms
+    jobs = [(arm, seed, args.overrides, args.bare) for arm in arms for seed in args.seeds]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         rows = [r for part in pool.imap(run_arm, jobs) for r in part]
     result = {"command": " ".join([".venv/bin/python -m benchmarks.evidence.ablations", *sys.argv[1:]]),

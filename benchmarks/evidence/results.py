@@ -13,8 +13,10 @@ only). Arms, all with the same next-open fills and 0.2% costs:
   compute curve);
 * **vanilla**: one agent with the PPO defaults for as many env steps, its policy at the end;
 * **momentum**: the top third by trailing 20-bar return, equal weight, rebalanced weekly;
-* **ewm_40 rule**: the ranking by ``ewm_40``, one of the agents' own inputs with no fitting,
-  traded through the agents' own action (:func:`benchmarks.rules.held_ranking`);
+* **ewm_40 rule**: the ranking by ``ewm_40``, the trend the agents' inputs are built on, with no
+  fitting, traded through the agents' own action (:func:`benchmarks.rules.held_ranking`);
+* **sr_40 rule**: the same, ranked by ``sr_40`` (that trend over its volatility), one of the
+  agents' own inputs as it is: what the learner must at least earn;
 * **filter** (learnable market only): the same, ranked by the generator-aware Kalman filter's
   drift estimate: the best any ranking of past prices can do linearly;
 * **oracle** (learnable market only): the momentum rule ranked by the generator's true
@@ -55,7 +57,7 @@ from benchmarks.evidence.results_report import OverlapError, write_report
 from benchmarks.rules import held_ranking, momentum_scores, ranked_portfolio
 from tasks.config import Params
 from tasks.data import feature_set
-from tasks.data.momentum import ewm_return
+from tasks.data.momentum import ewm_return, trend_sharpe
 from tasks.data.synthetic import filtered_drift, latent_drift
 from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER
 from trainers.common.evaluate import buy_and_hold
@@ -153,8 +155,9 @@ def run_seed(job: tuple[str, int, list[str], int]) -> list[Row]:
 
         momentum = momentum_scores(data)
         rows.append(rule(lambda window: ranked_portfolio(data, env, window, momentum), "momentum"))
-        ewm = torch.tensor(ewm_return(data.close.numpy(), 40))
-        rows.append(rule(lambda window: held_ranking(data, env, window, ewm), "ewm_40 rule"))
+        for arm, scores in (("ewm_40 rule", ewm_return), ("sr_40 rule", trend_sharpe)):
+            ranking = torch.tensor(scores(data.close.numpy(), 40))
+            rows.append(rule(lambda window, ranking=ranking: held_ranking(data, env, window, ranking), arm))
         if market == "learnable":
             estimate = oracle_scores(params, fs, filtered_drift)
             rows.append(rule(lambda window: held_ranking(data, env, window, estimate), "filter"))

@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-ARMS = ("champion", "vanilla", "momentum", "ewm_40 rule", "filter", "oracle", "buy-and-hold")
+ARMS = ("champion", "vanilla", "momentum", "ewm_40 rule", "sr_40 rule", "filter", "oracle", "buy-and-hold")
 PAIRS = (("champion", "buy-and-hold"), ("vanilla", "buy-and-hold"), ("momentum", "buy-and-hold"),
-         ("ewm_40 rule", "buy-and-hold"), ("filter", "buy-and-hold"), ("oracle", "buy-and-hold"),
-         ("champion", "vanilla"), ("champion", "momentum"), ("champion", "ewm_40 rule"), ("champion", "filter"),
-         ("filter", "momentum"), ("filter", "vanilla"))
+         ("ewm_40 rule", "buy-and-hold"), ("sr_40 rule", "buy-and-hold"), ("filter", "buy-and-hold"),
+         ("oracle", "buy-and-hold"), ("champion", "vanilla"), ("champion", "momentum"), ("champion", "ewm_40 rule"),
+         ("champion", "sr_40 rule"), ("champion", "filter"), ("filter", "momentum"), ("filter", "vanilla"))
 COMPUTE = ("champion", "champion 4x", "champion 16x")
 """The compute curve's arms: params.yaml's generations, 4 and 16 times as many (``--compute``)."""
 RULE_SLACK = 0.10
-"""The champion's edge may trail the ``ewm_40`` rule's by at most this (paired by seed)."""
+"""The champion's edge may trail each rule's (``ewm_40``, ``sr_40``) by at most this (paired by seed)."""
 MARKER = "<!-- results.py writes below this line -->"
 
 Rows = list[dict[str, Any]]
@@ -111,11 +111,12 @@ def targets(rows: Rows) -> list[tuple[str, str, bool]]:
         return (f"{market}: {a} − {b} > 0, t ≥ 2", f"{statistics.fmean(d):+.2f}, t = {t_stat(d):+.2f}{beside}",
                 statistics.fmean(d) > 0 and t_stat(d) >= 2)
 
-    rule = diffs(rows, "learnable", "champion", "ewm_40 rule")
-    if rule:
-        out.append((f"learnable: champion − B&H ≥ ewm_40 rule − B&H − {RULE_SLACK:.2f}, paired",
-                    f"champion − rule {statistics.fmean(rule):+.2f} ± {statistics.stdev(rule):.2f} "
-                    f"(t = {t_stat(rule):+.2f})", statistics.fmean(rule) >= -RULE_SLACK))
+    for arm in ("ewm_40 rule", "sr_40 rule"):  # runs before the sr_40 rule was an arm have the first only
+        rule = diffs(rows, "learnable", "champion", arm)
+        if rule:
+            out.append((f"learnable: champion − B&H ≥ {arm} − B&H − {RULE_SLACK:.2f}, paired",
+                        f"champion − rule {statistics.fmean(rule):+.2f} ± {statistics.stdev(rule):.2f} "
+                        f"(t = {t_stat(rule):+.2f})", statistics.fmean(rule) >= -RULE_SLACK))
     out += [t for t in (significant("champion", "momentum"), significant("champion", "vanilla")) if t]
     most = next((arm for arm in reversed(COMPUTE[1:]) if diffs(rows, "learnable", arm, COMPUTE[0])), None)
     if most is not None:  # the most compute that ran, against 1x (the target names 16x)
@@ -127,7 +128,8 @@ def targets(rows: Rows) -> list[tuple[str, str, bool]]:
                     f"(t = {t_stat(curve):+.2f}, {len(curve)} seeds); {k} − filter {gap:+.2f}",
                     (statistics.fmean(curve) > 0 and t_stat(curve) >= 2) or gap >= -0.10))
     for market, what in (("martingale", "the true null"), ("null", "the leakage check")):
-        arms = [a for a in ("champion", "vanilla", "momentum", "ewm_40 rule") if diffs(rows, market, a, "buy-and-hold")]
+        arms = [a for a in ("champion", "vanilla", "momentum", "ewm_40 rule", "sr_40 rule")
+                if diffs(rows, market, a, "buy-and-hold")]
         if arms:
             ts = {a: t_stat(diffs(rows, market, a, "buy-and-hold")) for a in arms}
             out.append((f"{market}: no arm beats B&H beyond noise, t < 2 ({what})",
@@ -247,7 +249,7 @@ def plot_compute(rows: Rows, path: Path) -> None:
     axes.errorbar(steps, [statistics.fmean(e) for e in edge],
                   yerr=[statistics.stdev(e) / math.sqrt(len(e)) if len(e) > 1 else 0 for e in edge],
                   marker="o", capsize=3, label="champion (mean ± s.e. over seeds)")
-    for arm, style in (("filter", "-."), ("ewm_40 rule", "--"), ("momentum", ":")):
+    for arm, style in (("filter", "-."), ("sr_40 rule", (0, (5, 1))), ("ewm_40 rule", "--"), ("momentum", ":")):
         d = diffs(rows, "learnable", arm, "buy-and-hold")
         if d:
             axes.axhline(statistics.fmean(d), linestyle=style, color="grey", label=arm)

@@ -1,5 +1,6 @@
 """Scale-free per-stock features: multi-horizon log returns, an exponentially weighted mean
-return, their cross-sectional z-scores and realised volatility (docs/data.md, features).
+return, that trend over its volatility, their cross-sectional z-scores and realised
+volatility (docs/data.md, features).
 
 FinRL's indicators (macd, the SMAs, the Bollinger bands) are in price units, so even after
 z-scoring they tell a policy the price level, which identifies the stock; these do not.
@@ -17,11 +18,11 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 NAMES = ("ret_5", "ret_20", "ret_60", "ret_20_xs", "ret_60_xs", "vol_20", "ewm_20", "ewm_40", "ewm_20_xs",
-         "ewm_40_xs")
+         "ewm_40_xs", "sr_20", "sr_40", "sr_20_xs", "sr_40_xs")
 """The names ``features.indicators`` accepts from this module."""
-_PATTERN = re.compile(r"^(ret|vol|ewm)_(\d+)(_xs)?$")
+_PATTERN = re.compile(r"^(ret|vol|ewm|sr)_(\d+)(_xs)?$")
 EWM_SPAN = 3
-"""``ewm_H`` averages the last ``EWM_SPAN × H`` one-bar returns (``ewm_40``: 120, within the warm-up)."""
+"""``ewm_H`` (and ``sr_H``) average the last ``EWM_SPAN × H`` one-bar returns (``ewm_40``: 120, within the warm-up)."""
 _CELLS = 1 << 21
 """Window cells per chunk of :func:`realised_vol` (bounds its temporaries to about 16 MB)."""
 
@@ -80,6 +81,21 @@ def ewm_return(close: np.ndarray, halflife: int) -> np.ndarray:
     return out
 
 
+def trend_sharpe(close: np.ndarray, horizon: int) -> np.ndarray:
+    """``[T, n]`` :func:`ewm_return` over :func:`realised_vol`, both at ``horizon``: the trend in
+    units of the stock's recent one-bar volatility, a per-bar Sharpe ratio of the trend (risk-adjusted
+    momentum). 0 where the last ``horizon`` returns are all equal (no volatility, so no trend to
+    scale); NaN until both parts have their history.
+
+    Why: a drift that is a fixed share of a stock's volatility shows up in the ratio, not in the
+    raw trend, which a volatile stock's noise inflates. Ranked by it, the development seeds earn
+    about what the generator-aware filter earns (docs/results.md, the learner's inputs)."""
+    trend, vol = ewm_return(close, horizon), realised_vol(close, horizon)
+    out = np.where(np.isnan(trend) | np.isnan(vol), np.nan, 0.0)
+    np.divide(trend, vol, out=out, where=vol > 0)
+    return out
+
+
 def ragged_z(values: np.ndarray) -> np.ndarray:
     """:func:`cross_sectional_z` over the finite values of each bar (NaN stays NaN); a bar
     with every value finite gives exactly :func:`cross_sectional_z`'s numbers. Bars with the
@@ -106,7 +122,8 @@ def parse(name: str) -> tuple[Callable[[np.ndarray, int], np.ndarray], int, bool
     if match is None or name not in NAMES:
         raise ValueError(f"unknown scale-free feature {name!r}")
     kind, horizon = match.group(1), int(match.group(2))
-    return {"ret": log_returns, "vol": realised_vol, "ewm": ewm_return}[kind], horizon, bool(match.group(3))
+    bases = {"ret": log_returns, "vol": realised_vol, "ewm": ewm_return, "sr": trend_sharpe}
+    return bases[kind], horizon, bool(match.group(3))
 
 
 def base_name(name: str) -> str:
@@ -116,9 +133,9 @@ def base_name(name: str) -> str:
 
 def lookback(name: str) -> int:
     """Bars of closes before t that the value at t reads: ``h`` for ``ret_h`` and ``vol_h``,
-    ``EWM_SPAN × h`` for ``ewm_h`` (the windows are bounded, so a tail of history is enough)."""
+    ``EWM_SPAN × h`` for ``ewm_h`` and ``sr_h`` (the windows are bounded, so a tail of history is enough)."""
     _, horizon, _ = parse(name)
-    return EWM_SPAN * horizon if name.startswith("ewm") else horizon
+    return EWM_SPAN * horizon if name.startswith(("ewm", "sr")) else horizon
 
 
 def feature(close: np.ndarray, name: str, real: np.ndarray | None = None) -> np.ndarray:

@@ -283,6 +283,13 @@ BUGS = {
             "pop.last[finals[0]]) >= -math.inf:",
             ("tests/trainers/population/test_evolution.py::"
              "test_the_final_population_is_chosen_however_far_a_snapshot_led_unless_every_final_agent_diverged",)),
+    73: Bug("the trend Sharpe's lookback counts its volatility's window, not its trend's", "tasks/data/momentum.py",
+            'if name.startswith(("ewm", "sr")) else horizon', 'if name.startswith("ewm") else horizon',
+            ("tests/tasks/data/test_features_append.py",)),
+    74: Bug("a stock with no volatility gets a NaN trend Sharpe", "tasks/data/momentum.py",
+            "np.where(np.isnan(trend) | np.isnan(vol), np.nan, 0.0)", "np.full(trend.shape, np.nan)",
+            ("tests/tasks/data/test_momentum.py::"
+             "test_a_flat_stock_has_a_trend_sharpe_of_zero_not_nan_and_its_peers_are_still_ranked",)),
 }
 
 

@@ -58,3 +58,11 @@ def test_more_histories_run_on_into_the_market_which_keeps_its_own_bars_and_wind
     assert math.isclose(float(m.data.close[extra - 1, 0]), float(market.data.open[0, 0]), rel_tol=1e-12)
     assert math.isclose(float(m.data.close[1, 0] / m.data.close[0, 0]), math.exp(0.004), rel_tol=1e-12)
     assert math.isclose(float(m.data.close[-41, 0] / m.data.open[-41, 0]), math.exp(-0.001), rel_tol=1e-12)
+
+
+def test_the_rules_alone_pair_with_the_first_rule_and_print_no_ladder():
+    # sr_40 − ewm_40: 0.2, 0.1, 0.3 (mean 0.2, sd 0.1, t = 0.2 / (0.1 / √3) = 3.46)
+    text = report(rows("ewm_40 rule", [0.5, 0.7, 0.6]) + rows("sr_40 rule", [0.7, 0.8, 0.9]))
+    assert ("| sr_40 rule | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.80 ± 0.10 | − ewm_40 rule: 0.20 ± 0.10 (t = +3.46) |"
+            in text)
+    assert "ladder" not in text

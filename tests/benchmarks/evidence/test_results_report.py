@@ -49,6 +49,10 @@ def test_the_targets_decide_met_and_not_met_at_their_thresholds():
     assert got[2][1].endswith("(the filter: +0.50, t = +inf)")
     trailing = targets(rows({**base, "champion": champion, "ewm_40 rule": [0.36, 0.61, 0.86]}))
     assert trailing[0][2] is False  # 0.11 behind the rule
+    both = targets(rows({**base, "champion": champion, "ewm_40 rule": [0.35, 0.6, 0.85],
+                         "sr_40 rule": [0.45, 0.7, 0.95]}))  # 0.20 behind the sr_40 rule
+    assert [(name.split(":")[1].split(",")[0].strip(), ok) for name, _, ok in both[:2]] == [
+        ("champion − B&H ≥ ewm_40 rule − B&H − 0.10", True), ("champion − B&H ≥ sr_40 rule − B&H − 0.10", False)]
 
 
 def test_compute_buys_return_when_16x_beats_1x_or_reaches_the_filter():

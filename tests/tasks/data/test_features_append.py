@@ -13,7 +13,7 @@ from tasks.data.bars import VALIDATED, write_parquet
 from ...conftest import tiny_params
 
 SYMBOLS = tuple(f"S{i:02d}" for i in range(6))
-INDICATORS = "features.indicators=[turbulence, vix_proxy, ret_5, ret_20_xs, vol_20, ewm_20, ewm_40_xs]"
+INDICATORS = "features.indicators=[turbulence, vix_proxy, ret_5, ret_20_xs, vol_20, ewm_20, ewm_40_xs, sr_20_xs]"
 
 
 def minute_bars(ragged: bool, sessions: int = 6) -> pd.DataFrame:

@@ -34,6 +34,29 @@ def test_the_exponentially_weighted_return_by_hand():
     np.testing.assert_allclose(got[3:], [(0.3 + 0.2 / 2 + 0.1 / 4) / 1.75, (0.0 + 0.3 / 2 + 0.2 / 4) / 1.75])
 
 
+def test_the_trend_sharpe_is_the_trend_over_the_same_horizons_volatility_by_hand():
+    # horizon 2: the last 6 one-bar returns weighted 2^(-k/2); the volatility is the (population)
+    # sd of the last 2 returns
+    close = np.exp(np.array([[0.0], [0.1], [0.3], [0.6], [0.6], [0.7], [0.7]]))
+    newest_first = np.array([0.0, 0.1, 0.0, 0.3, 0.2, 0.1])
+    weights = 2.0 ** (-np.arange(6) / 2)
+    trend = (weights * newest_first).sum() / weights.sum()
+    got = momentum.trend_sharpe(close, 2)[:, 0]
+    assert np.isnan(got[:6]).all()
+    np.testing.assert_allclose(got[6], trend / 0.05)
+    # horizon 1: one return has no spread, so there is no volatility to scale the trend by
+    assert momentum.trend_sharpe(close, 1)[4, 0] == 0.0
+
+
+def test_a_flat_stock_has_a_trend_sharpe_of_zero_not_nan_and_its_peers_are_still_ranked():
+    rng = np.random.default_rng(1)
+    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.02, (200, 3)), axis=0))
+    close[:, 1] = 20.0  # never trades away from 20
+    got = momentum.feature(close, "sr_40")
+    assert (got[120:, 1] == 0.0).all()
+    assert np.isfinite(momentum.feature(close, "sr_40_xs")[120:]).all()
+
+
 @pytest.mark.parametrize("name", momentum.NAMES)
 def test_no_feature_reads_a_later_close_and_none_depends_on_the_price_level(name):
     rng = np.random.default_rng(0)

@@ -314,6 +314,13 @@ class Params(Section):
         if self.env.turbulence_threshold is not None and TURBULENCE not in self.features.indicators:
             raise ValueError("env.turbulence_threshold needs 'turbulence' in features.indicators")
         self.env.check_freq(self.data.freq)
+        start = self.ppo.start_ranked_by
+        if start is not None and start >= len(self.features.indicators):
+            raise ValueError(f"ppo.start_ranked_by {start} names no input: features.indicators has "
+                             f"{len(self.features.indicators)}")
+        if start is not None and min(self.evolution.search_space.get("net_width", [2])) < 2:
+            raise ValueError("ppo.start_ranked_by needs 2 hidden units: evolution.search_space.net_width "
+                             "must start at 2")
         mode, learners = MODES[self.evolution.mode], set(self.tournament.algorithms)
         if learners != set(mode.learners(self.tournament)):
             able = modes_where(lambda other: set(other.learners(self.tournament)) == learners)

@@ -71,6 +71,11 @@ class PPOConfig:
     each stock's action gets its own advantage, the env's difference reward
     (:func:`trainers.common.credit.per_stock_credit`), and its own clipped ratio; the critic still
     learns the GAE returns."""
+    start_ranked_by: int | None = None
+    """``shared`` policy with one hidden layer: each new scorer starts as the ranking by its input of
+    this index (0: the first of ``features.indicators``), two of its hidden units carrying that input's
+    positive and negative parts, and PPO learns from there (a prior policy, as in residual policy
+    learning: Silver et al. 2018). None: a random start."""
 
     def __post_init__(self) -> None:
         require(self.lr > 0, "lr must be > 0")
@@ -84,6 +89,9 @@ class PPOConfig:
         require(len(self.net_dims) >= 1 and min(self.net_dims) >= 1, "net_dims must be positive")
         require(self.learners >= 1, "learners must be >= 1")
         require(self.average >= 0, "average must be >= 0 (0: no averaging)")
+        require(self.start_ranked_by is None or (self.policy == "shared" and len(self.net_dims) == 1
+                                                  and self.net_dims[0] >= 2 and self.start_ranked_by >= 0),
+                "start_ranked_by needs policy: shared, one hidden layer of at least 2 units and an index >= 0")
 
     @property
     def net_width(self) -> int:

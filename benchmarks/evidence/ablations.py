@@ -62,6 +62,8 @@ class Arm:
 
 
 AVERAGED = "+ averaged policy"
+FINAL = "selection: the final population's best"
+"""The shipped learner's registered policy since ``evolution.select: final`` (a row of the shipped arm's run)."""
 ARMS: dict[str, Arm] = {
     "before": Arm(BEFORE, "the learner before this study: per-stock normalisation, absolute credit, the last "
                           "iterate, the best snapshot"),
@@ -87,7 +89,10 @@ ARMS: dict[str, Arm] = {
                                         "diagnostic: no real market offers them)", AVERAGED),
     "ewm_40 only": Arm(["features.indicators=[ewm_40_xs]"], "the rule's input alone: can PPO reach the rule?"),
     "trend over volatility": Arm(["features.indicators=[ewm_20_xs,sr_40_xs,vol_20]"],
-                                 "ewm_40_xs replaced by sr_40_xs, the same trend over its 40-bar volatility"),
+                                 "ewm_40_xs replaced by sr_40_xs, the same trend over its 40-bar volatility", FINAL),
+    "started at the sr_40 rule": Arm(["features.indicators=[sr_40_xs,ewm_20_xs,vol_20]", "ppo.start_ranked_by=0"],
+                                     "sr_40_xs in place of ewm_40_xs, each scorer started as the ranking by it",
+                                     FINAL),
     "no volatility": Arm(["features.indicators=[ewm_20_xs,ewm_40_xs]"], "the two trends without vol_20"),
     "ranked scores": Arm(["env.tilt=1.0"], "the env trades tanh(z) of the action's cross-sectional z-score: the "
                                            "agent learns the ranking, the rule's mapping sets the concentration"),
@@ -164,7 +169,7 @@ def selection(m: Market, evo: Any, result: Any) -> list[dict[str, Any]]:
              "luck": result.luck, "dsr": deflated_sharpe(np.diff(values) / values[:-1], trials, m.per_year),
              "final": result.best_generation == len({r.generation for r in result.history}) - 1},
             {"arm": "selection: the best validation snapshot", **edges(m, snapshot)},
-            {"arm": "selection: the final population's best", **max(scored, key=lambda e: e["val"])},
+            {"arm": FINAL, **max(scored, key=lambda e: e["val"])},
             {"arm": "selection: the final population's mean allocation",
              **edges(m, Ensemble(finals, m.params.env.action))},
             {"arm": "selection: the final agent best in sample", **max(scored, key=lambda e: e["train"])}]
@@ -343,7 +348,7 @@ def main() -> None:
                         help="where the report's plot goes")
     args = parser.parse_args()
     if args.report:
-        rows = [r for p in args.report for r in json.loads(p.read_text())["rows"]]
+        rows = list({(r["arm"], r["seed"]): r for p in args.report for r in json.loads(p.read_text())["rows"]}.values())
         print(report(rows))
         plot(rows, args.plot)
         return

@@ -290,6 +290,10 @@ BUGS = {
             "np.where(np.isnan(trend) | np.isnan(vol), np.nan, 0.0)", "np.full(trend.shape, np.nan)",
             ("tests/tasks/data/test_momentum.py::"
              "test_a_flat_stock_has_a_trend_sharpe_of_zero_not_nan_and_its_peers_are_still_ranked",)),
+    75: Bug("a started scorer ranks by its first input whatever input it was given", "trainers/common/nets.py",
+            "first.weight[0, index], first.weight[1, index] = 1.0, -1.0",
+            "first.weight[0, 0], first.weight[1, 0] = 1.0, -1.0",
+            ("tests/trainers/common/test_nets.py::test_a_scorer_started_at_an_input_scores_each_stock_by_it",)),
 }
 
 

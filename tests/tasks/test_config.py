@@ -51,6 +51,11 @@ def write(tmp_path: Path, text: str) -> Path:
         ("evolution:\n  mode: tournament\ntournament:\n  algorithms: {ppo: 0.5, sac: 0.5}\nregistry:\n  ensemble: 9\n",
          "registry.ensemble 9 is more agents than the tournament run keeps (8)"),
         ("sac:\n  search_space: {clip: [0.1, 0.2]}\n", "sac.search_space.clip is not one of"),
+        ("ppo:\n  start_ranked_by: 0\n", "ppo: start_ranked_by needs policy: shared, one hidden layer"),
+        ("ppo: {policy: shared, net_dims: [8], start_ranked_by: 2}\nfeatures: {indicators: [ewm_40_xs, vol_20]}\n",
+         "ppo.start_ranked_by 2 names no input: features.indicators has 2"),
+        ("ppo: {policy: shared, net_dims: [8], start_ranked_by: 0}\nevolution: {search_space: {net_width: [1, 6]}}\n",
+         "evolution.search_space.net_width must start at 2"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path, text, expected):

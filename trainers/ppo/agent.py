@@ -66,7 +66,8 @@ class Learner:
         drawn from ``seed`` (on ``rng_device``, default ``device``: trainers/common/draws.py)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed if init_seed is None else init_seed)
-            actor = new_actor(ActorShape(state_dim, action_dim, layout), cfg.net_dims, cfg.init_log_std).to(device)
+            actor = new_actor(ActorShape(state_dim, action_dim, layout), cfg.net_dims, cfg.init_log_std,
+                              cfg.start_ranked_by).to(device)
             critic = Critic(state_dim, cfg.net_dims).to(device)
         generator = torch.Generator(device=rng_device or device).manual_seed(seed)
         return cls(cfg, actor, critic, {"state": {}}, generator, seed=seed)

@@ -23,7 +23,7 @@ Development seeds only; the designs chosen here run once on fresh seeds in
 ``benchmarks.evidence.results``.
 
     .venv/bin/python -m benchmarks.evidence.ablations --seeds 100-109 --jobs 2 --json docs/results/dev/ablations.json
-    .venv/bin/python -m benchmarks.evidence.ablations --seeds 100-109 --rules --json docs/results/dev/ablations-rules.json
+    .venv/bin/python -m benchmarks.evidence.ablations --rules --json docs/results/dev/ablations-rules.json
     .venv/bin/python -m benchmarks.evidence.ablations --report docs/results/dev/ablations.json
 """
 

@@ -76,6 +76,11 @@ class PPOConfig:
     this index (0: the first of ``features.indicators``), two of its hidden units carrying that input's
     positive and negative parts, and PPO learns from there (a prior policy, as in residual policy
     learning: Silver et al. 2018). None: a random start."""
+    anchor: float = 0.0
+    """Each Adam step also pulls the actor's layers towards the weights it started from by ``lr ×
+    anchor × (θ − θ₀)`` (decoupled, as AdamW's weight decay, but towards the start rather than 0: L2-SP,
+    Li et al. 2018). With a start at a rule (``start_ranked_by``), training can leave it only as far as
+    the gradient keeps pushing; the log-std and the critic are free. 0: no pull."""
 
     def __post_init__(self) -> None:
         require(self.lr > 0, "lr must be > 0")
@@ -89,6 +94,7 @@ class PPOConfig:
         require(len(self.net_dims) >= 1 and min(self.net_dims) >= 1, "net_dims must be positive")
         require(self.learners >= 1, "learners must be >= 1")
         require(self.average >= 0, "average must be >= 0 (0: no averaging)")
+        require(self.anchor >= 0, "anchor must be >= 0 (0: no pull towards the start)")
         require(self.start_ranked_by is None or (self.policy == "shared" and len(self.net_dims) == 1
                                                   and self.net_dims[0] >= 2 and self.start_ranked_by >= 0),
                 "start_ranked_by needs policy: shared, one hidden layer of at least 2 units and an index >= 0")

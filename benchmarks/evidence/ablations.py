@@ -93,6 +93,10 @@ ARMS: dict[str, Arm] = {
     "started at the sr_40 rule": Arm(["features.indicators=[sr_40_xs,ewm_20_xs,vol_20]", "ppo.start_ranked_by=0"],
                                      "sr_40_xs in place of ewm_40_xs, each scorer started as the ranking by it",
                                      FINAL),
+    "anchor 10": Arm(["ppo.anchor=10"], "each scorer pulled towards its start, the sr_40 rule, at every Adam step "
+                                      "(ppo.anchor: 10, a memory of about 200 steps)", "started at the sr_40 rule"),
+    "anchor 2": Arm(["ppo.anchor=2"], "the same pull, 5 times weaker (a memory of about 1,000 steps)",
+                    "started at the sr_40 rule"),
     "no volatility": Arm(["features.indicators=[ewm_20_xs,ewm_40_xs]"], "the two trends without vol_20"),
     "ranked scores": Arm(["env.tilt=1.0"], "the env trades tanh(z) of the action's cross-sectional z-score: the "
                                            "agent learns the ranking, the rule's mapping sets the concentration"),

@@ -294,6 +294,14 @@ BUGS = {
             "first.weight[0, index], first.weight[1, index] = 1.0, -1.0",
             "first.weight[0, 0], first.weight[1, 0] = 1.0, -1.0",
             ("tests/trainers/common/test_nets.py::test_a_scorer_started_at_an_input_scores_each_stock_by_it",)),
+    76: Bug("the anchor pulls the critic and the log-std too, not the actor's layers alone", "trainers/ppo/batched.py",
+            "if anchor is not None and k in self.pulled:", "if anchor is not None:",
+            ("tests/trainers/ppo/test_batched.py::"
+             "test_the_anchor_pulls_the_actors_layers_towards_their_start_as_adamw_does",)),
+    77: Bug("a copy made by the selector keeps its own start, not its parent's", "trainers/ppo/agent.py",
+            "self.anchor = copy.deepcopy(other.anchor)", "pass",
+            ("tests/trainers/ppo/test_ppo.py::"
+             "test_the_anchor_holds_the_actor_near_its_start_and_travels_with_its_lineage",)),
 }
 
 

@@ -56,6 +56,7 @@ def write(tmp_path: Path, text: str) -> Path:
          "ppo.start_ranked_by 2 names no input: features.indicators has 2"),
         ("ppo: {policy: shared, net_dims: [8], start_ranked_by: 0}\nevolution: {search_space: {net_width: [1, 6]}}\n",
          "evolution.search_space.net_width must start at 2"),
+        ("ppo:\n  anchor: -1\n", "ppo: anchor must be >= 0"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path, text, expected):

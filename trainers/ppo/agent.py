@@ -52,6 +52,8 @@ class Learner:
     """The average of the actor's weights over its iterations (``ppo.average``); None before any."""
     averaged: int = 0
     """Iterations folded into ``average``."""
+    anchor: Actor | None = None
+    """The actor as its lineage started (``ppo.anchor`` > 0): what each Adam step pulls its layers towards."""
 
     @property
     def policy(self) -> Actor:
@@ -70,24 +72,27 @@ class Learner:
                               cfg.start_ranked_by).to(device)
             critic = Critic(state_dim, cfg.net_dims).to(device)
         generator = torch.Generator(device=rng_device or device).manual_seed(seed)
-        return cls(cfg, actor, critic, {"state": {}}, generator, seed=seed)
+        anchor = copy.deepcopy(actor).requires_grad_(False) if cfg.anchor else None
+        return cls(cfg, actor, critic, {"state": {}}, generator, seed=seed, anchor=anchor)
 
     def set_hparams(self, values: Mapping[str, float]) -> None:
         """Apply evolved hyperparameters; the network shape stays, so ``net_width`` must be its own."""
         self.cfg = self.cfg.with_hparams(values)
 
     def copy_from(self, other: Learner) -> None:
-        """Take ``other``'s weights, Adam moments and hyperparameters (the selector's exploit step)."""
+        """Take ``other``'s weights, Adam moments, hyperparameters and start (the selector's exploit step)."""
         self.actor.load_state_dict(other.actor.state_dict())
         self.critic.load_state_dict(other.critic.state_dict())
         self.optimizer = copy.deepcopy(other.optimizer)
         self.average, self.averaged = copy.deepcopy(other.average), other.averaged
+        self.anchor = copy.deepcopy(other.anchor)
         self.set_hparams(other.cfg.hparams())
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(), "optimizer": self.optimizer,
                 "hparams": self.cfg.hparams(), "rng": self.generator.get_state(), "obs": self.obs,
-                "average": None if self.average is None else self.average.state_dict(), "averaged": self.averaged}
+                "average": None if self.average is None else self.average.state_dict(), "averaged": self.averaged,
+                "anchor": None if self.anchor is None else self.anchor.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])
@@ -101,6 +106,9 @@ class Learner:
         if state.get("average") is not None:
             self.average = copy.deepcopy(self.actor)
             self.average.load_state_dict(state["average"])
+        if state.get("anchor") is not None:
+            self.anchor = copy.deepcopy(self.actor).requires_grad_(False)
+            self.anchor.load_state_dict(state["anchor"])
 
 
 def policy_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:

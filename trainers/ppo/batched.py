@@ -205,13 +205,22 @@ class BatchedNets:
 class BatchedAdam:
     """Adam for N agents at once, each with its own learning rate and step count. A step
     moves only the agents it is given. Matches torch.optim.Adam (no weight decay, no
-    amsgrad) agent by agent, after nn.utils.clip_grad_norm_ of each agent's gradient."""
+    amsgrad) agent by agent, after nn.utils.clip_grad_norm_ of each agent's gradient.
 
-    def __init__(self, nets: BatchedNets, lr: torch.Tensor) -> None:
+    With an ``anchor`` (tensors shaped like ``params``: the agents' starts) and its ``strength``
+    ``[N]``, each step also moves the actor's layers by ``−lr × strength × (θ − anchor)``: AdamW's
+    decoupled decay, towards the start instead of 0 (``ppo.anchor``); the log-std and the critic
+    are not pulled."""
+
+    def __init__(self, nets: BatchedNets, lr: torch.Tensor, anchor: list[torch.Tensor] | None = None,
+                 strength: torch.Tensor | None = None) -> None:
         self.nets, self.lr = nets, lr
         self.exp_avg = [torch.zeros_like(p) for p in nets.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in nets.params]
         self.step_count = torch.zeros(nets.n, dtype=torch.float64, device=lr.device)
+        self.anchor, self.strength = anchor, strength
+        self.pulled = range(1, 1 + 2 * len(nets.actor))
+        """The positions in ``params`` of the actor's layers, the tensors the anchor pulls."""
 
     @torch.no_grad()
     def step(self, sub: BatchedNets, grads: Sequence[torch.Tensor], agents: Sequence[int],
@@ -239,7 +248,10 @@ class BatchedAdam:
         step_size = (self.lr[rows] / (1 - beta1**steps)).to(torch.float32)
         bias2_sqrt = (1 - beta2**steps).sqrt().to(torch.float32)
         moments = nets.crop(self.exp_avg, agents), nets.crop(self.exp_avg_sq, agents)
-        for p, g, m, v in zip(sub.params, grads, *moments):
+        anchor: list[torch.Tensor] | None = None
+        if self.anchor is not None and self.strength is not None:
+            anchor, pull = nets.crop(self.anchor, agents, rows), (self.lr[rows] * self.strength[rows]).float()
+        for k, (p, g, m, v) in enumerate(zip(sub.params, grads, *moments)):
             shape = (n,) + (1,) * (p.dim() - 1)
             g = g * coef.reshape(shape)
             if active is None:
@@ -251,6 +263,8 @@ class BatchedAdam:
                 v.copy_(torch.where(moving, v.mul(beta2).addcmul_(g, g, value=1 - beta2), v))
             denom = (v.sqrt() / bias2_sqrt.reshape(shape)).add_(EPS)
             update = (m * -step_size.reshape(shape)) / denom
+            if anchor is not None and k in self.pulled:
+                update = update - pull.reshape(shape) * (p - anchor[k])
             p.add_(update if active is None else torch.where(moving, update, 0.0))
         nets.paste(nets.params, agents, sub.params)
         nets.paste(self.exp_avg, agents, moments[0])

@@ -171,7 +171,14 @@ class PPO:
         self.device = self.envs[0].device
         self.nets = BatchedNets.stack([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
         self.nets.fused = runtime.compile == "inductor"
-        self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64))
+        anchor = None
+        if cfg.anchor:  # ppo.anchor: every learner's start, stacked as its weights are
+            starts = [lrn.anchor for lrn in self.learners]
+            if any(a is None for a in starts):
+                raise ValueError("ppo.anchor > 0 but a learner has no start to be pulled towards")
+            anchor = BatchedNets.stack(starts, [lrn.critic for lrn in self.learners]).params  # type: ignore[arg-type]
+        self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64), anchor,
+                                self.hparam("anchor", torch.float64) if cfg.anchor else None)
         for i, learner in enumerate(self.learners):
             self.adam.load_state_of(i, learner.optimizer)
         self.static = (self.device.type != "cpu" or runtime.compile != "eager") if static is None else static

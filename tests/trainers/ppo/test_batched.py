@@ -97,3 +97,49 @@ def test_batched_adam_is_torch_adam_per_agent_and_leaves_resting_agents_alone():
         for k, moments in saved["state"].items():
             torch.testing.assert_close(moments["exp_avg_sq"], theirs[k]["exp_avg_sq"], atol=1e-7, rtol=1e-4)
     assert float(nets.params[1][1, :, 3:].abs().max()) == 0  # agent 1's padding stayed zero
+
+
+def test_the_anchor_pulls_the_actors_layers_towards_their_start_as_adamw_does():
+    """``ppo.anchor``: each step is torch's Adam step plus ``−lr × strength × (θ − θ₀)`` on the
+    actor's layers (AdamW's decoupled decay, towards the start), computed by hand here; the
+    log-std and the critic step as plain Adam, and the narrower agent's padding stays zero."""
+    torch.manual_seed(2)
+    actors = [Actor(4, 2, (6,), -0.5), Actor(4, 2, (3,), -0.5)]
+    critics = [Critic(4, (6,)), Critic(4, (3,))]
+    starts = [copy.deepcopy(a) for a in actors]
+    with torch.no_grad():  # the agents have moved off their starts
+        for a in actors:
+            for p in a.net.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+    copies = [copy.deepcopy(m) for m in (*actors, *critics)]
+    lrs, strengths = [1e-2, 3e-3], [5.0, 20.0]
+    torch_opts = [torch.optim.Adam([*copies[i].parameters(), *copies[2 + i].parameters()], lr=lrs[i]) for i in range(2)]
+    nets = BatchedNets.stack(actors, critics)
+    anchor = BatchedNets.stack(starts, critics).params
+    adam = BatchedAdam(nets, torch.tensor(lrs, dtype=torch.float64), anchor,
+                       torch.tensor(strengths, dtype=torch.float64))
+    for _ in range(3):
+        x = torch.randn(2, 5, 4)
+        sub = nets.sub([0, 1], grad=True)
+        loss = sub.mean(x).sum() + sub.value(x).pow(2).sum() + sub.log_std.sum()
+        adam.step(sub, torch.autograd.grad(loss, sub.params), [0, 1], max_grad_norm=0.5)
+        for i in range(2):
+            params = [*copies[i].parameters(), *copies[2 + i].parameters()]
+            loss = copies[i].net(x[i]).sum() + copies[2 + i](x[i]).pow(2).sum() + copies[i].log_std.sum()
+            torch_opts[i].zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            with torch.no_grad():
+                pulls = [lrs[i] * strengths[i] * (p - s) for p, s in zip(copies[i].net.parameters(),
+                                                                      starts[i].net.parameters())]
+            torch_opts[i].step()
+            with torch.no_grad():
+                for p, pull in zip(copies[i].net.parameters(), pulls):
+                    p.sub_(pull)
+    for i in range(2):
+        actor, critic = copy.deepcopy(actors[i]), copy.deepcopy(critics[i])
+        nets.write_back(i, actor, critic)
+        for a, b in zip([*actor.parameters(), *critic.parameters()],
+                        [*copies[i].parameters(), *copies[2 + i].parameters()]):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    assert float(nets.params[1][1, :, 3:].abs().max()) == 0

@@ -214,11 +214,12 @@ STATIC_ATOL = 1e-6
 their weights agree to this after several iterations."""
 
 
-def test_the_static_and_grouped_updates_agree():
+@pytest.mark.parametrize("anchor", [0.0, 4.0])
+def test_the_static_and_grouped_updates_agree(anchor: float):
     """Three learners of different widths, env counts and epochs, and a last iteration with one
     of them resting: the whole padded population with masks (static) trains each learner as the
-    grouped schedule does, step counts exactly, weights to rounding."""
-    cfg = dataclasses.replace(CFG, credit="per_stock", policy="shared", net_dims=(16,))
+    grouped schedule does, step counts exactly, weights to rounding; with ``ppo.anchor`` too."""
+    cfg = dataclasses.replace(CFG, credit="per_stock", policy="shared", net_dims=(16,), anchor=anchor)
     hparams = [{"num_envs": 4, "net_width": 16, "repeat_times": 2}, {"num_envs": 3, "net_width": 8, "repeat_times": 3},
                {"num_envs": 5, "net_width": 12, "repeat_times": 1}]
 
@@ -239,3 +240,33 @@ def test_the_static_and_grouped_updates_agree():
     assert static.adam.step_count.tolist() == [4 * 3 * 2, 3 * 2 * 3, 4 * 3 * 1]  # iterations × minibatches × epochs
     for a, b in zip(grouped.nets.params, static.nets.params):
         torch.testing.assert_close(a, b, atol=STATIC_ATOL, rtol=0)
+
+
+def test_the_anchor_holds_the_actor_near_its_start_and_travels_with_its_lineage():
+    """``ppo.anchor``: trained alike, the anchored actor's layers end nearer their start than the
+    free one's; a copy (the selector's exploit step) and a saved state carry the start along."""
+    def distance(strength: float) -> tuple[float, PPOAgent]:
+        data = market()
+        agent = PPOAgent(data, scales(data, ENV), ENV, dataclasses.replace(CFG, anchor=strength, lr=1e-2), (0, 39), 5)
+        start = copy.deepcopy(agent.learners[0].actor)
+        ppo = PPO(agent.learners, agent.envs, agent.cfg)
+        for _ in range(4):
+            ppo.train_iteration([0])
+        ppo.write_back()
+        pairs = zip(agent.actor.net.parameters(), start.net.parameters())
+        moved = [float((p - q).detach().pow(2).sum()) for p, q in pairs]
+        return sum(moved) ** 0.5, agent
+
+    free, _ = distance(0.0)
+    held, agent = distance(20.0)
+    assert 0 < held < 0.5 * free
+    learner = agent.learners[0]
+    assert learner.anchor is not None and not torch.equal(learner.anchor.net[0].weight, learner.actor.net[0].weight)
+    data = market()
+    other = PPOAgent(data, scales(data, ENV), ENV, agent.cfg, (0, 39), 9)
+    assert not torch.equal(other.learners[0].anchor.net[0].weight, learner.anchor.net[0].weight)
+    other.copy_from(agent)
+    assert torch.equal(other.learners[0].anchor.net[0].weight, learner.anchor.net[0].weight)
+    restored = PPOAgent(data, scales(data, ENV), ENV, agent.cfg, (0, 39), 9)
+    restored.load_state_dict(agent.state_dict())
+    assert torch.equal(restored.learners[0].anchor.net[0].weight, learner.anchor.net[0].weight)

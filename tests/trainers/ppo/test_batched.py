@@ -61,6 +61,17 @@ def test_fused_narrow_layers_compute_what_the_matmuls_do(layout: StockLayout | N
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def assert_trained_as(nets: BatchedNets, actors: list[Actor], critics: list[Critic],
+                      copies: list[torch.nn.Module]) -> None:
+    """Each agent's weights in ``nets`` are its reference copy's (``copies``: the actors, then the critics)."""
+    for i in range(len(actors)):
+        actor, critic = copy.deepcopy(actors[i]), copy.deepcopy(critics[i])
+        nets.write_back(i, actor, critic)
+        for a, b in zip([*actor.parameters(), *critic.parameters()],
+                        [*copies[i].parameters(), *copies[len(actors) + i].parameters()]):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
 def test_batched_adam_is_torch_adam_per_agent_and_leaves_resting_agents_alone():
     torch.manual_seed(1)
     actors = [Actor(4, 2, (6,), -0.5), Actor(4, 2, (3,), -0.5)]
@@ -85,12 +96,8 @@ def test_batched_adam_is_torch_adam_per_agent_and_leaves_resting_agents_alone():
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 0.5)
             torch_opts[i].step()
+    assert_trained_as(nets, actors, critics, copies)
     for i in range(2):
-        actor, critic = copy.deepcopy(actors[i]), copy.deepcopy(critics[i])
-        nets.write_back(i, actor, critic)
-        for a, b in zip([*actor.parameters(), *critic.parameters()],
-                        [*copies[i].parameters(), *copies[2 + i].parameters()]):
-            torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
         saved = adam.state_of(i)
         theirs = torch_opts[i].state_dict()["state"]
         assert saved["state"][0]["step"] == theirs[0]["step"]
@@ -136,10 +143,5 @@ def test_the_anchor_pulls_the_actors_layers_towards_their_start_as_adamw_does():
             with torch.no_grad():
                 for p, pull in zip(copies[i].net.parameters(), pulls):
                     p.sub_(pull)
-    for i in range(2):
-        actor, critic = copy.deepcopy(actors[i]), copy.deepcopy(critics[i])
-        nets.write_back(i, actor, critic)
-        for a, b in zip([*actor.parameters(), *critic.parameters()],
-                        [*copies[i].parameters(), *copies[2 + i].parameters()]):
-            torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    assert_trained_as(nets, actors, critics, copies)
     assert float(nets.params[1][1, :, 3:].abs().max()) == 0

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root: params.yaml and docs/ are read and written here."""
 DOCS = ROOT / "docs" / "benchmarks.md"
+ARCHIVE = ROOT / "docs" / "benchmarks-archive.md"
+"""The sections of the finished studies in ``benchmarks/archive/``, apart from the benchmarks rerun after changes."""
 HEAD = ("# Benchmarks\n\nEach benchmark in `benchmarks/` keeps a section here: its latest reading and when it "
         "was taken.\n")
 HISTORY = "history"

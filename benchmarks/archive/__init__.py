@@ -1,6 +1,6 @@
 """Finished studies, each ``python -m benchmarks.archive.NAME``; kept so the decision it made
-can be reproduced, not rerun after every change. Their readings are in docs/benchmarks.md and
-docs/results-archive.md.
+can be reproduced, not rerun after every change. Their readings are in docs/benchmarks-archive.md
+and docs/results-archive.md.
 
 * ``ceiling``: a least-squares scorer through the agents' action, no RL. Decided: the agents
   decide every 5th bar (``env.decide_every``) and keep a 1% no-trade band (docs/results-archive.md,

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import ROOT, Reading, build_features, commit, market_params, now, record, seeds_of
+from benchmarks.common import ARCHIVE, Reading, build_features, commit, market_params, now, record, seeds_of
 from benchmarks.evidence.results import oracle_scores
 from benchmarks.rules import momentum_scores, ranked_portfolio, tilted_portfolio
 from tasks.data.momentum import ewm_return
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[],
                         help="params.yaml override (KEY=VALUE), e.g. -s features.indicators=[ret_20,ewm_40_xs]")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--out", type=Path, default=ARCHIVE)
     args = parser.parse_args()
     started = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:

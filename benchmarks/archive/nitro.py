@@ -6,7 +6,7 @@ each round's count in [``nitro.min_envs``, ``nitro.max_envs``] from the Hessian'
 convexity ratio (nitro §5). Both stop when the hard budget
 (``evolution.budget_env_steps``) cannot pay for another round. Each seed runs both arms;
 the evaluator keeps each run's best validation snapshot, which is then scored on the
-test window. Prints a table, records it in docs/benchmarks.md (the section's latest reading
+test window. Prints a table, records it in docs/benchmarks-archive.md (the section's latest reading
 and a row of its history) and draws docs/img/benchmark_nitro.png (env count per round,
 validation Sharpe against env steps).
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from benchmarks.common import ROOT, Reading, blank_actor, commit, default_features, now, record
+from benchmarks.common import ARCHIVE, ROOT, Reading, blank_actor, commit, default_features, now, record
 from tasks.model.plan import state_scales
 from trainers.common.evaluate import run_policy
 from trainers.common.metrics import performance, periods_per_year
@@ -102,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--budget", type=int, default=163_840, help="env steps per run (40 static rounds of 32x128)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--out", type=Path, default=ARCHIVE)
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

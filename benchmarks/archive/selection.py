@@ -13,7 +13,7 @@ seed against the current rule (``best``), buy-and-hold and momentum:
 * ``all``: the ensemble of every snapshot (a diagnostic, not a rule).
 
 Development seeds only (100–109): the rule chosen here is what the evidence then runs once.
-Prints the table and records it in docs/benchmarks.md (the section's latest reading and a
+Prints the table and records it in docs/benchmarks-archive.md (the section's latest reading and a
 row of its history).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.archive.selection --seeds 100-109 --jobs 2 --json docs/results/dev/dev-selection.json
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmarks.common import ROOT, Reading, build_market, commit, now, record, seeds_of
+from benchmarks.common import ARCHIVE, Reading, build_market, commit, now, record, seeds_of
 from benchmarks.evidence.results_report import paired
 from benchmarks.rules import momentum_scores, ranked_portfolio
 from trainers.common.evaluate import buy_and_hold
@@ -159,7 +159,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="seeds trained side by side")
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--merge", type=Path, help="table the rows of an earlier --json run instead of running")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="record the table here")
+    parser.add_argument("--out", type=Path, default=ARCHIVE, help="record the table here")
     args = parser.parse_args()
     if args.merge:
         result = json.loads(args.merge.read_text())

@@ -8,7 +8,7 @@ by our ingest/validate/features stages in a temp folder from the embedded market
 run is profiled (``trainers/profiler.py``, as ``podracer train --profile``) so the table says
 where the time goes, in µs of each operation per env step. The target: minute env steps/s
 within 2x of daily at the same number of symbols. The tables are printed and recorded in
-docs/benchmarks.md (this benchmark's section).
+docs/benchmarks-archive.md (this benchmark's section).
 
     .venv/bin/python -m benchmarks.archive.train_freq                  # 10 and 100 symbols, about 4 minutes
     .venv/bin/python -m benchmarks.archive.train_freq --symbols 10     # a quicker run
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, Reading, build_features, commit, now, record
+from benchmarks.common import ARCHIVE, ROOT, Reading, build_features, commit, now, record
 from tasks.config import Params, load_params
 from tasks.model import train
 from tasks.model.plan import state_scales
@@ -137,7 +137,7 @@ def main() -> None:
         f"{torch.__version__}, {torch.get_num_threads()} threads, load average up to {load:.1f} during the run. "
         f"Config: params.yaml, {args.generations} generations. Target: {TARGET}.\n\n{text}",
         ("date", "commit", "command", "daily / minute env steps/s, by symbols"),
-        (stamp, commit(), f"`{command}`", ratios)))
+        (stamp, commit(), f"`{command}`", ratios)), ARCHIVE)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,18 @@ import subprocess
 
 import pytest
 
-from benchmarks.common import DOCS, ROOT, Reading, commit, history_file, read_history, record, recorded_line, seeds_of
+from benchmarks.common import (
+    ARCHIVE,
+    DOCS,
+    ROOT,
+    Reading,
+    commit,
+    history_file,
+    read_history,
+    record,
+    recorded_line,
+    seeds_of,
+)
 
 
 def reading(key: str, latest: str, row: tuple[str, ...]) -> Reading:
@@ -101,19 +112,23 @@ SCRIPTS = {"data": "perf/data.py", "train": "perf/train.py", "nitro": "archive/n
 
 @pytest.mark.parametrize("key", sorted(SCRIPTS))
 def test_every_benchmark_writes_a_section_that_the_docs_hold(key):
-    """Each script's key names one section of docs/benchmarks.md, so a run replaces it rather
-    than appending a second one, and one history CSV whose header is the section's row's."""
+    """Each script's key names one section of docs/benchmarks.md (docs/benchmarks-archive.md for the
+    finished studies of benchmarks/archive/), so a run replaces it rather than appending a second
+    one, and one history CSV whose header is the section's row's."""
     source = (DOCS.parents[1] / "benchmarks" / SCRIPTS[key]).read_text()
     literal = re.search(rf'Reading\(\s*"{key}"', source)
     named = re.search(rf'key, title = \(\("{key}",', source)  # cycle.py: its key is "cycle" for params.yaml
     assert literal or named, f"benchmarks/{SCRIPTS[key]} records no '{key}' section"
-    text = DOCS.read_text()
+    page = ARCHIVE if SCRIPTS[key].startswith("archive/") else DOCS
+    assert 'record(Reading(' in source and (page == DOCS) == ("ARCHIVE" not in source)
+    text = page.read_text()
+    assert (ARCHIVE if page == DOCS else DOCS).read_text().count(f"<!-- benchmark: {key} -->") == 0
     assert text.count(f"<!-- benchmark: {key} -->") == 1 and text.count(f"<!-- end: {key} -->") == 1
     section = text.split(f"<!-- benchmark: {key} -->")[1].split(f"<!-- end: {key} -->")[0]
     assert section.count("\n## ") == 0 and f"[history/{key}.csv](history/{key}.csv)" in section
-    header, runs = read_history(history_file(key))
+    header, runs = read_history(history_file(key, page))
     assert header[:2] == ["date", "commit"] and runs  # each row's commit
-    assert section.rstrip().splitlines()[-1] == recorded_line(key, header, runs[-1])  # its latest row's date
+    assert section.rstrip().splitlines()[-1] == recorded_line(key, header, runs[-1], page)  # its latest row's date
 
 
 @pytest.mark.parametrize("key", ["make-run", "make-test"])

@@ -7,10 +7,11 @@ the same window**, so the gap between in sample and out of sample shows arm by a
 ``vanilla`` arm is one agent trained for the shipped run's env steps (its policy at the end).
 
 Beside the arms, per seed, what needs no RL, traded through the agents' own action (weights
-every 5 bars, tilt 1, 1% band; ``benchmarks/archive/ceiling.py``): the ``ewm_40`` ranking, the
-``sr_40`` ranking (that trend over its volatility, ``--rules`` alone: no training), the
-least-squares scorer fitted on the training window to the agents' own (normalised) inputs (a
-perfect optimiser of a linear scorer in sample), and the filter that knows the generator.
+every 5 bars, tilt 1, 1% band; ``benchmarks/archive/ceiling.py``): the ``ewm_40``, ``sr_40``
+(that trend over its volatility) and ``ewm_20`` rankings, the one of them best on validation
+(what choosing a start on validation is worth), the least-squares scorer fitted on the training
+window to the agents' own (normalised) inputs (a perfect optimiser of a linear scorer in sample),
+and the filter that knows the generator (``--rules``: these alone, no training).
 
 **Selection**, from the shipped arm's run: the registered policy (the final population's best,
 ``evolution.select``), the best validation snapshot of all generations (the paper's
@@ -139,8 +140,25 @@ def held(m: Market, scores: torch.Tensor) -> dict[str, float]:
     return out
 
 
+PRIORS = ("ewm_40 rule", "sr_40 rule", "ewm_20 rule")
+"""The rankings that need no fitting: starts a population's members could each be given."""
+PICKED = "the rule best on validation"
+START = "sr_40 rule"
+"""The rule the shipped learner starts at (``ppo.start_ranked_by``): what :data:`PICKED` is paired with."""
+
+
+def picked(rules: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of :data:`PRIORS`' rows, the one with the best validation edge, renamed :data:`PICKED`:
+    what selection on validation gains over one fixed start, were each member of a population
+    started at a different rule. A non-finite validation edge is never picked."""
+    best = max((r for r in rules if r["arm"] in PRIORS),
+               key=lambda r: r["val"] if math.isfinite(r["val"]) else -math.inf)
+    return {**best, "arm": PICKED, "picked": best["arm"]}
+
+
 def references(m: Market) -> list[dict[str, Any]]:
-    """What needs no RL, per window: the ewm_40 and sr_40 rules, the least-squares scorer, the filter."""
+    """What needs no RL, per window: the rules (:data:`PRIORS`) and the one of them best on
+    validation, the least-squares scorer, the filter."""
     from benchmarks.archive.ceiling import linear_fit
     from benchmarks.evidence.results import oracle_scores
     from tasks.data.momentum import ewm_return, trend_sharpe
@@ -148,9 +166,10 @@ def references(m: Market) -> list[dict[str, Any]]:
 
     fitted = torch.tensor(m.data.features.double().numpy() @ linear_fit(m.data, m.train, 5))
     close = m.data.close.numpy()
-    rows = {"ewm_40 rule": torch.tensor(ewm_return(close, 40)), "sr_40 rule": torch.tensor(trend_sharpe(close, 40)),
-            "least-squares scorer": fitted, "filter": oracle_scores(m.params, m.fs, filtered_drift)}
-    return [{"arm": name, **held(m, scores)} for name, scores in rows.items()]
+    rules = [{"arm": name, **held(m, torch.tensor(scores))} for name, scores in zip(PRIORS, (
+        ewm_return(close, 40), trend_sharpe(close, 40), ewm_return(close, 20)))]
+    fits = {"least-squares scorer": fitted, "filter": oracle_scores(m.params, m.fs, filtered_drift)}
+    return [*rules, picked(rules), *({"arm": name, **held(m, scores)} for name, scores in fits.items())]
 
 
 def selection(m: Market, evo: Any, result: Any) -> list[dict[str, Any]]:
@@ -285,7 +304,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
     for arm in arms:
         own = [by[(arm, s)] for s in seeds if (arm, s) in by]
-        ref = ARMS[arm].reference if arm in ARMS else REFERENCE
+        ref = ARMS[arm].reference if arm in ARMS else START if arm == PICKED else REFERENCE
         if not any((ref, s) in by for s in seeds):  # a run without the shipped arm: its rows came with this one
             ref = AVERAGED
         if not any((ref, s) in by for s in seeds):  # the rules alone (--rules): each against the first, ewm_40's
@@ -294,6 +313,10 @@ def report(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {arm} | " + " | ".join(cell([r[w] for r in own]) for w in WINDOWS)
                      + (" | |" if arm == ref or not vs else f" | = {ref} on every seed |" if not any(vs)
                         else f" | − {ref}: {paired(vs)} |"))
+    chosen = [by[(PICKED, s)]["picked"] for s in seeds if (PICKED, s) in by]
+    if chosen:
+        lines += ["", f"{PICKED[0].upper()}{PICKED[1:]}: " + ", ".join(
+            f"{name} on {chosen.count(name)} of {len(chosen)} seeds" for name in PRIORS if name in chosen) + "."]
     steps = [(a, b, [by[(b, s)]["test"] - by[(a, s)]["test"] for s in seeds if (a, s) in by and (b, s) in by])
              for a, b in zip(LADDER, LADDER[1:])]
     if any(vs for _, _, vs in steps):

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-COPY = ("flows", "tasks", "trainers", "deploy", "tests", "standins", "benchmarks", "docs", "README.md", "pyproject.toml",
-        ".env", "params.yaml")
+COPY = ("flows", "tasks", "trainers", "deploy", "tests", "standins", "benchmarks", "docs", "README.md",
+        "pyproject.toml", ".env", "params.yaml")
 
 
 @dataclass(frozen=True)
@@ -302,6 +302,14 @@ BUGS = {
             "self.anchor = copy.deepcopy(other.anchor)", "pass",
             ("tests/trainers/ppo/test_ppo.py::"
              "test_the_anchor_holds_the_actor_near_its_start_and_travels_with_its_lineage",)),
+    78: Bug("the rule best on validation is chosen by its test edge", "benchmarks/evidence/ablations.py",
+            'key=lambda r: r["val"] if math.isfinite(r["val"]) else -math.inf)', 'key=lambda r: r["test"])',
+            ("tests/benchmarks/evidence/test_ablations.py::"
+             "test_the_rule_best_on_validation_is_chosen_by_validation_never_by_test_nor_a_nan",)),
+    79: Bug("a rule with a NaN validation edge can be the one picked", "benchmarks/evidence/ablations.py",
+            'key=lambda r: r["val"] if math.isfinite(r["val"]) else -math.inf)', 'key=lambda r: r["val"])',
+            ("tests/benchmarks/evidence/test_ablations.py::"
+             "test_the_rule_best_on_validation_is_chosen_by_validation_never_by_test_nor_a_nan",)),
 }
 
 

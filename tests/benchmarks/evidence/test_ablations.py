@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmarks.common import Market
-from benchmarks.evidence.ablations import AVERAGED, augmented, report
+from benchmarks.evidence.ablations import AVERAGED, PICKED, augmented, picked, report
 from trainers.common.env import MarketData
 
 
@@ -66,3 +66,22 @@ def test_the_rules_alone_pair_with_the_first_rule_and_print_no_ladder():
     assert ("| sr_40 rule | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.80 ± 0.10 | − ewm_40 rule: 0.20 ± 0.10 (t = +3.46) |"
             in text)
     assert "ladder" not in text
+
+
+def test_the_rule_best_on_validation_is_chosen_by_validation_never_by_test_nor_a_nan():
+    rules = [{"arm": "ewm_20 rule", "train": 0.3, "val": math.nan, "test": 2.0},  # first: max() would keep a NaN
+             {"arm": "ewm_40 rule", "train": 0.1, "val": 0.3, "test": 0.9},
+             {"arm": "sr_40 rule", "train": 0.2, "val": 0.5, "test": 0.2},
+             {"arm": "filter", "train": 0.9, "val": 9.0, "test": 9.0}]  # not a rule a member could start at
+    got = picked(rules)
+    assert got == {"arm": PICKED, "picked": "sr_40 rule", "train": 0.2, "val": 0.5, "test": 0.2}
+
+
+def test_the_rule_best_on_validation_pairs_with_the_learners_start_and_counts_its_picks():
+    # picked − sr_40 on test: 0.0, −0.3, +0.1 (mean −0.0667, sd 0.2082, t = −0.55)
+    chosen = [dict(r, picked=name) for r, name in zip(rows(PICKED, [0.5, 0.4, 0.9]),
+                                                       ("sr_40 rule", "ewm_20 rule", "ewm_40 rule"))]
+    text = report(rows("ewm_40 rule", [0.6, 0.6, 0.9]) + rows("sr_40 rule", [0.5, 0.7, 0.8]) + chosen)
+    assert f"| {PICKED} | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.60 ± 0.26 | − sr_40 rule: -0.07 ± 0.21 (t = -0.55) |" in text
+    assert ("The rule best on validation: ewm_40 rule on 1 of 3 seeds, sr_40 rule on 1 of 3 seeds, "
+            "ewm_20 rule on 1 of 3 seeds.") in text

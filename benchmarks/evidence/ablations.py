@@ -150,9 +150,12 @@ START = "sr_40 rule"
 def picked(rules: list[dict[str, Any]]) -> dict[str, Any]:
     """Of :data:`PRIORS`' rows, the one with the best validation edge, renamed :data:`PICKED`:
     what selection on validation gains over one fixed start, were each member of a population
-    started at a different rule. A non-finite validation edge is never picked."""
+    started at a different rule. A non-finite validation edge is never picked; with none finite,
+    nothing is (``picked`` None, every edge NaN)."""
     best = max((r for r in rules if r["arm"] in PRIORS),
                key=lambda r: r["val"] if math.isfinite(r["val"]) else -math.inf)
+    if not math.isfinite(best["val"]):
+        return {"arm": PICKED, "picked": None, **dict.fromkeys(WINDOWS, math.nan)}
     return {**best, "arm": PICKED, "picked": best["arm"]}
 
 

@@ -75,6 +75,8 @@ def test_the_rule_best_on_validation_is_chosen_by_validation_never_by_test_nor_a
              {"arm": "filter", "train": 0.9, "val": 9.0, "test": 9.0}]  # not a rule a member could start at
     got = picked(rules)
     assert got == {"arm": PICKED, "picked": "sr_40 rule", "train": 0.2, "val": 0.5, "test": 0.2}
+    none = picked([dict(r, val=math.nan) for r in rules])  # no validation edge at all: nothing is picked
+    assert none["picked"] is None and all(math.isnan(none[w]) for w in ("train", "val", "test"))
 
 
 def test_the_rule_best_on_validation_pairs_with_the_learners_start_and_counts_its_picks():

@@ -54,9 +54,12 @@ ARCH_DEMO = ["data.source=arch-demo", "data.start=1999-01-01", "data.end=2018-12
 MARTINGALE = ["data.signal=0", "data.martingale=true"]
 """The true null (docs/data.md, the martingale market): every price a martingale, so every
 strategy's true Sharpe is buy-and-hold's; the gate benchmark measures a gate's size on it."""
-KINDS = {"learnable": [], "null": ["data.signal=0"], "martingale": MARTINGALE, "arch-demo": ARCH_DEMO}
-"""Each market kind's overrides of params.yaml: ``learnable`` is the embedded market as shipped,
-``null`` the same with nothing to learn (``data.signal: 0``), ``arch-demo`` 2 real indices."""
+KINDS = {"learnable": [], "null": ["data.signal=0"], "martingale": MARTINGALE, "arch-demo": ARCH_DEMO, "minute": []}
+"""Each market kind's overrides of its params file (:data:`BASES`): ``learnable`` is the embedded
+market as shipped, ``null`` the same with nothing to learn (``data.signal: 0``), ``arch-demo`` 2 real
+indices, ``minute`` params.minute.yaml's market and learner as shipped."""
+BASES = {"minute": "params.minute.yaml"}
+"""The market kinds read from another params file than params.yaml."""
 
 
 def seeds_of(text: str) -> list[int]:
@@ -88,12 +91,14 @@ def default_features(workdir: Path) -> tuple[Params, FeatureSet]:
 
 
 def market_params(root: Path, market: str, seed: int, overrides: list[str]) -> Params:
-    """params.yaml for ``market`` (a key of :data:`KINDS`) at ``seed`` (``data.seed`` and
-    ``evolution.seed``), its data in ``root/MARKET-SEED/data``; ``overrides`` apply last."""
+    """params.yaml (or the kind's own file, :data:`BASES`) for ``market`` (a key of :data:`KINDS`) at
+    ``seed`` (``data.seed`` and ``evolution.seed``), its data in ``root/MARKET-SEED/data``;
+    ``overrides`` apply last."""
     from tasks.config import load_params
 
-    return load_params(ROOT / "params.yaml", [f"data_dir={root / f'{market}-{seed}' / 'data'}", f"data.seed={seed}",
-                                              f"evolution.seed={seed}", *KINDS[market], *overrides])
+    return load_params(ROOT / BASES.get(market, "params.yaml"),
+                       [f"data_dir={root / f'{market}-{seed}' / 'data'}", f"data.seed={seed}", f"evolution.seed={seed}",
+                        *KINDS[market], *overrides])
 
 
 def blank_actor(data: MarketData, scales: StateScales, cfg: PPOConfig | SACConfig) -> Actor:

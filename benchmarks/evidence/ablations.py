@@ -20,6 +20,9 @@ the best *training* Sharpe; with the run's number of evaluations, the lead the b
 would have by luck alone (SR₀) and the registered policy's deflated Sharpe ratio (Bailey &
 López de Prado 2014; ``trainers/common/metrics.py``).
 
+``--market minute`` runs the arms on params.minute.yaml's market and learner instead (its shipped
+arm is that file; the filter, which knows a daily generator, is not a reference there).
+
 Development seeds only; the designs chosen here run once on fresh seeds in
 ``benchmarks.evidence.results``.
 
@@ -34,6 +37,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import shlex
 import sys
 import tempfile
 import time
@@ -64,6 +68,8 @@ class Arm:
 
 AVERAGED = "+ averaged policy"
 FINAL = "selection: the final population's best"
+DAILY = "the daily learner"
+"""params.yaml's learner as an arm: what it is worth on another market kind (``--market minute``)."""
 """The shipped learner's registered policy since ``evolution.select: final`` (a row of the shipped arm's run)."""
 ARMS: dict[str, Arm] = {
     "before": Arm(BEFORE, "the learner before this study: per-stock normalisation, absolute credit, the last "
@@ -103,6 +109,21 @@ ARMS: dict[str, Arm] = {
                                            "agent learns the ranking, the rule's mapping sets the concentration"),
     "scorer 4, final": Arm(["ppo.net_dims=[4]", "evolution.search_space.net_width=[2,6]"],
                            "a 4-unit scorer, the shipped selection"),
+    "epochs 4": Arm(["ppo.repeat_times=4", "evolution.search_space.repeat_times=[2,8]"],
+                    "half the passes over each rollout (the GPU's update at half the cost)"),
+    "epochs 2": Arm(["ppo.repeat_times=2", "evolution.search_space.repeat_times=[1,4]"],
+                    "a quarter of the passes, the same learning rate"),
+    "epochs 2, lr x2": Arm(["ppo.repeat_times=2", "evolution.search_space.repeat_times=[1,4]", f"ppo.lr={2**-10}",
+                            f"evolution.search_space.lr=[{2**-15},{2**-9}]"],
+                           "a quarter of the passes at twice the learning rate"),
+    "epochs 2, whole rollout, lr x4": Arm(["ppo.repeat_times=2", "evolution.search_space.repeat_times=[1,4]",
+                                           "ppo.batch_size=8192", f"ppo.lr={2**-9}",
+                                           f"evolution.search_space.lr=[{2**-14},{2**-8}]"],
+                                          "2 Adam steps a rollout, each over all of it, at 4 times the learning "
+                                          "rate: fewer passes over larger batches, as a GPU wants them"),
+    DAILY: Arm(["features.indicators=[sr_40_xs,ewm_20_xs,vol_20]", "ppo.start_ranked_by=0", "ppo.anchor=10"],
+               "params.yaml's learner: sr_40_xs first, each scorer started as its ranking and anchored to it "
+               "(on params.yaml's market, the shipped arm itself; for --market minute)"),
 }
 REFERENCE = "shipped"
 LADDER = ("before", "+ pooled normalisation", "+ market-relative credit", AVERAGED, "shipped")
@@ -161,7 +182,8 @@ def picked(rules: list[dict[str, Any]]) -> dict[str, Any]:
 
 def references(m: Market) -> list[dict[str, Any]]:
     """What needs no RL, per window: the rules (:data:`PRIORS`) and the one of them best on
-    validation, the least-squares scorer, the filter."""
+    validation, the least-squares scorer, the filter (daily bars only: it filters the generator's
+    daily drift)."""
     from benchmarks.archive.ceiling import linear_fit
     from benchmarks.evidence.results import oracle_scores
     from tasks.data.momentum import ewm_return, trend_sharpe
@@ -171,7 +193,9 @@ def references(m: Market) -> list[dict[str, Any]]:
     close = m.data.close.numpy()
     rules = [{"arm": name, **held(m, torch.tensor(scores))} for name, scores in zip(PRIORS, (
         ewm_return(close, 40), trend_sharpe(close, 40), ewm_return(close, 20)))]
-    fits = {"least-squares scorer": fitted, "filter": oracle_scores(m.params, m.fs, filtered_drift)}
+    fits = {"least-squares scorer": fitted}
+    if m.params.data.freq == "1d":  # the generator's drift is a daily one: no filter of minute bars
+        fits["filter"] = oracle_scores(m.params, m.fs, filtered_drift)
     return [*rules, picked(rules), *({"arm": name, **held(m, scores)} for name, scores in fits.items())]
 
 
@@ -248,17 +272,18 @@ def augmented(m: Market, histories: list[np.ndarray]) -> Market:
                    test=(m.test[0] + extra, m.test[1] + extra))
 
 
-def run_arm(job: tuple[str | None, int, list[str], bool]) -> list[dict[str, Any]]:
-    """Train one arm on one market seed; the shipped arm adds the vanilla agent, the selection
-    rules and the references unless ``bare``. Arm ``None``: the references alone, no training."""
+def run_arm(job: tuple[str | None, int, list[str], bool, str]) -> list[dict[str, Any]]:
+    """Train one arm on one seed of a market kind (``learnable``: params.yaml's, or ``minute``); the
+    shipped arm adds the vanilla agent, the selection rules and the references unless ``bare``. Arm
+    ``None``: the references alone, no training."""
     from trainers.config import EvolutionConfig
     from trainers.population.evolution import Evolution
     from trainers.ppo.multiplex import run_multiplexed
 
-    arm, seed, overrides, bare = job
+    arm, seed, overrides, bare, market = job
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        m = build_market(Path(tmp), "learnable", seed, [*(ARMS[arm].overrides if arm else []), *overrides])
+        m = build_market(Path(tmp), market, seed, [*(ARMS[arm].overrides if arm else []), *overrides])
     if arm is None:
         return _printed(references(m), seed)
     own = m
@@ -365,6 +390,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-109"), help="development seeds only")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--market", default="learnable", choices=("learnable", "minute"),
+                        help="params.yaml's embedded market, or params.minute.yaml's (its learner as shipped)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[],
                         help="a params.yaml override for every arm (KEY=VALUE), e.g. -s evolution.generations=2")
@@ -384,10 +411,10 @@ def main() -> None:
         return
     started = time.perf_counter()
     arms: list[str | None] = [None] if args.rules else args.arms
-    jobs = [(arm, seed, args.overrides, args.bare) for arm in arms for seed in args.seeds]
+    jobs = [(arm, seed, args.overrides, args.bare, args.market) for arm in arms for seed in args.seeds]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         rows = [r for part in pool.imap(run_arm, jobs) for r in part]
-    result = {"command": " ".join([".venv/bin/python -m benchmarks.evidence.ablations", *sys.argv[1:]]),
+    result = {"command": ".venv/bin/python -m benchmarks.evidence.ablations " + shlex.join(sys.argv[1:]),
               "minutes": (time.perf_counter() - started) / 60, "rows": rows,
               "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if args.json:

@@ -16,6 +16,7 @@ from benchmarks.common import (
     Reading,
     commit,
     history_file,
+    market_params,
     read_history,
     record,
     recorded_line,
@@ -149,3 +150,12 @@ def test_a_row_is_stamped_with_the_commit_it_was_measured_on():
 
 def test_seed_lists_read_ranges_lists_and_one_seed():
     assert seeds_of("7-9") == [7, 8, 9] and seeds_of("7,9") == [7, 9] and seeds_of("400") == [400]
+
+
+def test_each_market_kind_reads_its_own_params_file_at_its_seed(tmp_path):
+    minute = market_params(tmp_path, "minute", 103, ["ppo.anchor=2"])
+    daily = market_params(tmp_path, "learnable", 103, [])
+    assert (minute.data.freq, minute.data.symbols, minute.registry.model_name) == ("1min", 10, "podracer-ppo-1min")
+    assert (daily.data.freq, daily.registry.model_name) == ("1d", "podracer-ppo")
+    assert minute.data.seed == minute.evolution.seed == 103 and minute.ppo.anchor == 2
+    assert str(minute.data_dir).startswith(str(tmp_path / "minute-103"))

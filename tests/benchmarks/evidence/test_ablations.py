@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.common import Market
-from benchmarks.evidence.ablations import AVERAGED, PICKED, augmented, picked, report
+from benchmarks.common import Market, market_params
+from benchmarks.evidence.ablations import ARMS, AVERAGED, PICKED, augmented, picked, report
 from trainers.common.env import MarketData
 
 
@@ -87,3 +87,19 @@ def test_the_rule_best_on_validation_pairs_with_the_learners_start_and_counts_it
     assert f"| {PICKED} | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.60 ± 0.26 | − sr_40 rule: -0.07 ± 0.21 (t = -0.55) |" in text
     assert ("The rule best on validation: ewm_40 rule on 1 of 3 seeds, sr_40 rule on 1 of 3 seeds, "
             "ewm_20 rule on 1 of 3 seeds.") in text
+
+
+@pytest.mark.parametrize("market", ["learnable", "minute"])
+def test_the_gpu_scale_arms_change_only_the_passes_batch_and_rate_and_cover_every_agents_rollout(tmp_path, market):
+    base = market_params(tmp_path, market, 100, [])
+    for arm in ("epochs 4", "epochs 2", "epochs 2, lr x2", "epochs 2, whole rollout, lr x4"):
+        p = market_params(tmp_path, market, 100, ARMS[arm].overrides)
+        assert p.env == base.env and p.features == base.features and p.ppo.net_dims == base.ppo.net_dims
+        space, shipped = p.evolution.search_space, base.evolution.search_space
+        steps = p.ppo.repeat_times / base.ppo.repeat_times
+        # the search space moves with agent 0: every agent's passes and rate scale alike
+        assert [b * steps for b in shipped["repeat_times"]] == list(space["repeat_times"])
+        assert [b * p.ppo.lr / base.ppo.lr for b in shipped["lr"]] == list(space["lr"])
+    whole = market_params(tmp_path, market, 100, ARMS["epochs 2, whole rollout, lr x4"].overrides)
+    # one minibatch is each agent's whole rollout, the largest the search space can draw included
+    assert whole.ppo.batch_size >= max(whole.evolution.search_space["num_envs"]) * whole.ppo.horizon

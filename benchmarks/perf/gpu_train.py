@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.perf.gpu_common import Args, paper_env, paper_ppo, scales_of
+from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, paper_env, paper_ppo, scales_of
 from benchmarks.perf.gpu_eval import actors_of, chunk_check
 from benchmarks.perf.gpu_market import minute_market, sample_market
 from trainers import profiler
@@ -61,8 +61,7 @@ def hot_steps(args: Args) -> dict[str, Callable[[], None]]:
     step, each warmed up once, ready to run again."""
     stocks = 4 if args.tiny else 30
     data = sample_market(stocks, 300, seed=0, device=args.device)
-    small = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
-    ppo = population(data, 2, RuntimeConfig(), **small)
+    ppo = population(data, 2, RuntimeConfig(), **TINY)
     ppo.train_iteration([0, 1])
     group = ppo.group([0, 1])
     group.load(ppo.learners, ppo.envs)
@@ -101,7 +100,7 @@ def section_ppo(args: Args) -> dict[str, Any]:
     sizes = [1, 2] if args.tiny else list(args.agents)
     universes = [4] if args.tiny else [30, 100]
     modes = ["eager", "graphs"] if args.device == "cuda" else ["eager"]
-    small = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2} if args.tiny else {}
+    small = TINY if args.tiny else {}
     rows = []
     for stocks in universes:
         data = sample_market(stocks, 300 if args.tiny else 5000, seed=0, device=args.device)
@@ -157,7 +156,7 @@ def tiny_evolution(args: Args, data: MarketData, runtime: RuntimeConfig, generat
     """A short evolution of the paper's config at toy shapes, for the parity checks."""
     cfg = EvolutionConfig(population=2 if args.tiny else 4, generations=generations, iterations_per_generation=2,
                           eval_interval=2, search_space=dict(SEARCH), seed=3)
-    ppo = paper_ppo(num_envs=4, horizon=8, batch_size=16, repeat_times=2)
+    ppo = paper_ppo(**TINY)
     bars = data.close.shape[0]
     return Evolution(data, scales_of(data, 0), paper_env(), ppo, cfg, (0, bars // 2), (bars // 2, bars - 1), 252.0,
                      runtime=runtime)
@@ -227,8 +226,7 @@ def section_headline(args: Args) -> dict[str, Any]:
     out: dict[str, Any] = {"market": {"stocks": market.stocks, "sessions": market.sessions,
                                       "bars": int(data.close.shape[0]), "windows": windows,
                                       "seconds": time.perf_counter() - started}}
-    shapes = ({"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2} if args.tiny else
-              {"num_envs": 2048, "horizon": 128, "batch_size": 32768, "repeat_times": 8})
+    shapes = TINY if args.tiny else HEADLINE
     evo = EvolutionConfig(population=2 if args.tiny else 16, generations=10**6, iterations_per_generation=1
                           if args.tiny else 4, eval_interval=1 if args.tiny else 4, search_space=dict(SEARCH), seed=0)
     out["config"] = {"ppo": shapes, "population": evo.population, "iterations_per_generation":

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.perf.gpu_common import Args, bytes_moved, timed
+from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, timed
 from benchmarks.perf.gpu_market import sample_market
 from benchmarks.perf.gpu_train import population
 from trainers.config import RuntimeConfig
@@ -47,9 +47,6 @@ def necessary_update_bytes(stocks: int, state_dim: int, per_action: bool) -> int
 
 COUNTED = {"num_envs": 64, "horizon": 32, "batch_size": 1024, "repeat_times": 2}
 """The shapes the bytes are counted at (per sample, they hardly depend on them)."""
-HEADLINE = {"num_envs": 2048, "horizon": 128, "batch_size": 32768, "repeat_times": 8}
-"""The headline's shapes (benchmarks/perf/gpu_train.py), at which CUDA's rate is measured."""
-TINY = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
 
 
 def section_update(args: Args) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import torch
 
 from benchmarks.perf import gpu
 from benchmarks.perf.gpu import BUDGET, SECTIONS, necessary_bytes, orchestrate
-from benchmarks.perf.gpu_common import Args, bytes_moved, paper_env, paper_ppo
+from benchmarks.perf.gpu_common import HEADLINE, Args, bytes_moved, paper_env, paper_ppo
 from benchmarks.perf.gpu_report import headline_text, record_run
 from benchmarks.perf.gpu_update import necessary_update_bytes, update_table
 from tasks.config import load_params
@@ -74,6 +74,8 @@ def test_its_configs_are_params_paper_yamls() -> None:
     shapes = {"num_envs", "horizon", "batch_size", "repeat_times"}
     assert {k: v for k, v in asdict(paper_ppo()).items() if k not in shapes} == {
         k: v for k, v in asdict(paper.ppo).items() if k not in shapes}
+    # the headline scales the envs and minibatch up, but makes params.paper.yaml's passes over each rollout
+    assert HEADLINE["repeat_times"] == paper.ppo.repeat_times == 2
 
 
 def test_bytes_are_counted_op_by_op_by_hand() -> None:

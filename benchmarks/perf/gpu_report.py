@@ -104,7 +104,10 @@ def _split(headline: dict[str, Any]) -> str:
         return ""
     parts = ", ".join(f"{k} {v:.0%} ({split['seconds'][k]:.2f} s each)" for k, v in
                       sorted(split["shares_of_generation"].items(), key=lambda kv: -kv[1]))
-    return f"\n- A generation as it runs ({MODES[split['mode']]}, the device drained between parts): {parts}."
+    rollout = (f" The rollout, the env with the policy in the loop on this market: "
+               f"{split['rollout_env_steps_per_s'] / 1e6:.1f} M env steps/s (target 50 M)."
+               if "rollout_env_steps_per_s" in split else "")
+    return f"\n- A generation as it runs ({MODES[split['mode']]}, the device drained between parts): {parts}.{rollout}"
 
 
 def _chunked(headline: dict[str, Any]) -> str:

@@ -368,7 +368,9 @@ def _compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, 
     """The headline's generation as it runs, compiled and recorded: seconds of a rollout, an
     update and one evaluation of the whole validation window, the device drained after each
     (a replayed graph has no operations inside for RL-Scope to see), and their shares of a
-    generation of ``iterations_per_generation`` iterations and one evaluation."""
+    generation of ``iterations_per_generation`` iterations and one evaluation; and the rollout's
+    env steps/s: the env on the headline's market with the policy in the loop, where the env
+    section's figure is the env alone on a small market with a fixed action."""
     pop = _fresh(data, windows["train"], windows["validation"], shapes, evo, RuntimeConfig(compile=mode))
     dev = torch.device(args.device)
     group = list(range(len(pop.agents)))
@@ -392,4 +394,6 @@ def _compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, 
     generation = per * (seconds["rollout"] + seconds["update"]) + seconds["evaluation"]
     shares = {"rollout": per * seconds["rollout"] / generation, "update": per * seconds["update"] / generation,
               "evaluation": seconds["evaluation"] / generation}
-    return {"mode": mode, "seconds": seconds, "shares_of_generation": shares}
+    steps = sum(pop.agents[i].samples_per_iteration for i in group)
+    return {"mode": mode, "seconds": seconds, "shares_of_generation": shares, "rollout_env_steps": steps,
+            "rollout_env_steps_per_s": steps / seconds["rollout"]}

@@ -45,8 +45,12 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
         session["validation_sharpes"].values())
     assert headline["chunked_evaluation"]["chunked"][0]["chunks"] == 64
     assert sum(headline["compiled_split"]["shares_of_generation"].values()) == pytest.approx(1.0)
+    split = headline["compiled_split"]  # 2 agents × 4 envs × 8 steps in one rollout, at the rollout's pace
+    assert split["rollout_env_steps"] == 64
+    assert split["rollout_env_steps_per_s"] == pytest.approx(64 / split["seconds"]["rollout"])
     text = headline_text(results)  # the report's lines for them
-    assert "A generation as it runs" in text and "chunks side by side" in text and "session-momentum" in text
+    assert "A generation as it runs" in text and "with the policy in the loop" in text
+    assert "chunks side by side" in text and "session-momentum" in text
     assert "| fused |" in update_table(results["update"])
     assert sum(headline["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)
     update = {row["form"]: row for row in results["update"]["rows"]}  # the fused form moves fewer bytes compiled

@@ -68,9 +68,9 @@ class Arm:
 
 AVERAGED = "+ averaged policy"
 FINAL = "selection: the final population's best"
+"""The shipped learner's registered policy since ``evolution.select: final`` (a row of the shipped arm's run)."""
 DAILY = "the daily learner"
 """params.yaml's learner as an arm: what it is worth on another market kind (``--market minute``)."""
-"""The shipped learner's registered policy since ``evolution.select: final`` (a row of the shipped arm's run)."""
 ARMS: dict[str, Arm] = {
     "before": Arm(BEFORE, "the learner before this study: per-stock normalisation, absolute credit, the last "
                           "iterate, the best snapshot"),
@@ -323,7 +323,7 @@ def report(rows: list[dict[str, Any]]) -> str:
     by = {(r["arm"], r["seed"]): r for r in rows}
     seeds = sorted({r["seed"] for r in rows})
     arms = list(dict.fromkeys(r["arm"] for r in rows))
-    lines = [f"Development seeds {seeds[0]}–{seeds[-1]} (n = {len(seeds)}); Sharpe less buy-and-hold's on the same "
+    lines = [f"Seeds {seeds[0]}–{seeds[-1]} (n = {len(seeds)}); Sharpe less buy-and-hold's on the same "
              "window, mean ± sd over seeds; the last column is paired by seed with the arm named there.", "",
              "| arm | train | validation | test | test − reference (t) |", "|---|---|---|---|---|"]
 
@@ -388,7 +388,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-109"), help="development seeds only")
+    parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-109"),
+                        help="development seeds to choose on; fresh ones only once, to confirm a choice made")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--market", default="learnable", choices=("learnable", "minute"),
                         help="params.yaml's embedded market, or params.minute.yaml's (its learner as shipped)")

@@ -97,6 +97,19 @@ def headline_text(run: dict[str, dict[str, Any]]) -> str:
             + _split(h) + _chunked(h))
 
 
+def two_core_text(cpu: dict[str, dict[str, Any]] | None) -> str:
+    """The 2-core agent's test year on the headline's market (benchmarks/perf/gpu_two_core.py), when
+    the CPU's folder has it."""
+    two = (cpu or {}).get("two_core")
+    if not two:
+        return ""
+    test = two["test"]
+    return (f"\n- The 2-core agent on the same market (params.paper.yaml's budget, benchmarks/perf/gpu_two_core.py "
+            f"at {two['tree']['commit']}): {two['env_steps'] / 1e6:.1f} M env steps in {two['train_seconds']:.0f} s "
+            f"on {two['threads']} CPU cores; test Sharpe {test['agent']['sharpe']:.2f}, buy-and-hold "
+            f"{test['buy_and_hold']['sharpe']:.2f}.")
+
+
 def _split(headline: dict[str, Any]) -> str:
     """The compiled generation's split (benchmarks/perf/gpu_train.py::_compiled_split), when run."""
     split = headline.get("compiled_split") or {}
@@ -225,7 +238,7 @@ def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, 
         + (f"**The update's bytes** (benchmarks/perf/gpu_update.py; counted at {gpu['update']['agents']} agents, "
            f"the rate at the headline's shapes):\n\n{update_table(gpu['update'])}\n\n"
            if gpu.get("update", {}).get("rows") else "")
-        + f"**The headline** (benchmarks/perf/gpu_train.py):\n\n{headline_text(gpu)}\n")
+        + f"**The headline** (benchmarks/perf/gpu_train.py):\n\n{headline_text(gpu)}{two_core_text(cpu)}\n")
     h = gpu["headline"]
     env16 = next((r for r in gpu["env"]["rows"] if r["envs"] == 16384 and r["mode"] == "inductor"), {})
     eager16 = next((r for r in gpu["env"]["rows"] if r["envs"] == 16384 and r["mode"] == "eager"), {})

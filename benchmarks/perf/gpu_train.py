@@ -252,7 +252,7 @@ def section_headline(args: Args) -> dict[str, Any]:
         d_steps = curve[-1]["env_steps"] - curve[0]["env_steps"]
         out["steady_env_steps_per_s"] = d_steps / (curve[-1]["seconds"] - curve[0]["seconds"])
     args.save("headline", out)
-    out["test"] = _guarded(lambda: _test_year(data, windows, result, market.per_year))
+    out["test"] = _guarded(lambda: scored_test_year(data, windows, result, market.per_year))
     out["chunked_evaluation"] = _guarded(lambda: chunk_check(  # the final population, both ways
         data, scales_of(data, windows["train"][0]), windows["validation"],
         actors_of(data, scales_of(data, windows["train"][0]), [lead.actor for lead in result.leaders]),
@@ -317,7 +317,7 @@ def _train(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], sh
     return run.best(), curve
 
 
-def _test_year(data: MarketData, windows: dict[str, tuple[int, int]], result: EvolutionResult,
+def scored_test_year(data: MarketData, windows: dict[str, tuple[int, int]], result: EvolutionResult,
                per_year: float) -> dict:
     """The best validation snapshot and buy-and-hold on the test year (never seen in training
     or selection), under the env's rules."""

@@ -1,0 +1,86 @@
+"""The 2-core agent beside the GPU headline (benchmarks/perf/gpu_train.py): what this project's
+2-core machine trains on the headline's own market, so the GPU's compute is judged by what it
+buys on the test year, not by its speed alone (docs/results.md, the paper-scale market on one GPU).
+
+The market is the headline's (:func:`benchmarks.perf.gpu_market.minute_market`, built from one
+seeded CPU generator, so the same bars on either machine); the budget is params.paper.yaml's
+(4 agents, 16 generations of 4 iterations of 32 envs × 128 steps, about 1.3 M env steps, 2
+passes over each rollout) and the search space the headline's. Run here, on 2 CPU cores, before
+the device run; its JSON goes beside the CPU's other sections (``docs/results/gpu-cpu``) and the
+record puts its test year beside the device's:
+
+    .venv/bin/python -m benchmarks.perf.gpu_two_core --out docs/results/gpu-cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.perf.gpu_common import TINY, paper_env, paper_ppo, scales_of
+from benchmarks.perf.gpu_market import minute_market
+from benchmarks.perf.gpu_train import SEARCH, scored_test_year
+from benchmarks.perf.tree import tree_state
+from trainers.config import EvolutionConfig
+from trainers.population.evolution import Evolution
+from trainers.ppo.multiplex import run_multiplexed
+
+BUDGET = {"population": 4, "generations": 16, "iterations_per_generation": 4, "eval_interval": 4}
+"""params.paper.yaml's evolution (tests/benchmarks/perf/test_gpu_two_core.py keeps them equal)."""
+PASSES = 2
+"""params.paper.yaml's ``ppo.repeat_times``."""
+
+
+def two_core_agent(tiny: bool = False, threads: int = 2) -> dict[str, Any]:
+    """Train the 2-core budget on the headline's market on the CPU; its env steps, seconds and
+    test year (the best validation snapshot, buy-and-hold beside it)."""
+    torch.set_num_threads(threads)
+    started = time.perf_counter()
+    market = minute_market(8, 12) if tiny else minute_market(100, 2520)
+    built = time.perf_counter() - started
+    data, windows = market.data, market.windows
+    evo = EvolutionConfig(**{**BUDGET, **({"population": 2, "generations": 2, "iterations_per_generation": 1,
+                                           "eval_interval": 1} if tiny else {})}, search_space=dict(SEARCH), seed=0)
+    shapes = TINY if tiny else {"repeat_times": PASSES}
+    run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
+                    windows["train"], windows["validation"], market.per_year)
+    started = time.perf_counter()
+    generations = 0
+
+    def progress(best: Any) -> None:
+        nonlocal generations
+        generations += 1
+        print(json.dumps({"generation": generations, "seconds": round(time.perf_counter() - started, 1),
+                          "env_steps": best.env_steps, "best_validation_sharpe": best.best_fitness}), flush=True)
+
+    run.run(on_generation=progress, runner=run_multiplexed)
+    result = run.best()
+    seconds = time.perf_counter() - started
+    return {"market": {"stocks": market.stocks, "sessions": market.sessions, "seconds": built},
+            "config": {**asdict(evo), "repeat_times": shapes["repeat_times"]},
+            "threads": threads, "env_steps": result.env_steps, "train_seconds": seconds,
+            "best_validation_sharpe": result.best_fitness,
+            "test": scored_test_year(data, windows, result, market.per_year), "tree": tree_state()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="the CPU's folder of the device script's JSON")
+    parser.add_argument("--tiny", action="store_true", help="toy sizes: the code path in seconds (tests)")
+    args = parser.parse_args()
+    out = two_core_agent(args.tiny)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "two_core.json").write_text(json.dumps(out, indent=1))
+    test = out["test"]
+    print(f"2-core agent: {out['env_steps'] / 1e6:.2f} M env steps in {out['train_seconds']:.0f} s; test Sharpe "
+          f"{test['agent']['sharpe']:.2f} (buy-and-hold {test['buy_and_hold']['sharpe']:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -23,18 +23,28 @@ from typing import Any
 
 import torch
 
+from benchmarks.common import ROOT
 from benchmarks.perf.gpu_common import TINY, paper_env, paper_ppo, scales_of
 from benchmarks.perf.gpu_market import minute_market
 from benchmarks.perf.gpu_train import SEARCH, scored_test_year
 from benchmarks.perf.tree import tree_state
+from tasks.config import load_params
 from trainers.config import EvolutionConfig
 from trainers.population.evolution import Evolution
 from trainers.ppo.multiplex import run_multiplexed
 
-BUDGET = {"population": 4, "generations": 16, "iterations_per_generation": 4, "eval_interval": 4}
-"""params.paper.yaml's evolution (tests/benchmarks/perf/test_gpu_two_core.py keeps them equal)."""
-PASSES = 2
-"""params.paper.yaml's ``ppo.repeat_times``."""
+SHAPES = ("num_envs", "horizon", "batch_size", "repeat_times")
+BUDGET = ("population", "generations", "iterations_per_generation", "eval_interval")
+TINY_BUDGET = {"population": 2, "generations": 2, "iterations_per_generation": 1, "eval_interval": 1}
+
+
+def budget(tiny: bool = False) -> tuple[EvolutionConfig, dict[str, int]]:
+    """params.paper.yaml's evolution budget and PPO shapes (``tiny``: toy ones), with the
+    headline's search space."""
+    paper = load_params(ROOT / "params.paper.yaml")
+    sizes = TINY_BUDGET if tiny else {k: getattr(paper.evolution, k) for k in BUDGET}
+    shapes = TINY if tiny else {k: getattr(paper.ppo, k) for k in SHAPES}
+    return EvolutionConfig(**sizes, search_space=dict(SEARCH), seed=0), shapes
 
 
 def two_core_agent(tiny: bool = False, threads: int = 2) -> dict[str, Any]:
@@ -45,9 +55,7 @@ def two_core_agent(tiny: bool = False, threads: int = 2) -> dict[str, Any]:
     market = minute_market(8, 12) if tiny else minute_market(100, 2520)
     built = time.perf_counter() - started
     data, windows = market.data, market.windows
-    evo = EvolutionConfig(**{**BUDGET, **({"population": 2, "generations": 2, "iterations_per_generation": 1,
-                                           "eval_interval": 1} if tiny else {})}, search_space=dict(SEARCH), seed=0)
-    shapes = TINY if tiny else {"repeat_times": PASSES}
+    evo, shapes = budget(tiny)
     run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
                     windows["train"], windows["validation"], market.per_year)
     started = time.perf_counter()

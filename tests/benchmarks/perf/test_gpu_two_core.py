@@ -9,15 +9,17 @@ import sys
 from pathlib import Path
 
 from benchmarks.perf.gpu_report import two_core_text
-from benchmarks.perf.gpu_two_core import BUDGET, PASSES
-from tasks.config import load_params
+from benchmarks.perf.gpu_train import SEARCH
+from benchmarks.perf.gpu_two_core import budget
 from tests.conftest import REPO
 
 
-def test_its_budget_is_params_paper_yamls() -> None:
-    paper = load_params(REPO / "params.paper.yaml")
-    assert {k: getattr(paper.evolution, k) for k in BUDGET} == BUDGET
-    assert PASSES == paper.ppo.repeat_times
+def test_its_budget_is_params_paper_yamls_with_the_headlines_search_space() -> None:
+    evo, shapes = budget()
+    # params.paper.yaml: 4 agents, 16 generations of 4 iterations, 32 envs × 128 steps, 2 passes of 1,024
+    assert (evo.population, evo.generations, evo.iterations_per_generation, evo.eval_interval) == (4, 16, 4, 4)
+    assert shapes == {"num_envs": 32, "horizon": 128, "batch_size": 1024, "repeat_times": 2}
+    assert evo.search_space == SEARCH
 
 
 def test_it_trains_on_the_cpu_and_writes_its_test_year_for_the_record(tmp_path: Path) -> None:

@@ -152,11 +152,13 @@ def test_a_service_that_fails_at_up_stops_the_ones_started_and_names_itself(tmp_
     params = overridden(tmp_path)
     services.plan(params, services.write_effective(params), HEADERS)  # the stand-ins, before `up` starts them
     (tmp_path / "standins" / "broker" / "exit").write_text("1")
-    (tmp_path / "standins" / "broker" / "exit-after").write_text("prefect mlflow receiver")  # however slow they start
+    # the broker fails once every other service has started, the runner too (it starts when Prefect answers):
+    # however slow they start, `up` then has all of them to stop
+    (tmp_path / "standins" / "broker" / "exit-after").write_text("prefect mlflow receiver runner")
     with pytest.raises(services.ServiceError, match=r"^broker exited with code 1: port taken \(log: .*broker\.log\)$"):
         services.up(params, HEADERS, say=lambda _: None)
     started = [s for s in standins if (tmp_path / "standins" / s.name / "starts").exists()]
-    assert [s.name for s in started] == ["prefect", "mlflow", "receiver", "broker"]
+    assert [s.name for s in started] == ["prefect", "mlflow", "receiver", "broker", "runner"]
     pids = [int(line.split()[1]) for s in started for line in
             (tmp_path / "standins" / s.name / "starts").read_text().splitlines()]
     assert not any(alive(pid) for pid in pids)  # `up` stopped what the supervisor had started

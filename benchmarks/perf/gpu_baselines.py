@@ -42,6 +42,7 @@ def main() -> None:
                   for k in LOOKBACKS}
     chosen = max(LOOKBACKS, key=lambda k: validation[k])
     held = held_ranking(market.data, daily, test, momentum_scores(market.data, chosen * SESSION))
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "baselines.json").write_text(json.dumps({
         "momentum": performance(fast, market.per_year),
         "session_momentum": performance(held, market.per_year) | {"lookback_sessions": chosen,

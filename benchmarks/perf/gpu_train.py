@@ -293,10 +293,16 @@ def _guarded(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"error": f"{type(error).__name__}: {error}"[:800]}
 
 
+def paper_evolution(data: MarketData, train: tuple[int, int], validation: tuple[int, int], shapes: dict[str, int],
+                    evo: EvolutionConfig, runtime: RuntimeConfig | None = None) -> Evolution:
+    """An evolution of the paper's env and PPO at ``shapes`` on the minute market's windows."""
+    return Evolution(data, scales_of(data, train[0]), paper_env(), paper_ppo(**shapes), evo, train, validation,
+                     252.0 * 390, runtime=runtime or RuntimeConfig())
+
+
 def _train(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
            evo: EvolutionConfig, runtime: RuntimeConfig, budget: float) -> tuple[EvolutionResult, list[dict]]:
-    run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
-                    windows["train"], windows["validation"], 252.0 * 390, runtime=runtime)
+    run = paper_evolution(data, windows["train"], windows["validation"], shapes, evo, runtime)
     curve: list[dict[str, Any]] = []
     started = time.perf_counter()
 
@@ -331,8 +337,7 @@ def scored_test_year(data: MarketData, windows: dict[str, tuple[int, int]], resu
 def _fresh(data: MarketData, train: tuple[int, int], validation: tuple[int, int], shapes: dict[str, int],
            evo: EvolutionConfig, runtime: RuntimeConfig) -> Multiplexed:
     """The headline's first generation, untrained, as one batched model."""
-    run = Evolution(data, scales_of(data, train[0]), paper_env(), paper_ppo(**shapes), evo, train, validation,
-                    252.0 * 390, runtime=runtime)
+    run = paper_evolution(data, train, validation, shapes, evo, runtime)
     setting = run.setting
     return Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.state.hparams, run.state.seeds)])
 

@@ -24,13 +24,12 @@ from typing import Any
 import torch
 
 from benchmarks.common import ROOT
-from benchmarks.perf.gpu_common import TINY, paper_env, paper_ppo, scales_of
+from benchmarks.perf.gpu_common import TINY
 from benchmarks.perf.gpu_market import minute_market
-from benchmarks.perf.gpu_train import SEARCH, scored_test_year
+from benchmarks.perf.gpu_train import SEARCH, paper_evolution, scored_test_year
 from benchmarks.perf.tree import tree_state
 from tasks.config import load_params
 from trainers.config import EvolutionConfig
-from trainers.population.evolution import Evolution
 from trainers.ppo.multiplex import run_multiplexed
 
 SHAPES = ("num_envs", "horizon", "batch_size", "repeat_times")
@@ -56,8 +55,7 @@ def two_core_agent(tiny: bool = False, threads: int = 2) -> dict[str, Any]:
     built = time.perf_counter() - started
     data, windows = market.data, market.windows
     evo, shapes = budget(tiny)
-    run = Evolution(data, scales_of(data, windows["train"][0]), paper_env(), paper_ppo(**shapes), evo,
-                    windows["train"], windows["validation"], market.per_year)
+    run = paper_evolution(data, windows["train"], windows["validation"], shapes, evo)
     started = time.perf_counter()
     generations = 0
 

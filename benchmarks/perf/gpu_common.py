@@ -16,7 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from benchmarks.perf.gpu_market import sample_market
 from trainers.common.env import MarketData, MarketEnv
 from trainers.common.state import StateScales
-from trainers.config import EnvConfig, PPOConfig
+from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, RuntimeConfig
+from trainers.population.evolution import Evolution
 
 
 @dataclass(frozen=True)
@@ -70,14 +71,26 @@ def scales_of(data: MarketData, first: int) -> StateScales:
     return StateScales(1 / cfg.initial_cash, 1 / cfg.hmax, tuple(data.close[first].cpu().tolist()))
 
 
+def paper_evolution(data: MarketData, train: tuple[int, int], validation: tuple[int, int], shapes: dict[str, int],
+                    evo: EvolutionConfig, runtime: RuntimeConfig | None = None) -> Evolution:
+    """An evolution of the paper's env and PPO at ``shapes`` on the minute market's windows."""
+    return Evolution(data, scales_of(data, train[0]), paper_env(), paper_ppo(**shapes), evo, train, validation,
+                     252.0 * 390, runtime=runtime or RuntimeConfig())
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queue to drain (a CUDA device; nothing to wait for on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def timed(fn: Callable[[], object], device: torch.device, repeats: int = 1) -> float:
     """Seconds per call of ``fn``, the device's queue drained before and after."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
+    sync(device)
     started = time.perf_counter()
     for _ in range(repeats):
         fn()
-    sync()
+    sync(device)
     return (time.perf_counter() - started) / repeats
 
 

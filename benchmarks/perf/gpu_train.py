@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
-from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, paper_env, paper_ppo, scales_of
+from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, paper_env, paper_evolution, paper_ppo, scales_of, sync
 from benchmarks.perf.gpu_eval import actors_of, chunk_check
 from benchmarks.perf.gpu_market import minute_market, sample_market
+from benchmarks.perf.gpu_split import compiled_split, first_generation
 from trainers import profiler
 from trainers.common.capture import compiled
 from trainers.common.env import MarketData, MarketEnv
@@ -28,7 +29,7 @@ from trainers.common.metrics import performance
 from trainers.config import EvolutionConfig, RuntimeConfig, SACConfig
 from trainers.population.evolution import Evolution, EvolutionResult
 from trainers.ppo.agent import PPOAgent
-from trainers.ppo.multiplex import Multiplexed, run_multiplexed
+from trainers.ppo.multiplex import KeptPPO, run_multiplexed
 from trainers.ppo.ppo import PPO
 from trainers.sac.sac import SACAgent
 
@@ -126,13 +127,13 @@ def _ppo_rate(args: Args, data: MarketData, agents: int, mode: str, small: dict[
     rollout_s = update_s = 0.0
     iterations = 1
     for _ in range(iterations):
-        _sync(dev)
+        sync(dev)
         started = time.perf_counter()
         rollout = ppo.collect(group)
-        _sync(dev)
+        sync(dev)
         middle = time.perf_counter()
         ppo.update(group, rollout)
-        _sync(dev)
+        sync(dev)
         rollout_s, update_s = rollout_s + middle - started, update_s + time.perf_counter() - middle
     cfg, stocks = ppo.cfg, data.n_stocks
     samples = agents * cfg.num_envs * cfg.horizon * iterations
@@ -140,11 +141,6 @@ def _ppo_rate(args: Args, data: MarketData, agents: int, mode: str, small: dict[
     return {"agents": agents, "stocks": stocks, "mode": mode, "samples_per_s": samples / (rollout_s + update_s),
             "rollout_share": rollout_s / (rollout_s + update_s), "update_flops_per_sample": flops,
             "update_tflops": flops * samples / update_s / 1e12}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _peak(args: Args) -> dict[str, Any] | None:
@@ -271,7 +267,7 @@ def section_headline(args: Args) -> dict[str, Any]:
         torch.cuda.empty_cache()
     out["profile"] = _guarded(lambda: _profile(args, data, windows, shapes, evo))  # in here too: 8 files at most
     args.save("headline", out)
-    out["compiled_split"] = _guarded(lambda: _compiled_split(args, data, windows, shapes, evo, out["mode"]))
+    out["compiled_split"] = _guarded(lambda: compiled_split(args, data, windows, shapes, evo, out["mode"]))
     args.save("headline", out)
     return out
 
@@ -293,13 +289,6 @@ def _guarded(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"error": f"{type(error).__name__}: {error}"[:800]}
 
 
-def paper_evolution(data: MarketData, train: tuple[int, int], validation: tuple[int, int], shapes: dict[str, int],
-                    evo: EvolutionConfig, runtime: RuntimeConfig | None = None) -> Evolution:
-    """An evolution of the paper's env and PPO at ``shapes`` on the minute market's windows."""
-    return Evolution(data, scales_of(data, train[0]), paper_env(), paper_ppo(**shapes), evo, train, validation,
-                     252.0 * 390, runtime=runtime or RuntimeConfig())
-
-
 def _train(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
            evo: EvolutionConfig, runtime: RuntimeConfig, budget: float) -> tuple[EvolutionResult, list[dict]]:
     run = paper_evolution(data, windows["train"], windows["validation"], shapes, evo, runtime)
@@ -307,7 +296,7 @@ def _train(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], sh
     started = time.perf_counter()
 
     def on_generation(best: EvolutionResult) -> None:
-        _sync(torch.device(args.device))
+        sync(torch.device(args.device))
         seconds = time.perf_counter() - started
         curve.append({"generation": len(curve) + 1, "seconds": seconds, "env_steps": best.env_steps,
                       "best_validation_sharpe": best.best_fitness})
@@ -317,7 +306,8 @@ def _train(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], sh
             raise _Stop
 
     try:
-        run.run(on_generation=on_generation, runner=run_multiplexed)
+        with KeptPPO() as runner:
+            run.run(on_generation=on_generation, runner=runner)
     except _Stop:
         pass
     return run.best(), curve
@@ -334,29 +324,22 @@ def scored_test_year(data: MarketData, windows: dict[str, tuple[int, int]], resu
     return {"agent": performance(agent, per_year), "buy_and_hold": performance(hold, per_year)}
 
 
-def _fresh(data: MarketData, train: tuple[int, int], validation: tuple[int, int], shapes: dict[str, int],
-           evo: EvolutionConfig, runtime: RuntimeConfig) -> Multiplexed:
-    """The headline's first generation, untrained, as one batched model."""
-    run = paper_evolution(data, train, validation, shapes, evo, runtime)
-    setting = run.setting
-    return Multiplexed(setting, [setting.agent(h, s) for h, s in zip(run.state.hparams, run.state.seeds)])
-
-
 def _profile(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
              evo: EvolutionConfig) -> dict[str, Any]:
     """RL-Scope's breakdown (trainers/profiler.py) of one eager iteration of the headline's
     population and a part of an evaluation, GPU kernels attributed to the operations."""
     lo, hi = windows["validation"]
-    pop = _fresh(data, windows["train"], (lo, min(hi, lo + (50 if args.tiny else 2500))), shapes, evo, RuntimeConfig())
+    validation = (lo, min(hi, lo + (50 if args.tiny else 2500)))
+    pop = first_generation(data, windows["train"], validation, shapes, evo, RuntimeConfig())
     group = list(range(len(pop.agents)))
     pop.train_iteration(group)  # warm-up
-    _sync(torch.device(args.device))
+    sync(torch.device(args.device))
     profiler.enable(cuda=True)
     profiler.set_phase("training")
     pop.train_iteration(group)
     profiler.set_phase("evaluation")
     pop.evaluate()
-    _sync(torch.device(args.device))
+    sync(torch.device(args.device))
     profiler.disable()
     report = profiler.report()
     total = report.wall_seconds or 1.0
@@ -365,40 +348,3 @@ def _profile(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], 
         key = "evaluation" if row.phase == "evaluation" else row.operation
         shares[key] = shares.get(key, 0.0) + row.raw_seconds / total
     return {"shares_of_wall": shares, "report": report.to_dict()}
-
-
-
-def _compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
-                    evo: EvolutionConfig, mode: str) -> dict[str, Any]:
-    """The headline's generation as it runs, compiled and recorded: seconds of a rollout, an
-    update and one evaluation of the whole validation window, the device drained after each
-    (a replayed graph has no operations inside for RL-Scope to see), and their shares of a
-    generation of ``iterations_per_generation`` iterations and one evaluation; and the rollout's
-    env steps/s: the env on the headline's market with the policy in the loop, where the env
-    section's figure is the env alone on a small market with a fixed action."""
-    pop = _fresh(data, windows["train"], windows["validation"], shapes, evo, RuntimeConfig(compile=mode))
-    dev = torch.device(args.device)
-    group = list(range(len(pop.agents)))
-    rows = [r for i in group for r in pop.rows[i]]
-    for _ in range(2):  # compiled, then recorded
-        pop.train_iteration(group)
-    seconds: dict[str, float] = {}
-    for name, step in (("rollout", lambda: pop.ppo.collect(rows)), ("evaluation", pop.evaluate)):
-        _sync(dev)
-        started = time.perf_counter()
-        rollout = step()
-        _sync(dev)
-        seconds[name] = time.perf_counter() - started
-        if name == "rollout":
-            started = time.perf_counter()
-            pop.ppo.update(rows, rollout)
-            _sync(dev)
-            seconds["update"] = time.perf_counter() - started
-    pop.finish()
-    per = evo.iterations_per_generation
-    generation = per * (seconds["rollout"] + seconds["update"]) + seconds["evaluation"]
-    shares = {"rollout": per * seconds["rollout"] / generation, "update": per * seconds["update"] / generation,
-              "evaluation": seconds["evaluation"] / generation}
-    steps = sum(pop.agents[i].samples_per_iteration for i in group)
-    return {"mode": mode, "seconds": seconds, "shares_of_generation": shares, "rollout_env_steps": steps,
-            "rollout_env_steps_per_s": steps / seconds["rollout"]}

@@ -24,13 +24,13 @@ from typing import Any
 import torch
 
 from benchmarks.common import ROOT
-from benchmarks.perf.gpu_common import TINY
+from benchmarks.perf.gpu_common import TINY, paper_evolution
 from benchmarks.perf.gpu_market import minute_market
-from benchmarks.perf.gpu_train import SEARCH, paper_evolution, scored_test_year
+from benchmarks.perf.gpu_train import SEARCH, scored_test_year
 from benchmarks.perf.tree import tree_state
 from tasks.config import load_params
 from trainers.config import EvolutionConfig
-from trainers.ppo.multiplex import run_multiplexed
+from trainers.ppo.multiplex import KeptPPO
 
 SHAPES = ("num_envs", "horizon", "batch_size", "repeat_times")
 BUDGET = ("population", "generations", "iterations_per_generation", "eval_interval")
@@ -65,7 +65,8 @@ def two_core_agent(tiny: bool = False, threads: int = 2) -> dict[str, Any]:
         print(json.dumps({"generation": generations, "seconds": round(time.perf_counter() - started, 1),
                           "env_steps": best.env_steps, "best_validation_sharpe": best.best_fitness}), flush=True)
 
-    run.run(on_generation=progress, runner=run_multiplexed)
+    with KeptPPO() as runner:
+        run.run(on_generation=progress, runner=runner)
     result = run.best()
     seconds = time.perf_counter() - started
     return {"market": {"stocks": market.stocks, "sessions": market.sessions, "seconds": built},

@@ -30,7 +30,8 @@ from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, timed
 from benchmarks.perf.gpu_market import sample_market
 from benchmarks.perf.gpu_train import population
 from trainers.config import RuntimeConfig
-from trainers.ppo.ppo import PPO, ppo_loss
+from trainers.ppo.loss import ppo_loss
+from trainers.ppo.ppo import PPO
 
 FORMS = {"matmul": False, "fused": True}
 """The batched model's forms: whether its narrow layers are products and sums."""

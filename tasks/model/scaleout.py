@@ -2,8 +2,9 @@
 
 ``train.engine`` chooses, in one table (:data:`ENGINES`; nothing else tests an engine's name):
 
-* ``multiplexed`` (the default): a generation's agents as one batched model in this process
-  (:func:`trainers.ppo.multiplex.run_multiplexed`);
+* ``multiplexed`` (the default): a generation's agents as one batched model in this process,
+  the model and its buffers kept from one generation to the next
+  (:class:`trainers.ppo.multiplex.KeptPPO`);
 * ``serial``: one agent after another in this process;
 * ``dask``: each agent's generation, or each tournament job, as the Prefect task
   :func:`train_agent` on the Dask cluster ``train.dask`` names: ``local`` (a
@@ -30,7 +31,7 @@ from tasks.config import TrainParams
 from trainers.common.jobs import AgentJob
 from trainers.population.dispatch import JobPool, Setting, gpu_turn, run_job
 from trainers.population.evolution import JobRunner, run_serially
-from trainers.ppo.multiplex import run_multiplexed
+from trainers.ppo.multiplex import KeptPPO
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -207,7 +208,7 @@ class Engine:
 
 
 ENGINES: Mapping[str, Engine] = {engine.name: engine for engine in (
-    Engine(name="multiplexed", runner=in_process(run_multiplexed), pool=no_pool, batched=True),
+    Engine(name="multiplexed", runner=lambda train, setting: KeptPPO(), pool=no_pool, batched=True),
     Engine(name="serial", runner=in_process(run_serially), pool=no_pool, batched=False),
     Engine(name="dask", runner=dask_runner, pool=dask_pool, batched=False),
 )}

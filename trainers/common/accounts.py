@@ -72,9 +72,7 @@ class AccountBatch:
         exactly what the parts would one by one; :meth:`unstack` hands the accounts back.
         """
         first = envs[0]
-        require(all(e.data is first.data and e.scales == first.scales and e.cfg == first.cfg
-                    and (e.t_lo, e.t_hi, e.random_start) == (first.t_lo, first.t_hi, first.random_start)
-                    for e in envs), "stacked envs must share data, scales, config and window")
+        _require_stackable(first, envs)
         env = cls(first.data, first.scales, first.cfg, sum(e.num_envs for e in envs), (first.t_lo, first.t_hi),
                   random_start=first.random_start)
         env.streams = [stream for e in envs for stream in e.streams]
@@ -89,6 +87,15 @@ class AccountBatch:
         tensors this env holds now, so a recorded step finds them where it left them."""
         for name in self.ACCOUNT:
             torch.cat([getattr(e, name) for e in envs], out=getattr(self, name))
+
+    def rebind(self, envs: Sequence[AccountBatch]) -> None:
+        """Stand for ``envs`` from now on, in place of those this env was stacked from (a new
+        generation's, docs/training.md, what a generation keeps): their random streams now, their
+        accounts at the next :meth:`restack`. They share this env's data, window and env counts."""
+        _require_stackable(self, envs)
+        require([e.num_envs for e in envs] == [count for _, count in self.streams],
+                "a rebound stacked env keeps its parts' env counts")
+        self.streams = [stream for e in envs for stream in e.streams]
 
     def unstack(self, envs: Sequence[AccountBatch]) -> None:
         """Write this stacked env's accounts back into the ``envs`` it was stacked from."""
@@ -138,3 +145,9 @@ class AccountBatch:
             setattr(self, name, state[name].to(self.device).clone())
         self._set_size(len(self.cash))  # Nitro may have resized the batch since it was built
         restore(self.generator, state["rng"], self.seed)
+
+
+def _require_stackable(first: AccountBatch, envs: Sequence[AccountBatch]) -> None:
+    require(all(e.data is first.data and e.scales == first.scales and e.cfg == first.cfg
+                and (e.t_lo, e.t_hi, e.random_start) == (first.t_lo, first.t_hi, first.random_start)
+                for e in envs), "stacked envs must share data, scales, config and window")

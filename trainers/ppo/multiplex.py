@@ -46,15 +46,21 @@ class Multiplexed:
     """``agents`` as one batched model; an agent of ``ppo.learners: K`` is K rows of it,
     fused after every iteration. :meth:`finish` writes them back."""
 
-    def __init__(self, setting: JobSetting, agents: Sequence[PPOAgent]) -> None:
+    def __init__(self, setting: JobSetting, agents: Sequence[PPOAgent], kept: PPO | None = None) -> None:
         self.setting, self.agents = setting, list(agents)
         self.rows: list[list[int]] = []
         """Each agent's learners' rows in the batched model."""
         for agent in self.agents:
             first = sum(len(rows) for rows in self.rows)
             self.rows.append(list(range(first, first + len(agent.learners))))
-        self.ppo = PPO([lrn for a in self.agents for lrn in a.learners], [env for a in self.agents for env in a.envs],
-                       setting.ppo_cfg, setting.runtime)
+        learners = [lrn for a in self.agents for lrn in a.learners]
+        envs = [env for a in self.agents for env in a.envs]
+        if kept is not None and kept.reload(learners, envs):
+            self.ppo = kept
+        else:
+            if kept is not None:
+                kept.release()
+            self.ppo = PPO(learners, envs, setting.ppo_cfg, setting.runtime)
         self.device = self.ppo.device
 
     def train_iteration(self, group: Sequence[int]) -> list[Rollout]:
@@ -98,10 +104,42 @@ class Multiplexed:
         return actor.state_dict()
 
     def finish(self) -> list[dict]:
-        """Write the batched weights and Adam states back to the agents; their state dicts."""
+        """Write the batched weights and Adam states back to the agents; their state dicts.
+        The PPO stays as it is, for :meth:`~trainers.ppo.ppo.PPO.reload` or its release."""
         self.ppo.write_back()
-        self.ppo.release()
         return [agent.state_dict() for agent in self.agents]
+
+
+class KeptPPO:
+    """The multiplexed engine's job runner for one run (``with KeptPPO() as runner``): each
+    generation runs as :func:`run_multiplexed` runs it, and the PPO it trained on is kept and
+    reloaded in place for the next (:meth:`~trainers.ppo.ppo.PPO.reload`), so the buffers,
+    stacked envs and, on CUDA, recorded steps are made once a run rather than once a
+    generation (docs/training.md, what a generation keeps). A generation whose networks have
+    other shapes gets a new PPO. Closing lets go of it (a CUDA graph holds its memory while it lives)."""
+
+    def __init__(self) -> None:
+        self.ppo: PPO | None = None
+        self.setting: JobSetting | None = None
+
+    def __call__(self, jobs: list[AgentJob], setting: JobSetting) -> list[AgentJob]:
+        if setting is not self.setting:
+            self.close()
+            self.setting = setting
+        kept, self.ppo = self.ppo, None  # a generation that fails keeps nothing
+        jobs, self.ppo = _generation(jobs, setting, kept)
+        return jobs
+
+    def close(self) -> None:
+        if self.ppo is not None:
+            self.ppo.release()
+        self.ppo, self.setting = None, None
+
+    def __enter__(self) -> KeptPPO:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def run_multiplexed(jobs: list[AgentJob], setting: JobSetting) -> list[AgentJob]:
@@ -109,8 +147,14 @@ def run_multiplexed(jobs: list[AgentJob], setting: JobSetting) -> list[AgentJob]
     ``eval_interval`` (keeping snapshots), patience and budgets, for all at once. A round's
     measured seconds are split over the agents in proportion to their env steps. The
     inputs are not changed."""
+    with KeptPPO() as runner:
+        return runner(jobs, setting)
+
+
+def _generation(jobs: list[AgentJob], setting: JobSetting, kept: PPO | None) -> tuple[list[AgentJob], PPO]:
+    """:func:`run_multiplexed` on ``kept`` when it can be reloaded; the jobs, and the PPO they trained on."""
     jobs = [fresh(job) for job in jobs]
-    pop = Multiplexed(setting, [PPOAgent.of(setting, job.hparams, job.seed, job.state) for job in jobs])
+    pop = Multiplexed(setting, [PPOAgent.of(setting, job.hparams, job.seed, job.state) for job in jobs], kept)
     gpu = pop.device.type == "cuda"
     for it in range(1, setting.iterations + 1):
         rounds = [agent.samples_per_iteration for agent in pop.agents]
@@ -134,4 +178,4 @@ def run_multiplexed(jobs: list[AgentJob], setting: JobSetting) -> list[AgentJob]
             record(job, it, job.last if halted[i] else scores[i], halted[i], lambda i=i: pop.actor_state(i))
     for job, state in zip(jobs, pop.finish()):
         job.state = state
-    return jobs
+    return jobs, pop.ppo

@@ -22,7 +22,8 @@ import torch
 from trainers._checks import require
 from trainers.common.nets import Actor
 from trainers.config import NitroConfig
-from trainers.ppo.ppo import Rollout, clipped
+from trainers.ppo.loss import clipped
+from trainers.ppo.ppo import Rollout
 
 _TINY = torch.finfo(torch.float64).tiny
 
@@ -97,7 +98,7 @@ def surrogate(
     advantages: torch.Tensor,
     clip: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped policy loss (the negated surrogate objective, :func:`trainers.ppo.ppo.clipped`)
+    """PPO's clipped policy loss (the negated surrogate objective, :func:`trainers.ppo.loss.clipped`)
     of ``actor`` and its mean entropy: the objective whose curvature Nitro reads (§5.1).
 
     ``raw_actions`` are the pre-``tanh`` Gaussian samples the rollout took; the ratio

@@ -46,6 +46,7 @@ from trainers.config import PPOConfig, RuntimeConfig
 from trainers.ppo.agent import Learner
 from trainers.ppo.averaging import WeightAverage
 from trainers.ppo.batched import BatchedAdam, BatchedNets, Layout
+from trainers.ppo.loss import gae_advantages, normalised, ppo_loss
 from trainers.ppo.schedule import Group, Slot
 
 WIDTH_SPREAD = 1.5
@@ -73,39 +74,6 @@ class Rollout:
         """The rollouts of consecutive blocks of ``sizes`` envs (one block per learner)."""
         parts = [getattr(self, f.name).split(sizes, dim=1) for f in fields(self)]
         return [Rollout(*tensors) for tensors in zip(*parts)]
-
-
-def gae_advantages(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_value: torch.Tensor,
-    truncated: torch.Tensor,
-    final_values: torch.Tensor,
-    gamma: float | torch.Tensor,
-    lam: float | torch.Tensor,
-) -> torch.Tensor:
-    """GAE(λ) advantages ``[H, E]`` (Schulman et al. 2016) with truncation bootstrapping.
-
-    After a truncated step the env has already reset, so the TD target uses the value of
-    the episode's final state (``final_values``) and the λ-recursion stops there.
-    """
-    advantages = torch.empty_like(rewards)
-    gae = torch.zeros_like(next_value)
-    for i in reversed(range(rewards.shape[0])):
-        following = next_value if i == rewards.shape[0] - 1 else values[i + 1]
-        bootstrap = torch.where(truncated[i], final_values[i], following)
-        delta = rewards[i] + gamma * bootstrap - values[i]
-        gae = delta + gamma * lam * gae * (~truncated[i])
-        advantages[i] = gae
-    return advantages
-
-
-def clipped(ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.Tensor,
-            per_action: bool) -> torch.Tensor:
-    """PPO's clipped surrogate ``min(ρA, clip(ρ, 1 − ε, 1 + ε)·A)`` per sample; with
-    ``per_action`` the last dimension holds each action's term, and they are summed."""
-    surr = torch.minimum(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
-    return surr.sum(-1) if per_action else surr
 
 
 def act(nets: BatchedNets, layout: Layout, slot: Slot, per_stock: bool) -> torch.Tensor | None:
@@ -142,22 +110,6 @@ def rollout_step(env: MarketEnv, nets: BatchedNets, layout: Layout, slot: Slot, 
     advance(env, nets, layout, slot, act(nets, layout, slot, per_stock))
 
 
-def ppo_loss(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, weight: torch.Tensor,
-             clip: torch.Tensor, entropy_coef: torch.Tensor, value_coef: float) -> torch.Tensor:
-    """Each learner's loss on its minibatch ``idx`` ``[n, B]`` of the flat ``batch``, rows
-    weighted by ``weight`` ``[n, B]``: the clipped surrogate plus ``value_coef`` × the value
-    loss minus ``entropy_coef`` × the entropy, summed over the learners."""
-    mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns = (
-        x.index_select(0, idx.flatten()).unflatten(0, idx.shape) for x in batch)
-    mean = nets.mean(mb_obs)
-    per_action = mb_logprobs.dim() == mb_actions.dim()
-    ratio = (nets.log_prob(mean, mb_actions, per_action) - mb_logprobs).exp()
-    c = clip.reshape((-1,) + (1,) * (ratio.dim() - 1))
-    pg_loss = -(clipped(ratio, mb_advantages, c, per_action) * weight).sum(1)
-    v_loss = ((nets.value(mb_obs) - mb_returns).pow(2) * weight).sum(1)
-    return (pg_loss + value_coef * v_loss - entropy_coef * nets.entropy()).sum()
-
-
 class PPO:
     """``learners`` and their ``envs`` as one batched model; :meth:`write_back` hands the
     trained weights and Adam moments back to the learners. ``cfg`` holds what they share
@@ -171,13 +123,7 @@ class PPO:
         self.device = self.envs[0].device
         self.nets = BatchedNets.stack([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
         self.nets.fused = runtime.compile == "inductor"
-        anchor = None
-        if cfg.anchor:  # ppo.anchor: every learner's start, stacked as its weights are
-            starts = [lrn.anchor for lrn in self.learners]
-            if any(a is None for a in starts):
-                raise ValueError("ppo.anchor > 0 but a learner has no start to be pulled towards")
-            anchor = BatchedNets.stack(starts, [lrn.critic for lrn in self.learners]).params  # type: ignore[arg-type]
-        self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64), anchor,
+        self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64), self._anchor(),
                                 self.hparam("anchor", torch.float64) if cfg.anchor else None)
         for i, learner in enumerate(self.learners):
             self.adam.load_state_of(i, learner.optimizer)
@@ -189,10 +135,55 @@ class PPO:
         self._hparams = {name: self.hparam(name) for name in ("clip", "entropy_coef")}
         self._indices: dict[tuple[int, ...], torch.Tensor] = {}
         self._groups: dict[tuple, Group] = {}
-        self.average = None if not cfg.average else WeightAverage(
-            self.nets, [lrn.policy for lrn in self.learners], [lrn.critic for lrn in self.learners],
-            [lrn.averaged for lrn in self.learners], cfg.average)
+        self.average = self._average()
         """The learners' averaged actors (``ppo.average``), advanced by :meth:`advance_average`."""
+
+    def _anchor(self) -> list[torch.Tensor] | None:
+        """``ppo.anchor``: every learner's start, stacked as its weights are."""
+        if not self.cfg.anchor:
+            return None
+        starts = [lrn.anchor for lrn in self.learners]
+        if any(a is None for a in starts):
+            raise ValueError("ppo.anchor > 0 but a learner has no start to be pulled towards")
+        return BatchedNets.stack(starts, [lrn.critic for lrn in self.learners]).params  # type: ignore[arg-type]
+
+    def _average(self) -> WeightAverage | None:
+        return None if not self.cfg.average else WeightAverage(
+            self.nets, [lrn.policy for lrn in self.learners], [lrn.critic for lrn in self.learners],
+            [lrn.averaged for lrn in self.learners], self.cfg.average)
+
+    @torch.no_grad()
+    def reload(self, learners: Sequence[Learner], envs: Sequence[MarketEnv]) -> bool:
+        """Take ``learners`` and their ``envs`` (the next generation's) in place of this PPO's,
+        into the same tensors: weights, Adam states, hyperparameters, and the groups' buffers,
+        stacked envs and recorded steps, which then serve them unchanged (docs/training.md, what
+        a generation keeps). They train as a new PPO of them would, bit for bit. False, and
+        nothing changed, when their networks' shapes or their market differ."""
+        fresh = BatchedNets.stack([lrn.actor for lrn in learners], [lrn.critic for lrn in learners])
+        if (len(learners) != len(self.learners) or fresh.widths != self.nets.widths
+                or fresh.layout != self.nets.layout or envs[0].data is not self.envs[0].data
+                or any(a.shape != b.shape for a, b in zip(fresh.params, self.nets.params))):
+            return False
+        self.learners, self.envs = list(learners), list(envs)
+        for mine, new in zip(self.nets.params, fresh.params):
+            mine.copy_(new)
+        self.adam.lr.copy_(self.hparam("lr", torch.float64))
+        if self.adam.anchor is not None and self.adam.strength is not None:
+            for mine, new in zip(self.adam.anchor, self._anchor() or []):
+                mine.copy_(new)
+            self.adam.strength.copy_(self.hparam("anchor", torch.float64))
+        for i, learner in enumerate(self.learners):
+            self.adam.load_state_of(i, learner.optimizer)
+        for name, held in self._hparams.items():
+            held.copy_(self.hparam(name))
+        self.average = self._average()
+        for key, group in list(self._groups.items()):
+            if key[1] == tuple(self.envs[i].num_envs for i in group.group):
+                group.rebind()
+            else:  # Nitro rescaled its envs: made again when needed
+                group.drop()
+                del self._groups[key]
+        return True
 
     def hparam(self, name: str, dtype: torch.dtype = torch.float32,
                group: Sequence[int] | None = None) -> torch.Tensor:
@@ -385,25 +376,6 @@ class PPO:
             learner.optimizer = self.adam.state_of(i)
             if self.average is not None:
                 learner.average, learner.averaged = self.average.actor(i, learner.actor), int(self.average.counts[i])
-
-
-def normalised(advantages: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """Advantages ``[H, E(, n)]`` centred and scaled by each learner's own mean and unbiased
-    standard deviation (as ``Tensor.std``) over its samples."""
-    with torch.no_grad():
-        h, n = advantages.shape[0], len(layout.counts)
-        per_env = layout.agent_of_env
-        count = (layout.sizes * h * advantages[0, 0].numel()).to(advantages.dtype)
-
-        def per_learner(x: torch.Tensor) -> torch.Tensor:  # [H, E(, n)] -> each learner's sum
-            per_env_sums = x.sum(0).reshape(len(per_env), -1).sum(1)
-            return torch.zeros(n, device=x.device).index_add_(0, per_env, per_env_sums)
-
-        mean = per_learner(advantages) / count
-        shape = (-1,) + (1,) * (advantages.dim() - 2)
-        centred = advantages - mean[per_env].reshape(shape)
-        var = per_learner(centred.pow(2)) / (count - 1)
-        return centred / (var.sqrt()[per_env].reshape(shape) + 1e-8)
 
 
 def _values_at(nets: BatchedNets, layout: Layout, final: FinalStates) -> torch.Tensor:

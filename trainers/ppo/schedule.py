@@ -118,11 +118,16 @@ class Schedule:
     def of(cls, group: Sequence[int], rows: int, counts: Sequence[int], cfg: PPOConfig,
            learner_cfgs: Sequence[PPOConfig], device: torch.device) -> Schedule:
         layout = Layout.of(counts, device)
-        per_env = layout.agent_of_env
-        gamma = torch.tensor([c.gamma for c in learner_cfgs], dtype=torch.float32, device=device)[per_env]
-        lam = torch.tensor([c.gae_lambda for c in learner_cfgs], dtype=torch.float32, device=device)[per_env]
-        return cls(list(group), rows, layout, cfg.horizon, [int(c.repeat_times) for c in learner_cfgs],
-                   cfg.batch_size, gamma, lam)
+        repeat_times, gamma, lam = _tuning(layout, learner_cfgs)
+        return cls(list(group), rows, layout, cfg.horizon, repeat_times, cfg.batch_size, gamma, lam)
+
+    def retune(self, learner_cfgs: Sequence[PPOConfig]) -> None:
+        """Take new learners' epochs, γ and λ (for the same envs); γ and λ into the tensors that
+        a recorded rollout reads."""
+        self.repeat_times, gamma, lam = _tuning(self.layout, learner_cfgs)
+        self.gamma.copy_(gamma)
+        self.lam.copy_(lam)
+        self._static = None
 
     @property
     def sizes(self) -> list[int]:
@@ -176,6 +181,14 @@ class Schedule:
                 active[:steps, row] = True
             self._static = (weight, active)
         return self._static
+
+
+def _tuning(layout: Layout, learner_cfgs: Sequence[PPOConfig]) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """Each learner's epochs, and each env's learner's γ and λ on the layout's device."""
+    per_env, device = layout.agent_of_env, layout.sizes.device
+    gamma = torch.tensor([c.gamma for c in learner_cfgs], dtype=torch.float32, device=device)[per_env]
+    lam = torch.tensor([c.gae_lambda for c in learner_cfgs], dtype=torch.float32, device=device)[per_env]
+    return [int(c.repeat_times) for c in learner_cfgs], gamma, lam
 
 
 class Trainer(Protocol):
@@ -240,6 +253,14 @@ class Group:
         buf.starts.copy_(starts)
         buf.ends.copy_(ends)
         return buf
+
+    def rebind(self) -> None:
+        """Serve the PPO's new learners (:meth:`trainers.ppo.ppo.PPO.reload`), whose envs have
+        the group's env counts: their random streams, epochs, γ and λ, in the tensors the
+        recorded steps read; the buffers, the stacked env's accounts and the steps stay."""
+        ppo = self.ppo
+        self.schedule.retune([ppo.learners[i].cfg for i in self.group])
+        self.env.rebind([ppo.envs[i] for i in self.group])
 
     def rollout(self) -> None:
         self._rollout()

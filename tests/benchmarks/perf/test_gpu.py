@@ -48,8 +48,11 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     split = headline["compiled_split"]  # 2 agents × 4 envs × 8 steps in one rollout, at the rollout's pace
     assert split["rollout_env_steps"] == 64
     assert split["rollout_env_steps_per_s"] == pytest.approx(64 / split["seconds"]["rollout"])
+    start = split["generation_start"]  # the next generation on the kept PPO, and on a new one
+    assert start["reloaded"] and start["kept_seconds"] > 0
+    assert start["saved_seconds"] == pytest.approx(start["rebuilt_seconds"] - start["kept_seconds"])
     text = headline_text(results)  # the report's lines for them
-    assert "A generation as it runs" in text and "with the policy in the loop" in text
+    assert "A generation as it runs" in text and "with the policy in the loop" in text and "kept and reloaded" in text
     assert "chunks side by side" in text and "session-momentum" in text
     assert "| fused |" in update_table(results["update"])
     assert sum(headline["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)

@@ -31,7 +31,7 @@ from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
 from trainers.population.dispatch import JobPool, Setting, run_job
 from trainers.population.evolution import Evolution, JobRunner, run_serially
-from trainers.ppo.multiplex import run_multiplexed
+from trainers.ppo.multiplex import KeptPPO
 
 DATA = market(t=60)
 ENV = EnvConfig(initial_cash=10_000.0, hmax=100, episode_len=8, min_episode_len=4)
@@ -222,7 +222,7 @@ def test_every_engine_the_config_allows_has_one_entry() -> None:
 
 def test_in_process_is_the_default() -> None:
     with job_pool(TrainParams(), SETTING) as pool, job_runner(TrainParams(), SETTING) as runner:
-        assert pool is None and runner is run_multiplexed
+        assert pool is None and isinstance(runner, KeptPPO)  # the generations' batched model, kept between them
     with job_runner(TrainParams(engine="serial"), SETTING) as runner:
         assert runner is run_serially
 

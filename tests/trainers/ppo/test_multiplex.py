@@ -10,7 +10,8 @@ from tests.trainers.helpers import market, scales
 from trainers.common.jobs import AgentJob
 from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
 from trainers.population.evolution import Evolution, run_serially
-from trainers.ppo.multiplex import Multiplexed, run_multiplexed
+from trainers.ppo.multiplex import KeptPPO, Multiplexed, run_multiplexed
+from trainers.ppo.ppo import PPO as BatchedPPO
 
 ENV = EnvConfig(initial_cash=10_000.0, hmax=20, episode_len=8, min_episode_len=4)
 PPO = PPOConfig(num_envs=4, horizon=8, batch_size=16, repeat_times=2, net_dims=(8,), lr=3e-3)
@@ -90,6 +91,39 @@ def test_parallel_learners_leave_a_generation_fused_and_batch_like_single_ones()
         assert not torch.equal(first["rng"], second["rng"])  # their own streams
         assert_same_agent(alone, done)
         assert done.cost.env_steps == 2 * 2 * done.hparams["num_envs"] * PPO.horizon
+
+
+@pytest.mark.parametrize("space, reloads", [({k: v for k, v in SPACE.items() if k != "net_width"}, {True}),
+                                             (SPACE, {True, False})], ids=["same widths", "new widths"])
+def test_a_kept_ppo_trains_the_next_generations_as_a_new_one_would(monkeypatch, space, reloads):
+    """The multiplexed engine keeps its PPO across generations (``KeptPPO``): reloaded in place
+    when the next generation's networks have its shapes (its env counts may change: Nitro's,
+    or a copy's), rebuilt when not. Either way a run equals one that builds a new PPO every
+    generation, bit for bit, with the weight average and the anchor in play."""
+    seen: list[bool] = []
+    reload = BatchedPPO.reload
+    monkeypatch.setattr(BatchedPPO, "reload", lambda self, *a: seen.append(reload(self, *a)) or seen[-1])
+    ppo = dataclasses.replace(PPO, average=4, anchor=1.0)
+    data = market(t=80, n=3, k=2)
+    cfg = EvolutionConfig(population=4, generations=4, iterations_per_generation=2, eval_interval=1, quantile=0.5,
+                          search_space=space, seed=5)
+
+    def run(runner):  # type: ignore[no-untyped-def]
+        evolution = Evolution(data, scales(data, ENV), ENV, ppo, cfg, (0, 59), (59, 79), 252.0)
+        return evolution.run(runner=runner), evolution.state
+
+    with KeptPPO() as kept:
+        (kept_result, kept_state), kept_seen = run(kept), list(seen)
+    rebuilt_result, rebuilt_state = run(run_multiplexed)
+    assert set(kept_seen) == reloads and len(kept_seen) == cfg.generations - 1
+    assert [r.fitness for r in kept_state.history] == [r.fitness for r in rebuilt_state.history]
+    assert len({r.hparams["num_envs"] for r in kept_state.history}) > 1
+    for a, b in zip(kept_state.states, rebuilt_state.states):
+        for net in ("actor", "critic", "average", "anchor"):
+            mine, theirs = a["learners"][0][net], b["learners"][0][net]
+            assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+        assert all(torch.equal(a["envs"][0][k], b["envs"][0][k]) for k in a["envs"][0])
+    assert kept_result.best_fitness == rebuilt_result.best_fitness
 
 
 def test_a_state_dict_resumes_training_bit_for_bit():

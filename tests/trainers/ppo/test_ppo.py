@@ -14,7 +14,8 @@ from trainers.common.env import MarketEnv
 from trainers.config import EnvConfig, PPOConfig
 from trainers.ppo.agent import PPOAgent
 from trainers.ppo.batched import Layout
-from trainers.ppo.ppo import PPO, clipped, gae_advantages, normalised
+from trainers.ppo.loss import clipped, gae_advantages, normalised
+from trainers.ppo.ppo import PPO
 
 ENV = EnvConfig(initial_cash=10_000.0, hmax=10, episode_len=8, min_episode_len=4)
 CFG = PPOConfig(num_envs=4, horizon=12, batch_size=16, repeat_times=2, net_dims=(16,))

@@ -124,7 +124,7 @@ def _split(headline: dict[str, Any]) -> str:
     kept = (f" A next generation's first {start['iterations']} iterations: {start['kept_seconds']:.2f} s on the PPO "
             f"kept and reloaded in place, {start['rebuilt_seconds']:.2f} s on a new one that makes its buffers and "
             f"records its steps again ({start['iterations']} iterations as they run: {start['running_seconds']:.2f} s)."
-            if "kept_seconds" in start else "")
+            if "kept_seconds" in start else f" Keeping the PPO was not timed: {start['skipped']}." if start else "")
     return (f"\n- A generation as it runs ({MODES[split['mode']]}, the device drained between parts): "
             f"{parts}.{rollout}{kept}")
 

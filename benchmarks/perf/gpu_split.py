@@ -54,7 +54,9 @@ def compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, i
             pop.ppo.update(rows, rollout)
             sync(dev)
             seconds["update"] = time.perf_counter() - started
-    start = generation_start(pop, dev)
+    iteration = seconds["rollout"] + seconds["update"]  # six more, two of them recorded anew, and a new PPO's buffers
+    start = generation_start(pop, dev) if args.remaining() > 8 * iteration + 20 else {
+        "skipped": f"{args.remaining():.0f} s left, about {8 * iteration + 20:.0f} s needed"}
     per = evo.iterations_per_generation
     generation = per * (seconds["rollout"] + seconds["update"]) + seconds["evaluation"]
     shares = {"rollout": per * seconds["rollout"] / generation, "update": per * seconds["update"] / generation,

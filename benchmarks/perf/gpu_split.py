@@ -58,7 +58,7 @@ def compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, i
     start = generation_start(pop, dev) if args.remaining() > 8 * iteration + 20 else {
         "skipped": f"{args.remaining():.0f} s left, about {8 * iteration + 20:.0f} s needed"}
     per = evo.iterations_per_generation
-    generation = per * (seconds["rollout"] + seconds["update"]) + seconds["evaluation"]
+    generation = per * iteration + seconds["evaluation"]
     shares = {"rollout": per * seconds["rollout"] / generation, "update": per * seconds["update"] / generation,
               "evaluation": seconds["evaluation"] / generation}
     steps = sum(pop.agents[i].samples_per_iteration for i in group)

@@ -21,12 +21,17 @@ TINY = [
     "ppo.num_envs=4", "ppo.horizon=16", "ppo.batch_size=32", "ppo.repeat_times=2", "ppo.net_dims=[16]",
     "evolution.population=2", "evolution.generations=2", "evolution.iterations_per_generation=1",
     "evolution.search_space={lr: [0.0001, 0.001], net_width: [12, 20]}",
-    "trade.fill_timeout_seconds=1",
+    "trade.fill_timeout_seconds=1", "registry.tearsheet=false",
 ]
 """``trade.fill_timeout_seconds=1``: the tiny market's last bar is years behind the wall clock, so
 an order sent while the wall clock's market is open waits for a bar that never comes (``new``),
 and a cycle would poll the whole default 10 s for it; outside those hours its orders are
-``accepted`` for the next open and no cycle waits (docs/delivery.md)."""
+``accepted`` for the next open and no cycle waits (docs/delivery.md).
+
+``registry.tearsheet=false``: quantstats drew a tiny CT cycle's tearsheet in 4.0 of its 10.9
+seconds (profiled alone), its largest part, and the suite runs a few dozen cycles; one CT-cycle
+test draws it (tests/flows/test_ct_cycle.py), and tests/tasks/registry/test_report.py tests
+the page."""
 
 
 def tiny_params(root: Path, *overrides: str) -> Params:

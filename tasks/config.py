@@ -157,6 +157,8 @@ class RegistryParams(Section):
                                "tests that must promote")
     gate_resamples: int = Field(2000, ge=99, description="circular-block bootstrap resamples per paired test")
     gate_seed: int = Field(0, description="the bootstrap's seed: the same returns give the same verdict")
+    tearsheet: bool = Field(True, description="draw a CT cycle's quantstats tearsheet (gate/tearsheet.html; a few "
+                            "seconds of each cycle); false: a plain page with the gate's metrics table")
     ensemble: int = Field(1, ge=1, description="register the top k agents as one model, acting on the mean of "
                           "their target allocations (trainers/population/ensemble.py); 1: the best validation "
                           "snapshot alone")

@@ -143,5 +143,5 @@ def gate_report(params: Params, tested: BacktestResult, shadow: Shadow | None = 
     (out / GATE_FILE).write_text(markdown)
     benchmark = arms[1] if len(arms) == 3 else arms[-1]
     sheet = tearsheet(arms[0], benchmark, out / TEARSHEET_FILE,
-                      f"Challenger vs {benchmark.name}, {dates[0]} to {dates[1]}")
+                      f"Challenger vs {benchmark.name}, {dates[0]} to {dates[1]}", registry.tearsheet)
     return GateVerdict(decision, markdown, out / GATE_FILE, sheet)

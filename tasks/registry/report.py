@@ -153,23 +153,24 @@ def _quiet(style: dict[str, Any]) -> Iterator[None]:
             plt.close(number)
 
 
-def _plain_page(arms: list[Arm], title: str, days: int) -> str:
+def _plain_page(arms: list[Arm], title: str, why: str) -> str:
     """A minimal HTML page: the metrics table and why there is no tearsheet."""
     head = "".join(f"<th>{html.escape(arm.name)}</th>" for arm in arms)
     rows = "".join(f"<tr><td>{html.escape(_label(metric))}</td>"
                    + "".join(f"<td>{_cell(metric, arm.metrics.get(metric))}</td>" for arm in arms) + "</tr>"
                    for metric in METRICS)
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title></head>"
-            f"<body><h1>{html.escape(title)}</h1><p>window too short for a tearsheet ({days} bars)</p>"
+            f"<body><h1>{html.escape(title)}</h1><p>{html.escape(why)}</p>"
             f"<table><tr><th>metric</th>{head}</tr>{rows}</table></body></html>\n")
 
 
-def tearsheet(challenger: Arm, benchmark: Arm | None, out: Path, title: str) -> Path:
+def tearsheet(challenger: Arm, benchmark: Arm | None, out: Path, title: str, draw: bool = True) -> Path:
     """Write the quantstats HTML tearsheet of ``challenger`` against ``benchmark`` to ``out``.
 
     The benchmark is the champion, or buy-and-hold (or None) for a first model. Both are
-    cut to their common dates. Fewer than :data:`MIN_BARS` daily values give a plain page
-    with the metrics table instead. The file is written beside ``out`` and renamed onto
+    cut to their common dates. Fewer than :data:`MIN_BARS` daily values, or ``draw`` false
+    (``registry.tearsheet``: quantstats takes a few seconds a page), give a plain page with
+    the metrics table instead. The file is written beside ``out`` and renamed onto
     it, so ``out`` is whole or untouched, even when quantstats raises.
     """
     returns = challenger.daily_returns()
@@ -181,9 +182,11 @@ def tearsheet(challenger: Arm, benchmark: Arm | None, out: Path, title: str) -> 
     fd, temp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        if len(returns) + 1 < MIN_BARS:
+        if len(returns) + 1 < MIN_BARS or not draw:
             arms = [challenger] + ([benchmark] if benchmark is not None else [])
-            page = _plain_page(arms, title, len(returns) + 1)
+            why = (f"window too short for a tearsheet ({len(returns) + 1} bars)" if draw
+                   else "no tearsheet drawn (registry.tearsheet: false)")
+            page = _plain_page(arms, title, why)
         else:
             qs, style = _quantstats()
             with _quiet(style):

@@ -29,7 +29,7 @@ from tests.flows.test_pipeline import MINUTE_TINY
 
 
 def test_one_cycle_registers_a_challenger_with_its_window_cutoff_and_report(built_copy, prefect_server):
-    params = built_copy
+    params = built_copy.model_copy(update={"registry": built_copy.registry.model_copy(update={"tearsheet": True})})
     first = register(params)
     promote(params.registry, first.version)
     simulate(params, 5)
@@ -61,6 +61,8 @@ def test_one_cycle_registers_a_challenger_with_its_window_cutoff_and_report(buil
     assert store.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
     assert sorted(a.path for a in store.list_artifacts(run.info.run_id, "gate")) == [
         "gate/equity.csv", "gate/equity.png", "gate/gate.md", "gate/metrics.json", "gate/tearsheet.html"]
+    sheet = (params.dirs.ct / "report" / "tearsheet.html").read_text(encoding="utf-8")
+    assert "Challenger vs champion" in sheet and "<svg" in sheet  # quantstats drew it: registry.tearsheet
     assert ct_cycle(params).note.startswith(f"nothing new since data version {summary.data_version[:8]}")
 
 
@@ -80,6 +82,8 @@ def test_a_shadow_trades_beside_the_champion_and_is_promoted_when_its_record_pas
         CHAMPION: "1", SHADOW: "2", CHALLENGER: "2"}
     since = store.get_model_version(name, "2").tags["shadow_since"]
     assert since == str(feature_set.load(params.dirs.features).timestamps[-1])[:10]
+    sheet = (params.dirs.ct / "report" / "tearsheet.html").read_text(encoding="utf-8")
+    assert "no tearsheet drawn (registry.tearsheet: false)" in sheet and "<svg" not in sheet  # the tiny config's
 
     both = deliver(params)  # one trading cycle: the champion, then the shadow in its own account
     assert (both.version, both.role, both.shadow.version, both.shadow.role) == ("1", "champion", "2", "shadow")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.perf import gpu
+from benchmarks.perf import gpu, gpu_update
 from benchmarks.perf.gpu import BUDGET, SECTIONS, necessary_bytes, orchestrate
 from benchmarks.perf.gpu_common import HEADLINE, Args, bytes_moved, paper_env, paper_ppo
 from benchmarks.perf.gpu_report import headline_text, record_run
@@ -101,6 +101,18 @@ def test_the_updates_necessary_bytes_by_hand() -> None:
     # advantages, one value target, 4 bytes each
     assert necessary_update_bytes(100, 501, per_action=True) == 4 * (501 + 100 + 100 + 100 + 1) == 3208
     assert necessary_update_bytes(100, 501, per_action=False) == 4 * (501 + 100 + 1 + 1 + 1)
+
+
+def test_asking_the_update_benchmark_for_help_measures_and_records_nothing(monkeypatch, capsys) -> None:
+    def measured(*args: object) -> None:
+        raise AssertionError("--help ran the benchmark")
+
+    monkeypatch.setattr(gpu_update, "section_update", measured)
+    monkeypatch.setattr("benchmarks.common.record", measured)
+    monkeypatch.setattr(sys, "argv", ["gpu_update", "--help"])
+    with pytest.raises(SystemExit) as done:
+        gpu_update.main()
+    assert done.value.code == 0 and "bytes one PPO update moves" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_device_run_is_recorded_with_its_device_name(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ import pytest
 
 from standins.tiny import tiny_params
 from tasks.model.backtest import BacktestResult
-from tasks.registry import gate
 from tasks.registry.gate import gate_report
 from tasks.registry.shadow import Shadow
 
@@ -27,10 +26,9 @@ def backtested(curve: pd.DataFrame) -> BacktestResult:
 
 
 @pytest.fixture
-def cycle(tmp_path, monkeypatch):
-    """A cycle's config (a quick bootstrap, H0 at no edge), no tearsheet drawn, and a strong challenger's window:
-    it would take a free seat."""
-    monkeypatch.setattr(gate, "tearsheet", lambda challenger, benchmark, out, title: out)
+def cycle(tmp_path):
+    """A cycle's config (a quick bootstrap, H0 at no edge; the tiny config draws no tearsheet), and a
+    strong challenger's window: it would take a free seat."""
     rng = np.random.default_rng(9)
     hold = rng.normal(0.0, 0.01, 63)
     champion = hold + rng.normal(0.0, 0.001, 63)

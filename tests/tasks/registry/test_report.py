@@ -129,6 +129,16 @@ def test_a_window_too_short_gets_a_plain_page(tmp_path):
     assert "challenger v3" in page and "buy-and-hold" in page and "<td>10.0</td>" in page
 
 
+def test_a_tearsheet_not_drawn_is_a_plain_page_that_says_why(tmp_path, monkeypatch):
+    quantstats, _ = report._quantstats()
+    monkeypatch.setattr(quantstats.reports, "html", lambda *args, **kwargs: pytest.fail("quantstats drew"))
+    out = tearsheet(Arm.of("challenger v3", curve(60, 0.001, 1)), Arm.of("champion v2", curve(60, 0.0, 2)),
+                    tmp_path / "t.html", "Gate", draw=False)
+    page = out.read_text(encoding="utf-8")
+    assert "no tearsheet drawn (registry.tearsheet: false)" in page
+    assert "challenger v3" in page and "champion v2" in page
+
+
 def test_nothing_is_left_half_written_when_quantstats_raises(tmp_path, monkeypatch):
     quantstats, _ = report._quantstats()
 

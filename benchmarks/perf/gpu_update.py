@@ -164,7 +164,7 @@ def main() -> None:
     import tempfile
     from pathlib import Path
 
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # `--help`: says, records nothing
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # `--help`: this, and nothing measured
 
     from benchmarks.common import Reading, commit, now, record
     from benchmarks.perf.gpu_common import Args

@@ -9,16 +9,18 @@ the same window**, so the gap between in sample and out of sample shows arm by a
 Beside the arms, per seed, what needs no RL, traded through the agents' own action (weights
 every 5 bars, tilt 1, 1% band; ``benchmarks/archive/ceiling.py``): the ``ewm_40``, ``sr_40``
 (that trend over its volatility) and ``ewm_20`` rankings, the one of them best on validation
-(what choosing a start on validation is worth), the least-squares scorer fitted on the training
-window to the agents' own (normalised) inputs (a perfect optimiser of a linear scorer in sample),
-and the filter that knows the generator (``--rules``: these alone, no training).
+(what choosing a start on validation is worth), their blends (what averaging members started at
+each would be worth), the least-squares scorer fitted on the training window to the agents' own
+(normalised) inputs (a perfect optimiser of a linear scorer in sample), and the filter that knows
+the generator (``--rules``: these alone, no training).
 
 **Selection**, from the shipped arm's run: the registered policy (the final population's best,
-``evolution.select``), the best validation snapshot of all generations (the paper's
-evaluator), the best of the final population, its mean allocation, and the final agent with
-the best *training* Sharpe; with the run's number of evaluations, the lead the best of them
-would have by luck alone (SR₀) and the registered policy's deflated Sharpe ratio (Bailey &
-López de Prado 2014; ``trainers/common/metrics.py``).
+``evolution.select``), the best validation snapshot of all generations (the paper's evaluator),
+the best of the final population, its mean allocation, the final agent with the best *training*
+Sharpe, and the final agent best on *test* (a bound no selection rule reaches, set against the
+vanilla agent); with the run's number of evaluations, the lead the best of them would have by
+luck alone (SR₀) and the registered policy's deflated Sharpe ratio (Bailey & López de Prado
+2014; ``trainers/common/metrics.py``). The report is :mod:`benchmarks.evidence.ablations_report`.
 
 ``--market minute`` runs the arms on params.minute.yaml's market and learner instead (its shipped
 arm is that file; the filter, which knows a daily generator, is not a reference there).
@@ -41,6 +43,7 @@ import shlex
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,7 +52,6 @@ import numpy as np
 import torch
 
 from benchmarks.common import ROOT, Market, build_market, seeds_of
-from benchmarks.evidence.results_report import paired
 
 SNAPSHOT = "evolution.select=snapshot"
 """The selection of the learner before this study: the best validation snapshot of all generations."""
@@ -180,10 +182,26 @@ def picked(rules: list[dict[str, Any]]) -> dict[str, Any]:
     return {**best, "arm": PICKED, "picked": best["arm"]}
 
 
+def blended(scores: list[np.ndarray]) -> np.ndarray:
+    """``[T, n]`` mean of ``scores``' cross-sectional z-scores, bar by bar (NaN where a stock has
+    none yet): the ranking a population of members, each started at one of the rankings, would
+    trade were their allocations averaged rather than one chosen on validation. A screen: the
+    ensemble (:class:`trainers.population.ensemble.Ensemble`) averages allocations, not z-scores."""
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the warm-up's all-NaN bars
+        zs = [(s - np.nanmean(s, axis=1, keepdims=True)) / np.nanstd(s, axis=1, keepdims=True) for s in scores]
+    return np.mean(zs, axis=0)
+
+
+BLENDS = {"blend: the three rules": PRIORS, "blend: sr_20, sr_40, sr_60": ("sr_20", START, "sr_60")}
+"""The averaged populations :func:`blended` screens: members started at the three rules, or at the
+trend over its volatility at three horizons. Each is paired with the learner's start."""
+
+
 def references(m: Market) -> list[dict[str, Any]]:
-    """What needs no RL, per window: the rules (:data:`PRIORS`) and the one of them best on
-    validation, the least-squares scorer, the filter (daily bars only: it filters the generator's
-    daily drift)."""
+    """What needs no RL, per window: the rules (:data:`PRIORS`), the one of them best on
+    validation, their blends (:data:`BLENDS`), the least-squares scorer, the filter (daily bars
+    only: it filters the generator's daily drift)."""
     from benchmarks.archive.ceiling import linear_fit
     from benchmarks.evidence.results import oracle_scores
     from tasks.data.momentum import ewm_return, trend_sharpe
@@ -191,12 +209,31 @@ def references(m: Market) -> list[dict[str, Any]]:
 
     fitted = torch.tensor(m.data.features.double().numpy() @ linear_fit(m.data, m.train, 5))
     close = m.data.close.numpy()
-    rules = [{"arm": name, **held(m, torch.tensor(scores))} for name, scores in zip(PRIORS, (
-        ewm_return(close, 40), trend_sharpe(close, 40), ewm_return(close, 20)))]
-    fits = {"least-squares scorer": fitted}
+    rankings = dict(zip(PRIORS, (ewm_return(close, 40), trend_sharpe(close, 40), ewm_return(close, 20))))
+    rankings |= {"sr_20": trend_sharpe(close, 20), "sr_60": trend_sharpe(close, 60)}
+    rules = [{"arm": name, **held(m, torch.tensor(rankings[name]))} for name in PRIORS]
+    fits = {name: torch.tensor(blended([rankings[k] for k in parts])) for name, parts in BLENDS.items()}
+    fits["least-squares scorer"] = fitted
     if m.params.data.freq == "1d":  # the generator's drift is a daily one: no filter of minute bars
         fits["filter"] = oracle_scores(m.params, m.fs, filtered_drift)
     return [*rules, picked(rules), *({"arm": name, **held(m, scores)} for name, scores in fits.items())]
+
+
+BOUND = "selection: the final agent best on test (a bound)"
+"""What no selection rule can beat: the final agent chosen by its test edge, which only a reader of
+the future could do. Its lead over one vanilla agent bounds what choosing among the population
+could earn it."""
+
+
+def bound(scored: list[dict[str, float]]) -> dict[str, Any]:
+    """Of the final agents' edges, the one best on test (:data:`BOUND`), with ``spread``: the best
+    agent's test edge less the worst's. A non-finite test edge (a diverged agent) is neither; with
+    none finite, every edge is NaN."""
+    finite = [e for e in scored if math.isfinite(e["test"])]
+    if not finite:
+        return {"arm": BOUND, **dict.fromkeys(WINDOWS, math.nan), "spread": math.nan}
+    tests = [e["test"] for e in finite]
+    return {"arm": BOUND, **finite[int(np.argmax(tests))], "spread": max(tests) - min(tests)}
 
 
 def selection(m: Market, evo: Any, result: Any) -> list[dict[str, Any]]:
@@ -222,7 +259,8 @@ def selection(m: Market, evo: Any, result: Any) -> list[dict[str, Any]]:
             {"arm": FINAL, **max(scored, key=lambda e: e["val"])},
             {"arm": "selection: the final population's mean allocation",
              **edges(m, Ensemble(finals, m.params.env.action))},
-            {"arm": "selection: the final agent best in sample", **max(scored, key=lambda e: e["train"])}]
+            {"arm": "selection: the final agent best in sample", **max(scored, key=lambda e: e["train"])},
+            bound(scored)]
 
 
 def more_history(m: Market, how: str, count: int, seed: int) -> list[np.ndarray]:
@@ -318,74 +356,6 @@ def _printed(rows: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def report(rows: list[dict[str, Any]]) -> str:
-    """The arms' edges per window, and each arm's test edge paired with the shipped arm's by seed."""
-    by = {(r["arm"], r["seed"]): r for r in rows}
-    seeds = sorted({r["seed"] for r in rows})
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
-    lines = [f"Seeds {seeds[0]}–{seeds[-1]} (n = {len(seeds)}); Sharpe less buy-and-hold's on the same "
-             "window, mean ± sd over seeds; the last column is paired by seed with the arm named there.", "",
-             "| arm | train | validation | test | test − reference (t) |", "|---|---|---|---|---|"]
-
-    def cell(values: list[float]) -> str:
-        return f"{np.mean(values):+.2f} ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else "-"
-
-    for arm in arms:
-        own = [by[(arm, s)] for s in seeds if (arm, s) in by]
-        ref = ARMS[arm].reference if arm in ARMS else START if arm == PICKED else REFERENCE
-        if not any((ref, s) in by for s in seeds):  # a run without the shipped arm: its rows came with this one
-            ref = AVERAGED
-        if not any((ref, s) in by for s in seeds):  # the rules alone (--rules): each against the first, ewm_40's
-            ref = arms[0]
-        vs = [by[(arm, s)]["test"] - by[(ref, s)]["test"] for s in seeds if (arm, s) in by and (ref, s) in by]
-        lines.append(f"| {arm} | " + " | ".join(cell([r[w] for r in own]) for w in WINDOWS)
-                     + (" | |" if arm == ref or not vs else f" | = {ref} on every seed |" if not any(vs)
-                        else f" | − {ref}: {paired(vs)} |"))
-    chosen = [by[(PICKED, s)]["picked"] for s in seeds if (PICKED, s) in by]
-    if chosen:
-        lines += ["", f"{PICKED[0].upper()}{PICKED[1:]}: " + ", ".join(
-            f"{name} on {chosen.count(name)} of {len(chosen)} seeds" for name in PRIORS if name in chosen) + "."]
-    steps = [(a, b, [by[(b, s)]["test"] - by[(a, s)]["test"] for s in seeds if (a, s) in by and (b, s) in by])
-             for a, b in zip(LADDER, LADDER[1:])]
-    if any(vs for _, _, vs in steps):
-        lines += ["", "Each step of the ladder against the one before it, test edge paired by seed:", ""]
-        lines += [f"- {b} − {a}: {paired(vs)}" for a, b, vs in steps]
-    best = [r for r in rows if "luck" in r]  # the registered policy's row of each run of the shipped arm
-    if best:
-        shrink = [r["val"] - r["test"] for r in best]
-        finals = [bool(r["final"]) for r in best if "final" in r]
-        lines += ["", (f"The shipped run registered the final population's best on {sum(finals)} of {len(finals)} "
-                       "seeds. " if finals else f"The run registered {best[0]['arm'].removeprefix('selection: ')}. ")
-                  + f"The registered policy's validation edge shrinks on test by {cell(shrink)}. Its run scored "
-                  f"{np.mean([r['trials'] for r in best]):.0f} snapshots on validation; with their spread, the best of "
-                  f"that many would lead by {cell([r['luck'] for r in best])} in Sharpe with no edge at all (SR₀, the "
-                  f"expected shrinkage of a lucky best), and its deflated Sharpe ratio (the chance that its Sharpe "
-                  f"beats that luck) is {cell([r['dsr'] for r in best])}."]
-    return "\n".join(lines)
-
-
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Each arm's mean train, validation and test edge over buy-and-hold (± s.e. over seeds):
-    the gap between in sample and out of sample, arm by arm."""
-    from matplotlib.figure import Figure
-
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
-    figure = Figure(figsize=(11, 0.32 * len(arms) + 1.2), layout="constrained")
-    axes = figure.add_subplot(1, 1, 1)
-    y = np.arange(len(arms))
-    for k, window in enumerate(WINDOWS):
-        values = [[r[window] for r in rows if r["arm"] == arm] for arm in arms]
-        means = [np.mean(v) for v in values]
-        errors = [np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0.0 for v in values]
-        axes.barh(y + (k - 1) * 0.27, means, 0.27, xerr=errors, label=window, color=f"C{k}", capsize=2)
-    axes.axvline(0, color="grey", linewidth=0.6)
-    axes.set_yticks(y, arms, fontsize=8)
-    axes.invert_yaxis()
-    axes.set(xlabel="Sharpe less buy-and-hold's (development seeds, mean ± s.e.)")
-    axes.legend(fontsize=8, loc="best")
-    figure.savefig(path, dpi=100)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=seeds_of, default=seeds_of("100-109"),
@@ -405,6 +375,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "ablations.png",
                         help="where the report's plot goes")
     args = parser.parse_args()
+    from benchmarks.evidence.ablations_report import plot, report
+
     if args.report:
         rows = list({(r["arm"], r["seed"]): r for p in args.report for r in json.loads(p.read_text())["rows"]}.values())
         print(report(rows))

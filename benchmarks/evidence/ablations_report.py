@@ -57,12 +57,18 @@ def report(rows: list[dict[str, Any]]) -> str:
     if any(vs for _, _, vs in steps):
         lines += ["", "Each step of the ladder against the one before it, test edge paired by seed:", ""]
         lines += [f"- {b} − {a}: {paired(vs)}" for a, b, vs in steps]
-    over = [by[(BOUND, s)]["test"] - by[("vanilla", s)]["test"]
-            for s in seeds if (BOUND, s) in by and ("vanilla", s) in by]
-    if over:
+
+    def over_vanilla(arm: str) -> list[float]:
+        return [by[(arm, s)]["test"] - by[("vanilla", s)]["test"]
+                for s in seeds if (arm, s) in by and ("vanilla", s) in by]
+
+    if over := over_vanilla(BOUND):
         spread = [by[(BOUND, s)]["spread"] for s in seeds if (BOUND, s) in by]
         lines += ["", f"The final agent best on test (a bound no selection rule reaches) − vanilla: {paired(over)}; "
                       f"the final agents' test edges span {cell(spread)} (best − worst)."]
+    if blends := [f"{name} {paired(vs)}" for name in BLENDS if (vs := over_vanilla(name))]:
+        lines += ["", "Each blend − vanilla (what averaging members started at its rankings could earn over one "
+                      "agent): " + "; ".join(blends) + "."]
     best = [r for r in rows if "luck" in r]  # the registered policy's row of each run of the shipped arm
     if best:
         shrink = [r["val"] - r["test"] for r in best]

@@ -57,3 +57,6 @@ def test_blends_pair_with_the_learners_start_and_the_bound_with_the_vanilla_agen
     # bound − vanilla: 0.3, 0.0, 0.3 (mean 0.2, sd 0.1732, t = 2.00); spread 0.1, 0.0, 0.2 (mean 0.1, sd 0.1)
     assert ("The final agent best on test (a bound no selection rule reaches) − vanilla: 0.20 ± 0.17 (t = +2.00); "
             "the final agents' test edges span +0.10 ± 0.10 (best − worst).") in text
+    # blend − vanilla: −0.1, −0.2, 0.0 (mean −0.1, sd 0.1, t = −0.1 / (0.1 / √3) = −1.73)
+    assert ("Each blend − vanilla (what averaging members started at its rankings could earn over one agent): "
+            "blend: the three rules -0.10 ± 0.10 (t = -1.73).") in text

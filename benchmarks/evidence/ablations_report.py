@@ -67,8 +67,7 @@ def report(rows: list[dict[str, Any]]) -> str:
         lines += ["", f"The final agent best on test (a bound no selection rule reaches) − vanilla: {paired(over)}; "
                       f"the final agents' test edges span {cell(spread)} (best − worst)."]
     if blends := [f"{name} {paired(vs)}" for name in BLENDS if (vs := over_vanilla(name))]:
-        lines += ["", "Each blend − vanilla (what averaging members started at its rankings could earn over one "
-                      "agent): " + "; ".join(blends) + "."]
+        lines += ["", "Each blend − vanilla: " + "; ".join(blends) + "."]
     best = [r for r in rows if "luck" in r]  # the registered policy's row of each run of the shipped arm
     if best:
         shrink = [r["val"] - r["test"] for r in best]

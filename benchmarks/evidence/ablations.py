@@ -43,7 +43,6 @@ import shlex
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -183,14 +182,15 @@ def picked(rules: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def blended(scores: list[np.ndarray]) -> np.ndarray:
-    """``[T, n]`` mean of ``scores``' cross-sectional z-scores, bar by bar (NaN where a stock has
-    none yet): the ranking a population of members, each started at one of the rankings, would
-    trade were their allocations averaged rather than one chosen on validation. A screen: the
-    ensemble (:class:`trainers.population.ensemble.Ensemble`) averages allocations, not z-scores."""
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # the warm-up's all-NaN bars
-        zs = [(s - np.nanmean(s, axis=1, keepdims=True)) / np.nanstd(s, axis=1, keepdims=True) for s in scores]
-    return np.mean(zs, axis=0)
+    """``[T, n]`` mean of ``scores``' cross-sectional z-scores, bar by bar
+    (:func:`tasks.data.momentum.cross_sectional_z`, the ``_xs`` features' own; a ranking with no
+    value yet at a bar is neutral there): the ranking a population of members, each started at
+    one of the rankings, would trade were their allocations averaged rather than one chosen on
+    validation. A screen: the ensemble (:class:`trainers.population.ensemble.Ensemble`) averages
+    allocations, not z-scores."""
+    from tasks.data.momentum import cross_sectional_z
+
+    return np.mean([cross_sectional_z(s) for s in scores], axis=0)
 
 
 BLENDS = {"blend: the three rules": PRIORS, "blend: sr_20, sr_40, sr_60": ("sr_20", START, "sr_60")}

@@ -1,7 +1,7 @@
 """The report of ``benchmarks/evidence/ablations.py``'s rows: each arm's train, validation and test
 edge over buy-and-hold, its test edge paired by seed with its reference, the ladder step by step,
-the selection bound against the vanilla agent, the registered policy's shrinkage and luck, and
-their plot (docs/results.md, where the edge is lost)."""
+the selection bound and the blends against the vanilla agent, the registered policy's shrinkage
+and luck, and their plot (docs/results.md, where the edge is lost)."""
 
 from __future__ import annotations
 

@@ -66,16 +66,16 @@ def test_the_gpu_scale_arms_change_only_the_passes_batch_and_rate_and_cover_ever
 
 
 def test_a_blend_averages_each_rankings_cross_sectional_z_score_bar_by_bar():
-    a = np.array([[0.0, 1.0, 2.0], [np.nan, np.nan, np.nan], [5.0, np.nan, 7.0]])
+    a = np.array([[0.0, 1.0, 2.0], [np.nan, np.nan, np.nan], [5.0, 5.0, 5.0]])
     b = np.array([[0.0, 0.0, 30.0], [np.nan, np.nan, np.nan], [1.0, 2.0, 2.0]])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the warm-up's all-NaN bar warns nothing
         got = blended([a, b])
     # bar 0: z(a) = (−1, 0, 1)/√(2/3) = (−1.2247, 0, 1.2247); z(b) = ((0, 0, 30) − 10)/√200 = (−0.7071, −0.7071, 1.4142)
     np.testing.assert_allclose(got[0], [-0.96593, -0.35355, 1.31948], atol=1e-5)
-    assert np.isnan(got[1]).all()
-    # bar 2: z(a) over the two stocks it scores = (−1, NaN, 1); z(b) = (−1.4142, 0.7071, 0.7071)
-    np.testing.assert_allclose(got[2], [-1.20711, np.nan, 0.85355], atol=1e-5)
+    assert (got[1] == 0).all()  # no ranking yet: neutral, as the `_xs` features are
+    # bar 2: a does not tell the stocks apart (0); z(b) = (−1.4142, 0.7071, 0.7071)
+    np.testing.assert_allclose(got[2], [-0.70711, 0.35355, 0.35355], atol=1e-5)
 
 
 def test_the_bound_is_the_final_agent_best_on_test_never_a_nan_with_its_spread():

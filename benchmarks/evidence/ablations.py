@@ -30,7 +30,7 @@ Development seeds only; the designs chosen here run once on fresh seeds in
 
     .venv/bin/python -m benchmarks.evidence.ablations --seeds 100-109 --jobs 2 --json docs/results/dev/ablations.json
     .venv/bin/python -m benchmarks.evidence.ablations --rules --json docs/results/dev/ablations-rules.json
-    .venv/bin/python -m benchmarks.evidence.ablations --report docs/results/dev/ablations.json
+    .venv/bin/python -m benchmarks.evidence.ablations --report docs/results/dev/ablations.json --plot docs/img/ablations.png
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import ROOT, Market, build_market, seeds_of
+from benchmarks.common import Market, build_market, seeds_of
 
 SNAPSHOT = "evolution.select=snapshot"
 """The selection of the learner before this study: the best validation snapshot of all generations."""
@@ -114,6 +114,8 @@ ARMS: dict[str, Arm] = {
                     "half the passes over each rollout (the GPU's update at half the cost)"),
     "epochs 2": Arm(["ppo.repeat_times=2", "evolution.search_space.repeat_times=[1,4]"],
                     "a quarter of the passes, the same learning rate"),
+    "epochs 1": Arm(["ppo.repeat_times=1", "evolution.search_space.repeat_times=[1,2]"],
+                    "one pass over each rollout: half of 2 passes' update"),
     "epochs 2, lr x2": Arm(["ppo.repeat_times=2", "evolution.search_space.repeat_times=[1,4]", f"ppo.lr={2**-10}",
                             f"evolution.search_space.lr=[{2**-15},{2**-9}]"],
                            "a quarter of the passes at twice the learning rate"),
@@ -372,15 +374,12 @@ def main() -> None:
                         help="the references alone (the rules, the least-squares scorer, the filter): no training")
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--report", type=Path, nargs="+", help="print the report of earlier --json runs")
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "ablations.png",
-                        help="where the report's plot goes")
+    parser.add_argument("--plot", type=Path,
+                        help="draw the report's plot here (e.g. docs/img/ablations.png); none without it")
     args = parser.parse_args()
-    from benchmarks.evidence.ablations_report import plot, report
-
     if args.report:
         rows = list({(r["arm"], r["seed"]): r for p in args.report for r in json.loads(p.read_text())["rows"]}.values())
-        print(report(rows))
-        plot(rows, args.plot)
+        _reported(rows, args.plot)
         return
     started = time.perf_counter()
     arms: list[str | None] = [None] if args.rules else args.arms
@@ -393,8 +392,16 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
+    _reported(rows, args.plot)
+
+
+def _reported(rows: list[dict[str, Any]], figure: Path | None) -> None:
+    """Print the report of ``rows``; draw its plot at ``figure`` when one is named."""
+    from benchmarks.evidence.ablations_report import plot, report
+
     print(report(rows))
-    plot(rows, args.plot)
+    if figure is not None:
+        plot(rows, figure)
 
 
 if __name__ == "__main__":

@@ -47,8 +47,8 @@ class Args:
 HEADLINE = {"num_envs": 2048, "horizon": 128, "batch_size": 32768, "repeat_times": 2}
 """The headline's PPO shapes (benchmarks/perf/gpu_train.py): 2,048 envs an agent, minibatches of
 32,768 of its 262,144 samples, 2 passes over them. Two passes, not eight: on the development seeds
-of both markets fewer passes learned as well or better, at a quarter of the update's work
-(docs/results.md, fewer passes over larger batches)."""
+of both markets fewer passes learned as well or better, at a quarter of the update's work; one
+pass did not, on one minute seed in ten (docs/results.md, fewer passes over larger batches)."""
 TINY = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
 """The same, for the CPU smoke (``--tiny``)."""
 

@@ -59,3 +59,23 @@ def test_blends_pair_with_the_learners_start_and_the_bound_with_the_vanilla_agen
             "the final agents' test edges span +0.10 ± 0.10 (best − worst).") in text
     # blend − vanilla: −0.1, −0.2, 0.0 (mean −0.1, sd 0.1, t = −0.1 / (0.1 / √3) = −1.73)
     assert "Each blend − vanilla: blend: the three rules -0.10 ± 0.10 (t = -1.73)." in text
+
+
+def test_a_report_draws_its_plot_only_where_one_is_named(tmp_path, monkeypatch, capsys):
+    """Reproducing one study's command must not redraw another study's figure in docs/img/."""
+    import json
+    import sys
+
+    import benchmarks.evidence.ablations_report as reporting
+    from benchmarks.evidence.ablations import main
+
+    drawn: list = []
+    monkeypatch.setattr(reporting, "plot", lambda rows, path: drawn.append(path))
+    saved = tmp_path / "rows.json"
+    saved.write_text(json.dumps({"rows": rows("shipped", [1.0, 2.0])}))
+    monkeypatch.setattr(sys, "argv", ["ablations", "--report", str(saved)])
+    main()
+    assert drawn == [] and "| shipped |" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["ablations", "--report", str(saved), "--plot", str(tmp_path / "f.png")])
+    main()
+    assert drawn == [tmp_path / "f.png"]

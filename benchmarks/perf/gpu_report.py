@@ -120,13 +120,15 @@ def _split(headline: dict[str, Any]) -> str:
     rollout = (f" The rollout, the env with the policy in the loop on this market: "
                f"{split['rollout_env_steps_per_s'] / 1e6:.1f} M env steps/s (target 50 M)."
                if "rollout_env_steps_per_s" in split else "")
+    first = (f" The first evaluation, which records its decision: {split['seconds']['first_evaluation']:.2f} s; "
+             f"the later ones replay it." if "first_evaluation" in split["seconds"] else "")
     start = split.get("generation_start") or {}
     kept = (f" A next generation's first {start['iterations']} iterations: {start['kept_seconds']:.2f} s on the PPO "
             f"kept and reloaded in place, {start['rebuilt_seconds']:.2f} s on a new one that makes its buffers and "
             f"records its steps again ({start['iterations']} iterations as they run: {start['running_seconds']:.2f} s)."
             if "kept_seconds" in start else f" Keeping the PPO was not timed: {start['skipped']}." if start else "")
     return (f"\n- A generation as it runs ({MODES[split['mode']]}, the device drained between parts): "
-            f"{parts}.{rollout}{kept}")
+            f"{parts}.{first}{rollout}{kept}")
 
 
 def _chunked(headline: dict[str, Any]) -> str:

@@ -31,7 +31,8 @@ def first_generation(data: MarketData, train: tuple[int, int], validation: tuple
 def compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], shapes: dict[str, int],
                    evo: EvolutionConfig, mode: str) -> dict[str, Any]:
     """The headline's generation as it runs, compiled and recorded: seconds of a rollout, an
-    update and one evaluation of the whole validation window, the device drained after each
+    update and one evaluation of the whole validation window (the second: the first records its
+    decision, which the kept evaluation then replays), the device drained after each
     (a replayed graph has no operations inside for RL-Scope to see), and their shares of a
     generation of ``iterations_per_generation`` iterations and one evaluation; and the rollout's
     env steps/s: the env on the headline's market with the policy in the loop, where the env
@@ -54,6 +55,13 @@ def compiled_split(args: Args, data: MarketData, windows: dict[str, tuple[int, i
             pop.ppo.update(rows, rollout)
             sync(dev)
             seconds["update"] = time.perf_counter() - started
+    sync(dev)
+    started = time.perf_counter()
+    pop.evaluate()  # on the evaluation the first one made and recorded (trainers/ppo/multiplex.py::Evaluation)
+    sync(dev)
+    seconds["first_evaluation"], seconds["evaluation"] = seconds["evaluation"], time.perf_counter() - started
+    assert pop.evaluation is not None
+    pop.evaluation.passes.release()
     iteration = seconds["rollout"] + seconds["update"]  # six more, two of them recorded anew, and a new PPO's buffers
     start = generation_start(pop, dev) if args.remaining() > 8 * iteration + 20 else {
         "skipped": f"{args.remaining():.0f} s left, about {8 * iteration + 20:.0f} s needed"}

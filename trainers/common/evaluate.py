@@ -60,73 +60,102 @@ def run_policies(
     Each account starts with ``initial_cash`` at the close of ``window[0]``; T is
     ``window[1] − window[0]``. The policy decides at every ``cfg.decide_every``-th close.
     On CUDA with ``compile`` other than ``eager``, a whole decision is recorded once and
-    replayed (:func:`_replayed`). With ``chunks`` > 1 the window is traded in stretches side
+    replayed (:class:`Passes`). With ``chunks`` > 1 the window is traded in stretches side
     by side (:func:`chunk_plan`): the policy's batch is then ``accounts × chunks`` states,
     each account's chunks consecutive, and the values are the first chunk's, then the later
     stretches' returns chained on.
     """
-    starts, warm = chunk_plan(window, cfg.decide_every, chunks)
-    if len(starts) == 1:
-        env = MarketEnv(data, scales, cfg, num_envs=accounts, window=window, random_start=False)
-        env.reset()
-        return _pass(policy, env, compile)
-    length = window[1] - starts[-1]  # every account's bars: its warm-up and its stretch
-    env = MarketEnv(data, scales, cfg, num_envs=accounts * len(starts), window=(window[0], window[0] + length),
-                    random_start=False)
-    env.reset()
-    env.t = torch.tensor(starts, device=env.device).repeat(accounts)
-    env.t_end = env.t + length
-    values = _pass(policy, env, compile).reshape(length + 1, accounts, len(starts))
-    first = values[:, :, 0]  # the single pass's first bars, as they are
-    growth = np.concatenate([values[warm + 1 :, :, c] / values[warm:-1, :, c] for c in range(1, len(starts))])
-    return np.concatenate([first, first[-1] * np.cumprod(growth, axis=0)])
+    return Passes(policy, data, scales, cfg, window, accounts, compile, chunks)()
 
 
-def _pass(policy: Policy, env: MarketEnv, compile: CompileMode) -> np.ndarray:
-    """Account values at each close of one pass of ``env``, reset (its accounts maybe placed since)."""
-    state = env.observe()
-    if capturing(env.device, compile):
-        return _replayed(policy, env, state, env.cfg.decide_every)
-    values = [env.account_value().unsqueeze(0)]
-    for _ in range(-(-(env.t_hi - env.t_lo) // env.cfg.decide_every)):  # one step per decision
-        with profiler.operation("inference"):
-            action = policy(state)
-        with profiler.operation("simulation"):
-            step = env.step(action)
-            state = step.state
-            assert step.path is not None
-            values.append(step.path)
-    return torch.cat(values).cpu().numpy().astype(np.float64)
+class Passes:
+    """:func:`run_policies` for one window, batch of accounts and ``policy``, kept from one pass to
+    the next: the env, the state and path buffers and, when recorded, the decision's CUDA graph
+    are made at the first pass and serve the later ones (docs/training.md, what a generation
+    keeps). A later pass scores what ``policy`` computes then, so a policy whose weights change
+    between passes must keep them in the same tensors (copied in, as
+    :class:`trainers.ppo.multiplex.Evaluation` does): a replayed graph reads the addresses it recorded."""
 
+    def __init__(self, policy: Policy, data: MarketData, scales: StateScales, cfg: EnvConfig,
+                 window: tuple[int, int], accounts: int, compile: CompileMode = "eager", chunks: int = 1) -> None:
+        self.policy, self.accounts = policy, accounts
+        self.starts, self.warm = chunk_plan(window, cfg.decide_every, chunks)
+        self.length = window[1] - self.starts[-1]  # every account's bars: its warm-up and its stretch
+        self.env = MarketEnv(data, scales, cfg, num_envs=accounts * len(self.starts),
+                             window=(window[0], window[0] + self.length), random_start=False)
+        self.replayed = capturing(self.env.device, compile)
+        self.state: torch.Tensor | None = None
+        self.recorded: Recorded | None = None
+        self.path = torch.empty((cfg.decide_every, self.env.num_envs), dtype=torch.float64, device=self.env.device)
 
-def _replayed(policy: Policy, env: MarketEnv, state: torch.Tensor, every: int) -> np.ndarray:
-    """:func:`run_policies`'s pass with each full decision (``every`` bars) replayed from a
-    CUDA graph (trainers/common/capture.py); a shorter last decision runs as it is. The env's bar
-    clock is the host's, set before each decision (a replay runs no Python)."""
-    values = torch.empty((env.t_hi - env.t_lo + 1, env.num_envs), dtype=torch.float64, device=env.device)
-    values[0] = env.account_value()
-    path = torch.empty((every, env.num_envs), dtype=torch.float64, device=env.device)
-    env.pin()
+    def release(self) -> None:
+        """Drop the recorded decision now: it refers back to this object, so only a garbage
+        collection would otherwise free the memory its CUDA graph holds."""
+        self.recorded = None
 
-    def decide() -> None:
-        step = env.step(policy(state))
+    def __call__(self) -> np.ndarray:
+        """Account values ``[T + 1, accounts]`` of one pass (:func:`run_policies`)."""
+        env = self.env
+        self.state = env.reset(self.state)
+        if len(self.starts) == 1:
+            return self._pass()
+        env.t = torch.tensor(self.starts, device=env.device).repeat(self.accounts)
+        env.t_end = env.t + self.length
+        env.observe(self.state)
+        values = self._pass().reshape(self.length + 1, self.accounts, len(self.starts))
+        first, warm = values[:, :, 0], self.warm  # the single pass's first bars, as they are
+        growth = np.concatenate([values[warm + 1 :, :, c] / values[warm:-1, :, c] for c in range(1, len(self.starts))])
+        return np.concatenate([first, first[-1] * np.cumprod(growth, axis=0)])
+
+    def _pass(self) -> np.ndarray:
+        """Account values at each close of one pass of the reset env."""
+        env, state = self.env, self.state
+        assert state is not None
+        if self.replayed:
+            return self._replay()
+        values = [env.account_value().unsqueeze(0)]
+        for _ in range(-(-(env.t_hi - env.t_lo) // env.cfg.decide_every)):  # one step per decision
+            with profiler.operation("inference"):
+                action = self.policy(state)
+            with profiler.operation("simulation"):
+                step = env.step(action)
+                state = step.state
+                assert step.path is not None
+                values.append(step.path)
+        return torch.cat(values).cpu().numpy().astype(np.float64)
+
+    def _decide(self) -> None:
+        """One full decision (``decide_every`` bars) on the pass's fixed buffers: what is recorded."""
+        assert self.state is not None
+        step = self.env.step(self.policy(self.state))
         assert step.path is not None
-        state.copy_(step.state)
-        path.copy_(step.path)
-        env.pin()
+        self.state.copy_(step.state)
+        self.path.copy_(step.path)
+        self.env.pin()
 
-    recorded, bar = Recorded(decide, enabled=True), env.t_lo
-    while bar < env.t_hi:
-        bars, env.bar = min(every, env.t_hi - bar), bar
-        if bars == every:
-            recorded()
-            values[bar - env.t_lo + 1 : bar - env.t_lo + 1 + bars] = path
-        else:
-            step = env.step(policy(state))
-            assert step.path is not None
-            values[bar - env.t_lo + 1 :] = step.path
-        bar += bars
-    return values.cpu().numpy()
+    def _replay(self) -> np.ndarray:
+        """:meth:`_pass` with each full decision replayed from a CUDA graph
+        (trainers/common/capture.py); a shorter last decision runs as it is. The env's bar clock
+        is the host's, set before each decision (a replay runs no Python)."""
+        env, every = self.env, self.env.cfg.decide_every
+        values = torch.empty((env.t_hi - env.t_lo + 1, env.num_envs), dtype=torch.float64, device=env.device)
+        values[0] = env.account_value()
+        env.pin()
+        if self.recorded is None:
+            self.recorded = Recorded(self._decide, enabled=True)
+        bar = env.t_lo
+        while bar < env.t_hi:
+            bars, env.bar = min(every, env.t_hi - bar), bar
+            if bars == every:
+                self.recorded()
+                values[bar - env.t_lo + 1 : bar - env.t_lo + 1 + bars] = self.path
+            else:
+                assert self.state is not None
+                step = env.step(self.policy(self.state))
+                assert step.path is not None
+                values[bar - env.t_lo + 1 :] = step.path
+            bar += bars
+        return values.cpu().numpy()
 
 
 def run_policy(

@@ -15,15 +15,17 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from trainers import profiler
 from trainers.common.cost import CostLedger
-from trainers.common.evaluate import run_policies
+from trainers.common.evaluate import Passes
 from trainers.common.jobs import AgentJob, JobSetting, evaluation_due, fresh, record, stopped
 from trainers.common.metrics import fitness
 from trainers.common.nets import Actor
 from trainers.ppo.agent import PPOAgent
+from trainers.ppo.batched import BatchedNets
 from trainers.ppo.nitro import BoostScore, actor_convexity, next_env_count
 from trainers.ppo.ppo import PPO, Rollout
 
@@ -46,8 +48,9 @@ class Multiplexed:
     """``agents`` as one batched model; an agent of ``ppo.learners: K`` is K rows of it,
     fused after every iteration. :meth:`finish` writes them back."""
 
-    def __init__(self, setting: JobSetting, agents: Sequence[PPOAgent], kept: PPO | None = None) -> None:
-        self.setting, self.agents = setting, list(agents)
+    def __init__(self, setting: JobSetting, agents: Sequence[PPOAgent], kept: PPO | None = None,
+                 evaluation: Evaluation | None = None) -> None:
+        self.setting, self.agents, self.evaluation = setting, list(agents), evaluation
         self.rows: list[list[int]] = []
         """Each agent's learners' rows in the batched model."""
         for agent in self.agents:
@@ -85,16 +88,16 @@ class Multiplexed:
             job.hparams = {**job.hparams, "num_envs": float(agent.cfg.num_envs)}
 
     def evaluate(self) -> list[float]:
-        """Every agent's policy's fitness on the validation window, in one pass of N accounts (§4.2)."""
+        """Every agent's policy's fitness on the validation window, in one pass of N accounts (§4.2),
+        on the :class:`Evaluation` the last generation left when its networks' shapes fit."""
         s = self.setting
         self.ppo.check_capacity()  # the evaluation reads the device anyway
         nets = self.ppo.policy_nets().sub([rows[0] for rows in self.rows])
-
-        def policy(states: torch.Tensor) -> torch.Tensor:  # [agents × chunks, S], each agent's chunks in a row
-            return torch.tanh(nets.mean(states.view(len(self.agents), -1, states.shape[-1]))).flatten(0, 1)
-
-        curves = run_policies(policy, s.data, s.scales, s.env_cfg, s.val_window, accounts=len(self.agents),
-                              compile=s.runtime.compile, chunks=s.eval_chunks)
+        if self.evaluation is None or not self.evaluation.fits(nets):
+            if self.evaluation is not None:
+                self.evaluation.passes.release()
+            self.evaluation = Evaluation(nets, s)
+        curves = self.evaluation(nets)
         return [fitness(s.fitness, curves[:, i], s.per_year) for i in range(curves.shape[1])]
 
     def actor_state(self, i: int) -> dict[str, torch.Tensor]:
@@ -110,6 +113,36 @@ class Multiplexed:
         return [agent.state_dict() for agent in self.agents]
 
 
+class Evaluation:
+    """The population's validation pass kept from one evaluation, and generation, to the next: its
+    own copy of the policies' weights, into which each evaluation copies the current ones, and the
+    :class:`~trainers.common.evaluate.Passes` that trades them, so on CUDA the decision is recorded
+    once a run rather than once an evaluation (docs/training.md, what a generation keeps)."""
+
+    def __init__(self, nets: BatchedNets, s: JobSetting) -> None:
+        self.nets = BatchedNets([p.clone() for p in nets.params], nets.widths, nets.layout, nets.price_ref, nets.fused)
+        agents = len(nets.widths)
+
+        def policy(states: torch.Tensor) -> torch.Tensor:  # [agents × chunks, S], each agent's chunks in a row
+            return torch.tanh(self.nets.mean(states.view(agents, -1, states.shape[-1]))).flatten(0, 1)
+
+        self.passes = Passes(policy, s.data, s.scales, s.env_cfg, s.val_window, accounts=agents,
+                             compile=s.runtime.compile, chunks=s.eval_chunks)
+
+    def fits(self, nets: BatchedNets) -> bool:
+        """Whether ``nets`` can be copied into this evaluation's weights: the same agents, widths and shapes."""
+        mine = self.nets
+        return (nets.widths == mine.widths and nets.layout == mine.layout and nets.fused == mine.fused
+                and all(a.shape == b.shape for a, b in zip(nets.params, mine.params)))
+
+    @torch.no_grad()
+    def __call__(self, nets: BatchedNets) -> np.ndarray:
+        """Account values ``[T + 1, agents]`` of ``nets``' policies over the validation window."""
+        for mine, new in zip(self.nets.params, nets.params):
+            mine.copy_(new)
+        return self.passes()
+
+
 class KeptPPO:
     """The multiplexed engine's job runner for one run (``with KeptPPO() as runner``): each
     generation runs as :func:`run_multiplexed` runs it, and the PPO it trained on is kept and
@@ -120,20 +153,24 @@ class KeptPPO:
 
     def __init__(self) -> None:
         self.ppo: PPO | None = None
+        self.evaluation: Evaluation | None = None
         self.setting: JobSetting | None = None
 
     def __call__(self, jobs: list[AgentJob], setting: JobSetting) -> list[AgentJob]:
         if setting is not self.setting:
             self.close()
             self.setting = setting
-        kept, self.ppo = self.ppo, None  # a generation that fails keeps nothing
-        jobs, self.ppo = _generation(jobs, setting, kept)
+        kept, evaluation = self.ppo, self.evaluation
+        self.ppo, self.evaluation = None, None  # a generation that fails keeps nothing
+        jobs, self.ppo, self.evaluation = _generation(jobs, setting, kept, evaluation)
         return jobs
 
     def close(self) -> None:
         if self.ppo is not None:
             self.ppo.release()
-        self.ppo, self.setting = None, None
+        if self.evaluation is not None:
+            self.evaluation.passes.release()
+        self.ppo, self.evaluation, self.setting = None, None, None
 
     def __enter__(self) -> KeptPPO:
         return self
@@ -151,10 +188,13 @@ def run_multiplexed(jobs: list[AgentJob], setting: JobSetting) -> list[AgentJob]
         return runner(jobs, setting)
 
 
-def _generation(jobs: list[AgentJob], setting: JobSetting, kept: PPO | None) -> tuple[list[AgentJob], PPO]:
-    """:func:`run_multiplexed` on ``kept`` when it can be reloaded; the jobs, and the PPO they trained on."""
+def _generation(jobs: list[AgentJob], setting: JobSetting, kept: PPO | None,
+                evaluation: Evaluation | None = None) -> tuple[list[AgentJob], PPO, Evaluation | None]:
+    """:func:`run_multiplexed` on ``kept`` when it can be reloaded, evaluated on ``evaluation``
+    when it fits; the jobs, and the PPO and evaluation they trained and were scored on."""
     jobs = [fresh(job) for job in jobs]
-    pop = Multiplexed(setting, [PPOAgent.of(setting, job.hparams, job.seed, job.state) for job in jobs], kept)
+    pop = Multiplexed(setting, [PPOAgent.of(setting, job.hparams, job.seed, job.state) for job in jobs], kept,
+                      evaluation)
     gpu = pop.device.type == "cuda"
     for it in range(1, setting.iterations + 1):
         rounds = [agent.samples_per_iteration for agent in pop.agents]
@@ -178,4 +218,4 @@ def _generation(jobs: list[AgentJob], setting: JobSetting, kept: PPO | None) -> 
             record(job, it, job.last if halted[i] else scores[i], halted[i], lambda i=i: pop.actor_state(i))
     for job, state in zip(jobs, pop.finish()):
         job.state = state
-    return jobs, pop.ppo
+    return jobs, pop.ppo, pop.evaluation

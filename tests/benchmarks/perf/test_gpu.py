@@ -53,6 +53,7 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     assert start["saved_seconds"] == pytest.approx(start["rebuilt_seconds"] - start["kept_seconds"])
     text = headline_text(results)  # the report's lines for them
     assert "A generation as it runs" in text and "with the policy in the loop" in text and "kept and reloaded" in text
+    assert split["seconds"]["first_evaluation"] > 0 and "records its decision" in text
     assert "chunks side by side" in text and "session-momentum" in text
     assert "| fused |" in update_table(results["update"])
     assert sum(headline["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)

@@ -146,9 +146,10 @@ def test_a_planted_fresh_buffer_is_caught(recording, monkeypatch: pytest.MonkeyP
 
 def test_a_kept_ppo_replays_its_recorded_steps_for_the_next_generations(recording):
     """Kept from one generation to the next (``KeptPPO``), the recorded rollout and gradient step
-    of the first generation serve the later ones: every call reads the storages the first
-    recording read, while selection changes the agents' weights, γ, λ, epochs and learning
-    rates. The run equals one that builds a new PPO every generation, bit for bit."""
+    of the first generation, and its evaluation's recorded decision, serve the later ones: every
+    call reads the storages the first recording read, while selection changes the agents'
+    weights, γ, λ, epochs and learning rates. The run equals one that builds a new PPO and a new
+    evaluation every generation, bit for bit."""
     data = market(t=100, n=4, k=2)
     space = {"lr": (1e-4, 1e-2), "gamma": (0.9, 0.99), "gae_lambda": (0.8, 0.99), "repeat_times": (1, 3),
              "clip": (0.1, 0.3), "entropy_coef": (0.001, 0.05)}
@@ -156,21 +157,23 @@ def test_a_kept_ppo_replays_its_recorded_steps_for_the_next_generations(recordin
                           quantile=0.5, search_space=space)  # two copies with new hyperparameters a generation
     env = dataclasses.replace(ENV, episode_len=12)
 
-    def run(runner) -> tuple[list[float], list[torch.Tensor], int]:  # type: ignore[no-untyped-def]
+    def run(runner) -> tuple[list[float], list[torch.Tensor], tuple[int, int]]:  # type: ignore[no-untyped-def]
         StandIn.instances.clear()
         evolution = Evolution(data, scales(data, env), env, CFG, evo, (0, 60), (60, 99), 252.0,
                               runtime=RuntimeConfig(compile="graphs"))
         evolution.run(runner=runner)
         steps = [s for s in StandIn.instances if getattr(s.step, "__name__", "") == "_static_step"]
-        assert all(s.recorded is not None for s in steps)
+        decisions = [s for s in StandIn.instances if getattr(s.step, "__name__", "") == "_decide"]
+        assert all(s.recorded is not None for s in steps + decisions)
+        assert sum(s.calls for s in decisions) == evo.generations * 13  # 39 validation bars: 13 decisions of 3
         weights = [v for state in evolution.state.states for v in state["learners"][0]["actor"].values()]
         assert len({r.hparams["lr"] for r in evolution.state.history}) > evo.population  # selection changed them
-        return [r.fitness for r in evolution.state.history], weights, len(steps)
+        return [r.fitness for r in evolution.state.history], weights, (len(steps), len(decisions))
 
     with KeptPPO() as kept:
-        kept_fitness, kept_weights, kept_steps = run(kept)
-    rebuilt_fitness, rebuilt_weights, rebuilt_steps = run(run_multiplexed)
-    assert (kept_steps, rebuilt_steps) == (1, 3)  # recorded once, against once a generation
+        kept_fitness, kept_weights, kept_recorders = run(kept)
+    rebuilt_fitness, rebuilt_weights, rebuilt_recorders = run(run_multiplexed)
+    assert (kept_recorders, rebuilt_recorders) == ((1, 1), (3, 3))  # recorded once, against once a generation
     assert kept_fitness == rebuilt_fitness
     assert all(torch.equal(a, b) for a, b in zip(kept_weights, rebuilt_weights))
 

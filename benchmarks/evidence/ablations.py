@@ -30,7 +30,7 @@ Development seeds only; the designs chosen here run once on fresh seeds in
 
     .venv/bin/python -m benchmarks.evidence.ablations --seeds 100-109 --jobs 2 --json docs/results/dev/ablations.json
     .venv/bin/python -m benchmarks.evidence.ablations --rules --json docs/results/dev/ablations-rules.json
-    .venv/bin/python -m benchmarks.evidence.ablations --report docs/results/dev/ablations.json --plot docs/img/abl.png
+    .venv/bin/python -m benchmarks.evidence.ablations --report docs/results/dev/ablations.json --plot ablations.png
 """
 
 from __future__ import annotations

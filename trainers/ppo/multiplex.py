@@ -148,8 +148,9 @@ class KeptPPO:
     generation runs as :func:`run_multiplexed` runs it, and the PPO it trained on is kept and
     reloaded in place for the next (:meth:`~trainers.ppo.ppo.PPO.reload`), so the buffers,
     stacked envs and, on CUDA, recorded steps are made once a run rather than once a
-    generation (docs/training.md, what a generation keeps). A generation whose networks have
-    other shapes gets a new PPO. Closing lets go of it (a CUDA graph holds its memory while it lives)."""
+    generation (docs/training.md, what a generation keeps); its :class:`Evaluation` is kept
+    with it. A generation whose networks have other shapes gets a new PPO and evaluation.
+    Closing lets go of them (a CUDA graph holds its memory while it lives)."""
 
     def __init__(self) -> None:
         self.ppo: PPO | None = None

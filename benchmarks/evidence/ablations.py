@@ -124,6 +124,8 @@ ARMS: dict[str, Arm] = {
                                            f"evolution.search_space.lr=[{2**-14},{2**-8}]"],
                                           "2 Adam steps a rollout, each over all of it, at 4 times the learning "
                                           "rate: fewer passes over larger batches, as a GPU wants them"),
+    "band 5%": Arm(["env.rebalance_band=0.05"], "a 5% no-trade band: an order under 5% of the account is not sent"),
+    "every 30 bars": Arm(["env.decide_every=30"], "a decision every 30th bar: 13 a session, not 78"),
     DAILY: Arm(["features.indicators=[sr_40_xs,ewm_20_xs,vol_20]", "ppo.start_ranked_by=0", "ppo.anchor=10"],
                "params.yaml's learner: sr_40_xs first, each scorer started as its ranking and anchored to it "
                "(on params.yaml's market, the shipped arm itself; for --market minute)"),

@@ -117,7 +117,8 @@ class TrainParams(Section):
     resume: bool = Field(False, description="continue a killed run from its last generation; `--resume` sets it")
     compile: CompileMode = Field("eager", description="eager: kernels launched one by one; graphs: record the "
                                  "rollout, the update and the evaluator's decision once as CUDA graphs and replay "
-                                 "them (CUDA only); inductor: torch.compile their bodies too (docs/training.md, GPU "
+                                 "them (CUDA only); inductor: torch.compile their bodies too; kernel: as inductor, "
+                                 "the PPO update's loss and gradients in one Triton kernel (docs/training.md, GPU "
                                  "workers)")
     deterministic: bool = Field(False, description="torch.use_deterministic_algorithms: a CUDA run repeats bit "
                                 "for bit on the same GPU, somewhat slower")

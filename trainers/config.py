@@ -195,7 +195,7 @@ class SACConfig:
         return self.num_envs * self.horizon + self.updates * self.batch_size
 
 
-CompileMode = Literal["eager", "graphs", "inductor"]
+CompileMode = Literal["eager", "graphs", "inductor", "kernel"]
 RngDevice = Literal["device", "cpu"]
 
 
@@ -208,7 +208,9 @@ class RuntimeConfig:
     """``eager``: kernels launched one by one. ``graphs``: the rollout, the PPO update and the evaluator's
     decision are recorded once as CUDA graphs and replayed (CUDA only). ``inductor``: their
     bodies are compiled by ``torch.compile`` (fused kernels), and on CUDA also replayed as
-    CUDA graphs. Anything but ``eager`` runs the update on the whole padded population with
+    CUDA graphs. ``kernel``: as ``inductor``, but the PPO update's loss and gradients are one
+    hand-written Triton kernel (trainers/ppo/kernel.py; CUDA, or Triton's interpreter on the CPU
+    for checking). Anything but ``eager`` runs the update on the whole padded population with
     masks (fixed shapes), which is within float rounding of the default."""
     deterministic: bool = False
     """``torch.use_deterministic_algorithms`` (and cuBLAS's fixed workspace): a CUDA run

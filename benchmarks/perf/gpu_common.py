@@ -49,6 +49,9 @@ HEADLINE = {"num_envs": 2048, "horizon": 128, "batch_size": 32768, "repeat_times
 32,768 of its 262,144 samples, 2 passes over them. Two passes, not eight: on the development seeds
 of both markets fewer passes learned as well or better, at a quarter of the update's work; one
 pass did not, on one minute seed in ten (docs/results.md, fewer passes over larger batches)."""
+KERNEL_ERROR = 1e-4
+"""The most the update kernel's gradients may differ from autograd's, over the largest, for the
+headline to train with it (benchmarks/perf/gpu_update.py measures it)."""
 TINY = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
 """The same, for the CPU smoke (``--tiny``)."""
 

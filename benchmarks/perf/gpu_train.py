@@ -17,7 +17,17 @@ from typing import Any
 
 import torch
 
-from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, paper_env, paper_evolution, paper_ppo, scales_of, sync
+from benchmarks.perf.gpu_common import (
+    HEADLINE,
+    KERNEL_ERROR,
+    TINY,
+    Args,
+    paper_env,
+    paper_evolution,
+    paper_ppo,
+    scales_of,
+    sync,
+)
 from benchmarks.perf.gpu_eval import actors_of, chunk_check
 from benchmarks.perf.gpu_market import minute_market, sample_market
 from benchmarks.perf.gpu_split import compiled_split, first_generation
@@ -273,12 +283,19 @@ def section_headline(args: Args) -> dict[str, Any]:
 
 
 def _modes(args: Args) -> list[str]:
-    """Inductor and CUDA graphs, graphs alone when the env section saw Inductor fail; eager on the CPU."""
+    """The modes to try in turn, on CUDA: Inductor, then CUDA graphs alone, graphs only when the env
+    section saw Inductor fail; the update's Triton kernel first where the update section found its
+    gradients autograd's (:data:`~benchmarks.perf.gpu_common.KERNEL_ERROR`) and its update faster
+    than Inductor's fused one. Eager on the CPU."""
     if args.device != "cuda":
         return ["eager"]
     env = args.load("env") or {}
-    failed = any(row.get("mode") == "inductor" and "error" in row for row in env.get("rows", []))
-    return ["graphs"] if failed else ["inductor", "graphs"]
+    if any(row.get("mode") == "inductor" and "error" in row for row in env.get("rows", [])):
+        return ["graphs"]
+    update = {row.get("form"): row for row in (args.load("update") or {}).get("rows", [])}
+    kernel, fused = update.get("kernel", {}), update.get("fused", {})
+    faster = kernel.get("sample_epochs_per_s", 0.0) > fused.get("sample_epochs_per_s", float("inf"))
+    return (["kernel"] if faster and kernel.get("kernel_error", 1.0) <= KERNEL_ERROR else []) + ["inductor", "graphs"]
 
 
 def _guarded(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -2,13 +2,21 @@
 per sample and epoch, counted, against the bytes it must move; on CUDA, its rate against the
 bandwidth roofline of those necessary bytes (docs/training.md, the update's bytes).
 
-Two forms of the batched model are measured side by side: ``matmul`` (every layer a batched
+Three forms of the update are measured side by side: ``matmul`` (every layer a batched
 matmul) and ``fused`` (the narrow layers as products and sums, which Inductor fuses with the
-loss around them; :data:`trainers.ppo.batched.NARROW`). Bytes are counted two ways:
+loss around them; :data:`trainers.ppo.batched.NARROW`), both through autograd, and ``kernel``
+(``train.compile: kernel``: the loss and its gradients in one Triton kernel,
+trainers/ppo/kernel.py). Bytes are counted two ways:
 
 * eager: every ATen op's inputs and outputs (:func:`benchmarks.perf.gpu_common.bytes_moved`);
-* Inductor: the compiled forward and backward graphs' own count of the buffers each kernel
-  reads and writes (``torch._inductor.metrics``), plus the eager Adam step beside them.
+* compiled: the forward and backward graphs Inductor compiles, by its own count of the buffers
+  each kernel reads and writes (``torch._inductor.metrics``), or the Triton kernel by its own
+  (:func:`trainers.ppo.kernel.bytes_accessed`) with the torch ops around it; plus the eager Adam
+  step beside them.
+
+The kernel's gradients are checked against autograd's on the same minibatch (``kernel_error``:
+the largest difference over the largest gradient); the device script's headline trains with
+the kernel only where that held and the kernel updated faster (benchmarks/perf/gpu_train.py).
 
 On the GPU machine it is one section of the device script; here it is also a benchmark of its own:
 
@@ -30,11 +38,13 @@ from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, timed
 from benchmarks.perf.gpu_market import sample_market
 from benchmarks.perf.gpu_train import population
 from trainers.config import RuntimeConfig
+from trainers.ppo import kernel  # before anything compiles: on a CPU it sets Triton's interpreter up
 from trainers.ppo.loss import ppo_loss
 from trainers.ppo.ppo import PPO
 
-FORMS = {"matmul": False, "fused": True}
-"""The batched model's forms: whether its narrow layers are products and sums."""
+FORMS = {"matmul": ("inductor", False), "fused": ("inductor", True), "kernel": ("kernel", True)}
+"""The update's forms: its ``train.compile``, and whether the narrow layers are products and sums."""
+
 
 
 def necessary_update_bytes(stocks: int, state_dim: int, per_action: bool) -> int:
@@ -59,20 +69,24 @@ def section_update(args: Args) -> dict[str, Any]:
     data = sample_market(stocks, 300 if args.tiny else 5000, seed=0, device=args.device)
     device = args.load("device") or {}
     out: dict[str, Any] = {"rows": [], "shapes": shapes, "agents": agents, "stocks": stocks}
-    for form, fused in FORMS.items():
+    for form, (compile, fused) in FORMS.items():
         if args.remaining() < 20:
             return out | {"cut_short": True}
-        row = _counted(data, agents, shapes, fused) | {"form": form}
-        if args.device == "cuda":
-            row |= _rate(data, agents, TINY if args.tiny else HEADLINE, fused)
-            if "copy_gbs" in device:
-                row["roofline_share"] = row["sample_epochs_per_s"] * row["necessary_bytes"] / 1e9 / device["copy_gbs"]
+        try:
+            row = _counted(data, agents, shapes, fused, compile) | {"form": form}
+            if args.device == "cuda":
+                row |= _rate(data, agents, TINY if args.tiny else HEADLINE, fused, compile)
+                if "copy_gbs" in device:
+                    row["roofline_share"] = (row["sample_epochs_per_s"] * row["necessary_bytes"] / 1e9
+                                             / device["copy_gbs"])
+        except Exception as error:  # noqa: BLE001 - a form that fails on a new stack leaves the others measured
+            row = {"form": form, "error": f"{type(error).__name__}: {error}"[:500]}
         out["rows"].append(row)
         args.save("update", out)
     return out
 
 
-def _ready(data: Any, agents: int, shapes: dict[str, int], fused: bool, compile: str) -> tuple[PPO, Any]:
+def _ready(data: Any, agents: int, shapes: dict[str, int], fused: bool, compile: str = "eager") -> tuple[PPO, Any]:
     """A population after one iteration, the narrow layers in the given form, its group loaded."""
     ppo = population(data, agents, RuntimeConfig(compile=compile), **shapes)
     ppo.nets.fused = fused
@@ -81,30 +95,52 @@ def _ready(data: Any, agents: int, shapes: dict[str, int], fused: bool, compile:
     return ppo, ppo.group(group)
 
 
-def _counted(data: Any, agents: int, shapes: dict[str, int], fused: bool) -> dict[str, Any]:
+def _counted(data: Any, agents: int, shapes: dict[str, int], fused: bool, compile: str) -> dict[str, Any]:
     """One static gradient step's bytes per sample-epoch: eager (the whole step and the loss's
-    forward and backward alone) and with the loss compiled by Inductor; and the seconds the
-    compiled loss's forward and backward take."""
-    ppo, group = _ready(data, agents, shapes, fused, "eager")
+    forward and backward alone) and with the loss compiled by Inductor, or by the kernel; and the
+    seconds the compiled loss's forward and backward take (not the kernel's in Triton's
+    interpreter, which says nothing of its speed)."""
+    ppo, group = _ready(data, agents, shapes, fused)
     weight, active = group.schedule.static_masks()
     idx = torch.randint(0, group.batch[0].shape[0], weight[0].shape, generator=torch.Generator().manual_seed(0)
                         ).to(weight.device)
     samples = idx.numel()
     hp = (ppo.hparam("clip"), ppo.hparam("entropy_coef"), ppo.cfg.value_coef)
 
-    def loss_and_grad(loss_fn: Any) -> None:
+    def loss_and_grad(loss_fn: Any) -> list[torch.Tensor]:
         nets = ppo.nets.sub(list(range(agents)), grad=True)
-        torch.autograd.grad(loss_fn(nets, group.batch, idx, weight[0], *hp), nets.params)
+        return list(torch.autograd.grad(loss_fn(nets, group.batch, idx, weight[0], *hp), nets.params))
 
     step = bytes_moved(lambda: ppo.static_step(group.batch, idx, weight[0], active[0]))
     loss = bytes_moved(lambda: loss_and_grad(ppo_loss))
-    inductor = torch.compile(ppo_loss, fullgraph=True)
-    compiled = _inductor_bytes(lambda: loss_and_grad(inductor))
-    seconds = timed(lambda: loss_and_grad(inductor), weight.device, repeats=5)
     per_action = ppo.cfg.credit == "per_stock"
-    return {"eager_bytes": step / samples, "inductor_bytes": (compiled + step - loss) / samples,
-            "necessary_bytes": necessary_update_bytes(data.n_stocks, ppo.envs[0].state_dim, per_action),
-            "samples_per_step": samples, "inductor_loss_s": seconds}
+    row = {"eager_bytes": step / samples, "samples_per_step": samples,
+           "necessary_bytes": necessary_update_bytes(data.n_stocks, ppo.envs[0].state_dim, per_action)}
+    if compile == "kernel":
+        fn = kernel.kernel_loss(weight.device)
+        launch = kernel._kernel
+        kernel._kernel = _Unlaunched()  # the torch ops beside the kernel alone (in Triton's interpreter
+        try:  # the launch itself runs torch copies that a compiled kernel does not)
+            around = bytes_moved(lambda: loss_and_grad(fn))
+        finally:
+            kernel._kernel = launch
+        compiled = around + kernel.bytes_accessed(ppo.nets, group.batch, idx)
+        want, got = loss_and_grad(ppo_loss), loss_and_grad(fn)
+        error = max(float((g - w).abs().max()) for g, w in zip(got, want)) / max(float(w.abs().max()) for w in want)
+        row |= {"eager_bytes": None, "kernel_error": error}
+    else:
+        fn = torch.compile(ppo_loss, fullgraph=True)
+        compiled = _inductor_bytes(lambda: loss_and_grad(fn))
+    if compile != "kernel" or weight.device.type == "cuda":
+        row["inductor_loss_s"] = timed(lambda: loss_and_grad(fn), weight.device, repeats=5)
+    return row | {"inductor_bytes": (compiled + step - loss) / samples}
+
+
+class _Unlaunched:
+    """A kernel whose launch does nothing."""
+
+    def __getitem__(self, grid: Any) -> Any:
+        return lambda *args, **kwargs: None
 
 
 def _inductor_bytes(fn: Any) -> int:
@@ -129,9 +165,9 @@ def _inductor_bytes(fn: Any) -> int:
         log.propagate = propagate
 
 
-def _rate(data: Any, agents: int, shapes: dict[str, int], fused: bool) -> dict[str, Any]:
-    """Sample-epochs/s of whole updates as training runs them on CUDA (Inductor, recorded)."""
-    ppo, group = _ready(data, agents, shapes, fused, "inductor")
+def _rate(data: Any, agents: int, shapes: dict[str, int], fused: bool, compile: str) -> dict[str, Any]:
+    """Sample-epochs/s of whole updates as training runs them on CUDA (Inductor or the kernel, recorded)."""
+    ppo, group = _ready(data, agents, shapes, fused, compile)
     members = list(range(agents))
     ppo.train_iteration(members)  # the second iteration records the steps
     rollout = ppo.collect(members)
@@ -146,15 +182,21 @@ def _rate(data: Any, agents: int, shapes: dict[str, int], fused: bool) -> dict[s
 
 def update_table(result: dict[str, Any]) -> str:
     """The section's rows as a markdown table."""
-    lines = ["| form | bytes/sample-epoch, eager | with Inductor | necessary | Inductor / necessary "
-             "| compiled loss + backward, s/step | sample-epochs/s (CUDA) | share of the copy roofline |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| form | bytes/sample-epoch, eager | compiled | necessary | compiled / necessary "
+             "| compiled loss + backward, s/step | gradients against autograd | sample-epochs/s (CUDA) "
+             "| share of the copy roofline |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['form']} | failed: {r['error'][:200]} |" + " |" * 7)
+            continue
+        eager = f"{r['eager_bytes']:,.0f}" if r.get("eager_bytes") is not None else "-"
+        seconds = f"{r['inductor_loss_s'] * 1e3:.1f} ms" if "inductor_loss_s" in r else "- (interpreted)"
+        error = f"{r['kernel_error']:.1e}" if "kernel_error" in r else "-"
         rate = f"{r['sample_epochs_per_s'] / 1e6:,.1f} M" if "sample_epochs_per_s" in r else "-"
         share = f"{r['roofline_share']:.1%}" if "roofline_share" in r else "-"
-        lines.append(f"| {r['form']} | {r['eager_bytes']:,.0f} | {r['inductor_bytes']:,.0f} | {r['necessary_bytes']:,} "
-                     f"| {r['inductor_bytes'] / r['necessary_bytes']:.1f}x | {r['inductor_loss_s'] * 1e3:.1f} ms "
-                     f"| {rate} | {share} |")
+        lines.append(f"| {r['form']} | {eager} | {r['inductor_bytes']:,.0f} | {r['necessary_bytes']:,} "
+                     f"| {r['inductor_bytes'] / r['necessary_bytes']:.1f}x | {seconds} | {error} | {rate} | {share} |")
     return "\n".join(lines)
 
 
@@ -177,17 +219,21 @@ def main() -> None:
     latest = (f"`.venv/bin/python -m benchmarks.perf.gpu_update` (2 CPU cores; on a GPU the device script's "
               f"`update` section, in the GPU section). PPO's static gradient step at the paper's config, "
               f"{result['stocks']} stocks, {result['agents']} agents, minibatches of {shapes['batch_size']:,} "
-              f"samples each: bytes per sample and epoch, counted op by op (eager) and by Inductor's own count of "
-              f"its kernels (the loss's forward and backward compiled, the Adam step eager), against the bytes "
-              f"any update must read (docs/training.md, the update's bytes).\n\n{table}")
+              f"samples each: bytes per sample and epoch, counted op by op (eager) and compiled: by Inductor's own "
+              f"count of its kernels (the loss's forward and backward), or for `kernel` by the Triton kernel's "
+              f"own count with the torch ops beside it (run here in Triton's interpreter, so not timed); the Adam "
+              f"step eager in both; against the bytes any update must read (docs/training.md, the update's "
+              f"bytes).\n\n{table}")
     form = {r["form"]: r for r in result["rows"]}
-    matmul, fused = form["matmul"], form["fused"]
+    matmul, fused, kernel = form["matmul"], form["fused"], form.get("kernel", {})
     record(Reading("update-bytes", "The PPO update's bytes: benchmarks/perf/gpu_update.py", latest,
                    ("date", "commit", "eager bytes", "Inductor bytes (matmul)", "Inductor bytes (fused)",
-                    "necessary bytes", "compiled step, matmul / fused"),
+                    "necessary bytes", "compiled step, matmul / fused", "kernel bytes", "kernel gradient error"),
                    (now(), commit(), f"{matmul['eager_bytes']:,.0f}", f"{matmul['inductor_bytes']:,.0f}",
                     f"{fused['inductor_bytes']:,.0f}", f"{fused['necessary_bytes']:,}",
-                    f"{matmul['inductor_loss_s'] / fused['inductor_loss_s']:.2f}x")))
+                    f"{matmul['inductor_loss_s'] / fused['inductor_loss_s']:.2f}x",
+                    f"{kernel['inductor_bytes']:,.0f}" if kernel else "-",
+                    f"{kernel['kernel_error']:.1e}" if kernel else "-")))
 
 
 if __name__ == "__main__":

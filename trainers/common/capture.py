@@ -36,8 +36,8 @@ F = TypeVar("F", bound=Callable[..., object])
 
 def compiled(fn: F, mode: CompileMode) -> F:
     """``fn`` compiled by ``torch.compile`` (Inductor, whole graph) when ``mode`` is
-    ``inductor``; ``fn`` itself otherwise."""
-    if mode != "inductor":
+    ``inductor`` or ``kernel``; ``fn`` itself otherwise."""
+    if mode not in ("inductor", "kernel"):
         return fn
     return torch.compile(fn, fullgraph=True)  # type: ignore[return-value]
 

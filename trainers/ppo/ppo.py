@@ -122,7 +122,7 @@ class PPO:
         self.learners, self.envs, self.cfg = list(learners), list(envs), cfg
         self.device = self.envs[0].device
         self.nets = BatchedNets.stack([lrn.actor for lrn in self.learners], [lrn.critic for lrn in self.learners])
-        self.nets.fused = runtime.compile == "inductor"
+        self.nets.fused = runtime.compile in ("inductor", "kernel")
         self.adam = BatchedAdam(self.nets, self.hparam("lr", torch.float64), self._anchor(),
                                 self.hparam("anchor", torch.float64) if cfg.anchor else None)
         for i, learner in enumerate(self.learners):
@@ -131,6 +131,10 @@ class PPO:
         self.recording = capturing(self.device, runtime.compile)
         self._rollout_step = compiled(rollout_step, runtime.compile)
         self._loss = compiled(ppo_loss, runtime.compile)
+        if runtime.compile == "kernel":
+            from trainers.ppo.kernel import kernel_loss  # imports Triton: only where it is asked for
+
+            self._loss = kernel_loss(self.device, self._loss)
         self._everyone = list(range(len(self.learners)))
         self._hparams = {name: self.hparam(name) for name in ("clip", "entropy_coef")}
         self._indices: dict[tuple[int, ...], torch.Tensor] = {}

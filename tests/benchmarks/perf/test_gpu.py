@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.perf import gpu, gpu_update
+from benchmarks.perf import gpu, gpu_train, gpu_update
 from benchmarks.perf.gpu import BUDGET, SECTIONS, necessary_bytes, orchestrate
 from benchmarks.perf.gpu_common import HEADLINE, Args, bytes_moved, paper_env, paper_ppo
 from benchmarks.perf.gpu_report import headline_text, record_run
@@ -59,6 +59,9 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     assert sum(headline["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)
     update = {row["form"]: row for row in results["update"]["rows"]}  # the fused form moves fewer bytes compiled
     assert update["fused"]["inductor_bytes"] < update["matmul"]["inductor_bytes"] < update["matmul"]["eager_bytes"]
+    assert update["kernel"]["inductor_bytes"] < update["fused"]["inductor_bytes"] and "| kernel |" in update_table(
+        results["update"])  # the kernel, in Triton's interpreter here: fewer bytes still, autograd's gradients
+    assert update["kernel"]["kernel_error"] < 1e-5 and "inductor_loss_s" not in update["kernel"]
     assert len(list(out.iterdir())) <= 8  # what a device run can hand back
 
 
@@ -127,3 +130,21 @@ def test_a_device_run_is_recorded_with_its_device_name(tmp_path: Path) -> None:
     assert "pinned to GPU 0, trained 8 jobs (4 + 4 by worker" in text and "bit for bit the same" in text
     assert f" at {env['commit']}; every run's row" in text  # the reading names the run's commit
     assert f"| {env['commit']} | NVIDIA H100 80GB HBM3 |" in (tmp_path / "history" / "README.md").read_text()
+
+
+def test_the_headline_trains_with_the_kernel_only_where_the_update_section_found_it_right_and_faster(
+        tmp_path: Path) -> None:
+    args = Args("cuda", False, tmp_path, time.monotonic() + 400, 5.0)
+    assert gpu_train._modes(args) == ["inductor", "graphs"]  # no update section: nothing known of the kernel
+
+    def update(kernel: dict[str, float]) -> list[str]:
+        args.save("update", {"rows": [{"form": "fused", "sample_epochs_per_s": 2e6}, {"form": "kernel", **kernel}]})
+        return gpu_train._modes(args)
+
+    assert update({"sample_epochs_per_s": 3e6, "kernel_error": 1e-7}) == ["kernel", "inductor", "graphs"]
+    assert update({"sample_epochs_per_s": 1e6, "kernel_error": 1e-7}) == ["inductor", "graphs"]  # slower
+    assert update({"sample_epochs_per_s": 3e6, "kernel_error": 1e-2}) == ["inductor", "graphs"]  # wrong
+    assert update({"error": "CompilationError"}) == ["inductor", "graphs"]
+    args.save("env", {"rows": [{"mode": "inductor", "error": "failed"}]})
+    assert update({"sample_epochs_per_s": 3e6, "kernel_error": 1e-7}) == ["graphs"]
+    assert gpu_train._modes(Args("cpu", False, tmp_path, time.monotonic() + 400, 5.0)) == ["eager"]

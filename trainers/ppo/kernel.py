@@ -9,7 +9,8 @@ update must read (the sample's state, actions, old log-probabilities, advantages
 target). This kernel reads each sample where the rollout left it (through the minibatch's
 indices, no gathered copy), builds the per-stock inputs, runs the scorer and the critic
 forward, the clipped surrogate and the value loss, and their backward, in registers: the
-hidden layers are recomputed for the backward rather than saved. What it writes is one
+hidden layers are never written out, and each layer's gradient is a small matmul over the
+block's rows. What it writes is one
 partial gradient per program, summed by torch afterwards.
 
 It covers the shipped shape: a per-stock scorer (``policy: shared``) and a critic of one
@@ -44,9 +45,10 @@ except ImportError:  # an install without Triton: no kernel, the fallback only
 LossFn = Callable[..., torch.Tensor]
 """A loss with :func:`trainers.ppo.loss.ppo_loss`'s arguments."""
 BLOCK = 16
-"""Samples a program handles at once (``tl.dot`` needs at least 16)."""
-STOCKS = 32
-"""Stocks the scorer takes at once."""
+"""Samples a program handles at once (``tl.dot`` needs at least 16 rows, columns and terms; narrower
+layers are padded with zeros)."""
+STOCKS = 8
+"""Stocks the scorer takes at once: ``BLOCK × STOCKS`` rows of its inputs."""
 CHUNK = 64
 """State entries the critic's first layer reads at once."""
 BLOCKS = 16
@@ -75,12 +77,12 @@ def fits(nets: BatchedNets, batch: tuple[torch.Tensor, ...]) -> bool:
 
 def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1, c2, cb2, price_ref, clip, part,
           B, cash_scale, shares_scale, value_coef,
-          S: tl.constexpr, NS: tl.constexpr, K: tl.constexpr, HA: tl.constexpr, AP: tl.constexpr, HC: tl.constexpr,
-          HCP: tl.constexpr, BM: tl.constexpr, SC: tl.constexpr, CK: tl.constexpr, P: tl.constexpr):
+          S: tl.constexpr, NS: tl.constexpr, K: tl.constexpr, IP: tl.constexpr, HA: tl.constexpr, HAP: tl.constexpr,
+          HC: tl.constexpr, HCP: tl.constexpr, BM: tl.constexpr, SC: tl.constexpr, CK: tl.constexpr, P: tl.constexpr):
     """Agent ``program_id(0)``'s samples, blocks ``program_id(1)``, ``+ P``, ... of ``BM``, into
     its row of ``part``: the gradients in parameter order, then the surrogate's and the value
-    loss's sums. Stocks go ``SC`` at a time and the state ``CK`` entries at a time, so that a
-    thread holds a few numbers of each block-sized tensor."""
+    loss's sums. Stocks go ``SC`` at a time, as ``BM·SC`` rows of the scorer's inputs, and the
+    state ``CK`` entries at a time, so that a thread holds a few numbers of each tensor."""
     a, p = tl.program_id(0), tl.program_id(1)
     NI: tl.constexpr = K + 2  # the scorer's inputs
     o_c1: tl.constexpr = NS + NI * HA + 2 * HA + 1
@@ -88,11 +90,19 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
     o_c2: tl.constexpr = o_cb1 + HC
     o_cb2: tl.constexpr = o_c2 + HC
     out = part + (a * P + p) * (o_cb2 + 3)
-    m_ar, jc, hc, slot, two = tl.arange(0, BM), tl.arange(0, SC), tl.arange(0, HCP), tl.arange(0, AP), tl.arange(0, 2)
-    hcm = hc < HC
+    m_ar, jc, ii, ka, hc, two = (tl.arange(0, BM), tl.arange(0, SC), tl.arange(0, IP), tl.arange(0, HAP),
+                                 tl.arange(0, HCP), tl.arange(0, 2))
+    kam, hcm, w1m = ka < HA, hc < HC, (ii[:, None] < NI) & (ka[None, :] < HA)
     eps = tl.load(clip + a)
+    s1 = tl.load(w1 + (a * NI + ii[:, None]) * HA + ka[None, :], mask=w1m, other=0.0)  # the scorer, padded
+    s1b = tl.load(b1 + a * HA + ka, mask=kam, other=0.0)
+    s2 = tl.load(w2 + a * HA + ka, mask=kam, other=0.0)
+    s2b = tl.load(b2 + a)
     v2 = tl.load(c2 + a * HC + hc, mask=hcm, other=0.0)
-    acc_a = tl.zeros([AP], dtype=tl.float32)  # the scorer's W1, b1, W2, b2, flat, in parameter order
+    acc_w1 = tl.zeros([IP, HAP], dtype=tl.float32)
+    acc_b1 = tl.zeros([HAP], dtype=tl.float32)
+    acc_w2 = tl.zeros([HAP], dtype=tl.float32)
+    acc_b2 = tl.zeros([1], dtype=tl.float32)
     acc_cb1 = tl.zeros([HCP], dtype=tl.float32)
     acc_c2 = tl.zeros([HCP], dtype=tl.float32)
     acc_cb2 = tl.zeros([1], dtype=tl.float32)
@@ -114,14 +124,16 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             j = c0 + jc
             jm = j < NS
             both = mm[:, None] & jm[None, :]
-            weight_j = _held(base, j, both, price_ref, shares_scale, NS) / value[:, None]
-            cash_j = tl.zeros([BM, SC], dtype=tl.float32) + (cash / value)[:, None]
+            # the scorer's inputs, one row per sample and stock: its indicators, its weight, the cash weight
+            x = tl.load(base[:, :, None] + 1 + 2 * NS + j[None, :, None] * K + ii[None, None, :],
+                        mask=both[:, :, None] & (ii < K)[None, None, :], other=0.0)
+            x = tl.where(ii[None, None, :] == K, (_held(base, j, both, price_ref, shares_scale, NS)
+                                                  / value[:, None])[:, :, None], x)
+            x = tl.reshape(tl.where(ii[None, None, :] == K + 1, (cash / value)[:, None, None], x), [BM * SC, IP])
+            pre = tl.dot(x, s1, input_precision="ieee") + s1b[None, :]
+            mu = tl.reshape(tl.sum(tl.maximum(pre, 0.0) * s2[None, :], 1), [BM, SC]) + s2b
             std = tl.exp(tl.load(log_std + a * NS + j, mask=jm, other=0.0))
             var = std * std
-            mu = tl.zeros([BM, SC], dtype=tl.float32) + tl.load(b2 + a)
-            for k in tl.static_range(HA):  # the hidden units are recomputed in the backward, not kept
-                pre = _hidden(base, j, both, weight_j, cash_j, w1, b1, a, k, NS, K, HA)
-                mu += tl.maximum(pre, 0.0) * tl.load(w2 + a * HA + k)
             at = row[:, None] * NS + j[None, :]
             d = tl.load(act + at, mask=both, other=0.0) - mu
             logp = -(d * d) / (2 * var[None, :]) - tl.log(std)[None, :] - 0.9189385332046727  # log √(2π)
@@ -133,15 +145,13 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             ls_at = out + j  # log_std's gradient, this program's own row of ``part``
             tl.store(ls_at, tl.load(ls_at, mask=jm, other=0.0) + tl.sum(g_logp * (d * d / var[None, :] - 1.0), 0),
                      mask=jm)
-            acc_a += tl.where(slot == NI * HA + 2 * HA, tl.sum(tl.sum(g_mu, 1), 0), 0.0)
-            for k in tl.static_range(HA):
-                pre = _hidden(base, j, both, weight_j, cash_j, w1, b1, a, k, NS, K, HA)
-                g_pre = tl.where(pre > 0, g_mu * tl.load(w2 + a * HA + k), 0.0)
-                acc_a += tl.where(slot == NI * HA + HA + k, tl.sum(tl.sum(tl.maximum(pre, 0.0) * g_mu, 1), 0), 0.0)
-                acc_a += tl.where(slot == NI * HA + k, tl.sum(tl.sum(g_pre, 1), 0), 0.0)
-                for i in tl.static_range(NI):
-                    x = _input(base, j, both, weight_j, cash_j, i, NS, K)
-                    acc_a += tl.where(slot == i * HA + k, tl.sum(tl.sum(x * g_pre, 1), 0), 0.0)
+            # the scorer's backward: two small matmuls' worth, summed over the block's samples and stocks
+            g_row = tl.reshape(g_mu, [BM * SC])
+            g_pre = tl.where(pre > 0, g_row[:, None] * s2[None, :], 0.0)
+            acc_w1 += tl.dot(tl.trans(x), g_pre, input_precision="ieee")
+            acc_b1 += tl.sum(g_pre, 0)
+            acc_w2 += tl.sum(tl.maximum(pre, 0.0) * g_row[:, None], 0)
+            acc_b2 += tl.sum(tl.sum(g_mu, 1), 0)
         # the critic, its first layer over the whole state a chunk at a time
         h = tl.zeros([BM, HCP], dtype=tl.float32) + tl.load(cb1 + a * HC + hc, mask=hcm, other=0.0)[None, :]
         for c in range(0, S, CK):
@@ -166,7 +176,10 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             tl.store(at, tl.load(at, mask=cm, other=0.0) + tl.dot(tl.trans(s_c), g_h, input_precision="ieee"),
                      mask=cm)
         tl.debug_barrier()  # the next block reads what this one stored
-    tl.store(out + NS + slot, acc_a, mask=slot < NI * HA + 2 * HA + 1)
+    tl.store(out + NS + ii[:, None] * HA + ka[None, :], acc_w1, mask=w1m)
+    tl.store(out + NS + NI * HA + ka, acc_b1, mask=kam)
+    tl.store(out + NS + NI * HA + HA + ka, acc_w2, mask=kam)
+    tl.store(out + NS + NI * HA + 2 * HA + tl.arange(0, 1), acc_b2)
     tl.store(out + o_cb1 + hc, acc_cb1, mask=hcm)
     tl.store(out + o_c2 + hc, acc_c2, mask=hcm)
     tl.store(out + o_cb2 + tl.arange(0, 1), acc_cb2)
@@ -178,25 +191,6 @@ def _held(base, j, both, price_ref, shares_scale, NS: tl.constexpr):
     return (tl.load(base + 1 + j[None, :], mask=both, other=0.0) / shares_scale
             * tl.load(base + 1 + NS + j[None, :], mask=both, other=0.0)
             * tl.load(price_ref + j, mask=j < NS, other=0.0)[None, :])
-
-
-def _input(base, j, both, weight_j, cash_j, i: tl.constexpr, NS: tl.constexpr, K: tl.constexpr):
-    """Per-stock input ``i``: indicator ``i`` of each stock, then its weight, then the cash weight."""
-    if i < K:
-        return tl.load(base + 1 + 2 * NS + j[None, :] * K + i, mask=both, other=0.0)
-    elif i == K:
-        return weight_j
-    else:
-        return cash_j
-
-
-def _hidden(base, j, both, weight_j, cash_j, w1, b1, a, k: tl.constexpr, NS: tl.constexpr, K: tl.constexpr,
-            HA: tl.constexpr):
-    """Hidden unit ``k``'s input (before its ReLU) for every sample and stock of the block."""
-    pre = tl.zeros(weight_j.shape, dtype=tl.float32) + tl.load(b1 + a * HA + k)
-    for i in tl.static_range(K + 2):
-        pre += _input(base, j, both, weight_j, cash_j, i, NS, K) * tl.load(w1 + (a * (K + 2) + i) * HA + k)
-    return pre
 
 
 def _surrogate(ratio, A, eps):
@@ -214,8 +208,7 @@ def _surrogate_grad(ratio, A, eps, w):
 
 
 if triton is not None:
-    _held, _input, _hidden, _surrogate, _surrogate_grad = (
-        triton.jit(f) for f in (_held, _input, _hidden, _surrogate, _surrogate_grad))
+    _held, _surrogate, _surrogate_grad = (triton.jit(f) for f in (_held, _surrogate, _surrogate_grad))
     _kernel = triton.jit(_body)
 
 
@@ -230,9 +223,9 @@ def _pow2(n: int, least: int = 1) -> int:
 
 def constants(stocks: int, features: int, state: int, hidden: int, critic_hidden: int, programs: int) -> dict[str, int]:
     """The kernel's compile-time constants for a model of these sizes."""
-    return {"S": state, "NS": stocks, "K": features, "HA": hidden, "AP": _pow2((features + 4) * hidden + 1),
-            "HC": critic_hidden, "HCP": _pow2(critic_hidden, 16), "BM": BLOCK, "SC": STOCKS, "CK": CHUNK,
-            "P": programs}
+    return {"S": state, "NS": stocks, "K": features, "IP": _pow2(features + 2, 16), "HA": hidden,
+            "HAP": _pow2(hidden, 16), "HC": critic_hidden, "HCP": _pow2(critic_hidden, 16), "BM": BLOCK, "SC": STOCKS,
+            "CK": CHUNK, "P": programs}
 
 
 def _run(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, weight: torch.Tensor,

@@ -213,6 +213,9 @@ def train(params: Params, data_version: str | None = None, plan: Plan = Plan(),
     set_deterministic(params.train.deterministic)
     if params.train.compile == "graphs" and device.type != "cuda":
         log.info("train.compile: graphs records CUDA graphs; on the %s the static step runs as it is", device)
+    if params.train.compile == "kernel" and device.type != "cuda":
+        raise ConfigError(f"train.compile: kernel runs the PPO update as a Triton kernel on CUDA, and train.device "
+                          f"is {device}: use inductor, or a CUDA device (trainers/ppo/kernel.py)")
     torch.manual_seed(params.evolution.seed)
     data = fs.market(device)
     scales = state_scales(params, fs)

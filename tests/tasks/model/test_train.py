@@ -135,3 +135,17 @@ def test_training_logs_one_line_per_generation_once_its_evaluations_are_in(tiny,
         jobs.add(2, 5, 0.4)
         jobs.add(2, 5, 0.6)
     assert caplog.messages == ["job 5 (lineage depth 2): best validation sharpe 0.600"]
+
+
+def test_the_update_kernel_on_a_cpu_is_refused_in_one_line_before_any_training(built_copy, monkeypatch):
+    """``train.compile: kernel`` needs CUDA: on the CPU the stage says so, naming the setting,
+    before it reads the market or trains anything."""
+    from tasks.errors import ConfigError
+    from tasks.model import train as stage
+
+    monkeypatch.setattr(stage, "new_run", lambda *a, **k: pytest.fail("trained on a CPU with the kernel"))
+    params = built_copy.model_copy(update={"train": built_copy.train.model_copy(update={"compile": "kernel"})})
+    with pytest.raises(ConfigError) as err:
+        train(params)
+    message = str(err.value)
+    assert "train.compile: kernel" in message and "cpu" in message and "\n" not in message

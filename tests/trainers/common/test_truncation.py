@@ -24,17 +24,18 @@ def simulated_peak(min_len: int, max_len: int, bars: int, every: int, envs: int,
     each episode drawn as :meth:`MarketEnv.draw_episodes` draws it."""
     g = torch.Generator().manual_seed(0)
 
-    def lengths() -> torch.Tensor:
-        start = torch.randint(0, bars, (envs,), generator=g)
-        length = torch.randint(min_len, max_len + 1, (envs,), generator=g)
+    def lengths(n: int) -> torch.Tensor:
+        start = torch.randint(0, bars, (n,), generator=g)
+        length = torch.randint(min_len, max_len + 1, (n,), generator=g)
         return torch.ceil(torch.minimum(length, bars - start) / every).long()
 
-    left, peak = lengths(), 0.0
+    left, peak = lengths(envs), 0.0
     for _ in range(steps):
         left -= 1
         done = left == 0
-        peak = max(peak, float(done.float().mean()))
-        left = torch.where(done, lengths(), left)
+        ended = int(done.sum())
+        peak = max(peak, ended / envs)
+        left[done] = lengths(ended)  # new episodes for the envs that ended, and only for them
     return peak
 
 

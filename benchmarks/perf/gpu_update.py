@@ -46,7 +46,6 @@ FORMS = {"matmul": ("inductor", False), "fused": ("inductor", True), "kernel": (
 """The update's forms: its ``train.compile``, and whether the narrow layers are products and sums."""
 
 
-
 def necessary_update_bytes(stocks: int, state_dim: int, per_action: bool) -> int:
     """Bytes any update must move per sample and epoch: read the sample's state, its pre-``tanh``
     actions, its old log-probability, advantage (per stock with ``credit: per_stock``) and value

@@ -6,8 +6,9 @@ Each section runs in a process of its own, so a CUDA error in one (a failed grap
 say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it ends:
 
 * ``device``: the GPU, its measured copy bandwidth and FP32 matmul rate;
-* ``sync``: the static rollout, the PPO and SAC gradient steps and the evaluator's decision
-  under torch's sync debug mode (``error``) and :func:`trainers.common.capture.no_host_reads`;
+* ``sync``: the static rollout, the PPO and SAC gradient steps, the evaluator's decision and
+  the update kernel's loss and gradients under torch's sync debug mode (``error``) and
+  :func:`trainers.common.capture.no_host_reads`;
 * ``env``: env steps/s at 100 stocks x 4,096 / 16,384 / 65,536 envs, eager, CUDA graphs and
   Inductor, with the bytes a step moves against the memory bandwidth;
 * ``ppo``: PPO samples/s for populations of 1 to 256 agents at 30 and 100 stocks, eager and

@@ -69,7 +69,9 @@ def compiled_step(env: MarketEnv, mode: str) -> Callable[..., object]:
 
 def hot_steps(args: Args) -> dict[str, Callable[[], None]]:
     """The rollout, a static PPO gradient step, the evaluator's decision and SAC's gradient
-    step, each warmed up once, ready to run again."""
+    step, each warmed up once, ready to run again; on CUDA also the PPO gradient step's loss and
+    gradients by the update kernel (``train.compile: kernel``; on a CPU Triton's interpreter copies
+    to the host, so it is not a step to guard there)."""
     stocks = 4 if args.tiny else 30
     data = sample_market(stocks, 300, seed=0, device=args.device)
     ppo = population(data, 2, RuntimeConfig(), **TINY)
@@ -92,9 +94,21 @@ def hot_steps(args: Args) -> dict[str, Callable[[], None]]:
     def sac_step() -> None:
         sac.gradient_step()
 
-    return {"rollout": lambda: ppo.rollout(group),
-            "ppo_gradient_step": lambda: ppo.static_step(group.batch, idx, weight[0], active[0]),
-            "evaluator_decision": decide, "sac_gradient_step": sac_step}
+    steps = {"rollout": lambda: ppo.rollout(group),
+             "ppo_gradient_step": lambda: ppo.static_step(group.batch, idx, weight[0], active[0]),
+             "evaluator_decision": decide, "sac_gradient_step": sac_step}
+    if args.device == "cuda":
+        from trainers.ppo.kernel import kernel_loss
+
+        loss, hp = kernel_loss(ppo.device), (ppo.hparam("clip"), ppo.hparam("entropy_coef"), ppo.cfg.value_coef)
+
+        def kernel_step() -> None:
+            nets = ppo.nets.sub([0, 1], grad=True)
+            torch.autograd.grad(loss(nets, group.batch, idx, weight[0], *hp), nets.params)
+
+        kernel_step()  # Triton compiles it here
+        steps["kernel_gradient_step"] = kernel_step
+    return steps
 
 
 def update_flops_per_sample(stocks: int, features: int, hidden: int, state_dim: int, repeat_times: int) -> float:

@@ -38,7 +38,6 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 try:
     import triton
     import triton.language as tl
-    from triton import knobs
 except ImportError:  # an install without Triton: no kernel, the fallback only
     triton = None
 
@@ -62,7 +61,14 @@ multiprocessors many times over)."""
 def runs_on(device: torch.device) -> bool:
     """Whether the kernel runs on ``device``: compiled on CUDA; on the CPU only in Triton's
     interpreter (``TRITON_INTERPRET=1`` when Triton was first imported; slow, for checking)."""
-    return triton is not None and (device.type == "cuda" or (device.type == "cpu" and knobs.runtime.interpret))
+    return triton is not None and (device.type == "cuda" or (device.type == "cpu" and _interpreted()))
+
+
+def _interpreted() -> bool:
+    """Whether Triton runs kernels in its interpreter (``triton.knobs`` from Triton 3.4 on; the
+    variable itself before)."""
+    knobs = getattr(triton, "knobs", None)
+    return bool(knobs.runtime.interpret) if knobs is not None else os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def fits(nets: BatchedNets, batch: tuple[torch.Tensor, ...]) -> bool:

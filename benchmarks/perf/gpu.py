@@ -14,9 +14,9 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
 * ``ppo``: PPO samples/s for populations of 1 to 256 agents at 30 and 100 stocks, eager and
   recorded, with the update's share of the FP32 peak (benchmarks/perf/gpu_train.py);
 * ``update``: the bytes one PPO update moves per sample-epoch, eager and compiled, in both
-  forms of the batched model and as the Triton kernel (its gradients against autograd's),
-  against the bytes it must move, and its rate against the copy roofline of those
-  (benchmarks/perf/gpu_update.py);
+  forms of the batched model and as the Triton kernel (its gradients against autograd's, and
+  each of its builds timed), against the bytes it must move, and its rate against the copy
+  roofline of those (benchmarks/perf/gpu_update.py);
 * ``parity``: one generation on CUDA against the CPU (same random draws), and a checkpoint
   resumed across devices (benchmarks/perf/gpu_train.py);
 * ``dask``: a short evolution's jobs on a real ``dask scheduler`` and two ``--resources GPU=1``
@@ -25,7 +25,12 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
 * ``headline``: a population of 16 on the paper-scale minute market for a wall budget, its
   test-year Sharpe beside buy-and-hold and momentum, and an RL-Scope breakdown
   (benchmarks/perf/gpu_train.py; ``headline.json``, the profile in it); it trains with the
-  update kernel where the update section found it right and faster than Inductor's update.
+  update kernel, in its fastest right build, where the update section found it faster than
+  Inductor's update.
+
+A section that outlives its budget is stopped, and keeps what it had saved. ``ppo`` and ``dask``
+(their readings are recorded) can be left out of a run for the training figures: ``--sections
+device sync env update parity headline`` leaves the headline its full training budget.
 
     .venv/bin/python -m benchmarks.perf.tree                         # here first: stamp the tree (.stamp/)
     python3 -m pip install --no-deps .whl/*.whl                      # on the GPU machine (.whl and .stamp carried)
@@ -61,7 +66,7 @@ ROOT = Path(__file__).resolve().parents[2]
 """The repository root (the device script runs from it on a bare GPU machine, uninstalled)."""
 
 SECTIONS = ("device", "sync", "env", "ppo", "update", "parity", "dask", "headline")
-BUDGET = {"device": 20, "sync": 40, "env": 80, "ppo": 90, "update": 150, "parity": 40, "dask": 90, "headline": 10_000}
+BUDGET = {"device": 20, "sync": 40, "env": 80, "ppo": 90, "update": 180, "parity": 40, "dask": 90, "headline": 10_000}
 """Each section's most seconds on the device; the headline takes what the deadline leaves. At
 ``--tiny`` sizes (the CPU smoke) a section may take what the deadline leaves: the smoke asks
 whether every section runs, and a shared 2-core machine can be several times slower than usual."""
@@ -208,9 +213,9 @@ def orchestrate(args: Args, sections: list[str]) -> dict[str, Any]:
         print(f"== {name} (up to {budget:.0f} s, {left:.0f} s left)", flush=True)
         try:
             subprocess.run(command, check=False, timeout=budget + 10, cwd=ROOT)
-        except subprocess.TimeoutExpired:
-            (args.out / f"{name}.json").write_text(json.dumps({"ok": False, "section": name,
-                                                                 "error": f"timed out after {budget:.0f} s"}))
+        except subprocess.TimeoutExpired:  # what the section saved as it went stays
+            args.save(name, {**(args.load(name) or {}), "ok": False, "section": name,
+                             "error": f"timed out after {budget:.0f} s"})
         path = args.out / f"{name}.json"
         done[name] = json.loads(path.read_text()) if path.exists() else {"ok": False, "error": "no result"}
         print(f"   {name}: {'ok' if done[name].get('ok') else done[name].get('error')}", flush=True)

@@ -36,8 +36,12 @@ class Args:
         return self.deadline - time.monotonic()
 
     def save(self, name: str, result: dict[str, Any]) -> None:
-        """Write ``OUT/NAME.json`` now (a section saves what it has as it goes)."""
-        (self.out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
+        """Write ``OUT/NAME.json`` now (a section saves what it has as it goes), whole or not at
+        all: a section killed at its budget leaves its last save readable."""
+        path = self.out / f"{name}.json"
+        part = path.with_suffix(".part")
+        part.write_text(json.dumps(result, indent=1, default=str))
+        part.replace(path)
 
     def load(self, name: str) -> dict[str, Any] | None:
         path = self.out / f"{name}.json"

@@ -14,7 +14,8 @@ from benchmarks.common import DOCS, ROOT, Reading, commit, now, record
 from benchmarks.perf.gpu_update import update_table
 
 IMAGE = ROOT / "docs" / "img" / "benchmark_gpu.png"
-MODES = {"off": "eager", "eager": "eager", "graphs": "CUDA graphs", "inductor": "Inductor + CUDA graphs"}
+MODES = {"off": "eager", "eager": "eager", "graphs": "CUDA graphs", "inductor": "Inductor + CUDA graphs",
+         "kernel": "the update's Triton kernel + Inductor + CUDA graphs"}
 """Display names; ``off`` is what the first device run called ``eager``."""
 
 
@@ -82,9 +83,11 @@ def headline_text(run: dict[str, dict[str, Any]]) -> str:
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(profile.get("shares_of_wall", {}).items(),
                                                           key=lambda kv: -kv[1]))
     market = h["market"]
+    launch = h.get("kernel_launch") if h["mode"] == "kernel" else None
+    build = f" ({launch['warps']} warps, `{launch['dot']}` matmuls)" if launch else ""
     return (f"Population {h['config']['population']} × {h['config']['ppo']['num_envs']:,} envs, "
             f"{market['stocks']} stocks × {market['sessions']:,} sessions of 1-minute bars "
-            f"({market['bars']:,} bars, built in {market['seconds']:.0f} s), {MODES[h['mode']]}, "
+            f"({market['bars']:,} bars, built in {market['seconds']:.0f} s), {MODES[h['mode']]}{build}, "
             f"{h['config']['iterations_per_generation']} iterations a generation:\n\n"
             f"- **{h['env_steps'] / 1e6:,.1f} M env steps in {h['train_seconds']:.0f} s** "
             f"({len(h['curve'])} generations, compilation included): {h['env_steps_per_s']:,.0f} env steps/s, "

@@ -253,7 +253,10 @@ def section_headline(args: Args) -> dict[str, Any]:
                      evo.iterations_per_generation}
     budget = min(args.headline_seconds, max(20.0, args.remaining() - (20 if args.tiny else 150)))
     args.save("headline", out)
-    for mode in _modes(args):
+    modes = _modes(args)
+    if "kernel" in modes:
+        out["kernel_launch"] = _kernel_launch(args)
+    for mode in modes:
         try:
             result, curve = _train(args, data, windows, shapes, evo, RuntimeConfig(compile=mode), budget)
             out["mode"] = mode
@@ -310,6 +313,18 @@ def _modes(args: Args) -> list[str]:
     kernel, fused = update.get("kernel", {}), update.get("fused", {})
     faster = kernel.get("sample_epochs_per_s", 0.0) > fused.get("sample_epochs_per_s", float("inf"))
     return (["kernel"] if faster and kernel.get("kernel_error", 1.0) <= KERNEL_ERROR else []) + ["inductor", "graphs"]
+
+
+def _kernel_launch(args: Args) -> dict[str, Any]:
+    """Build the update kernel from here on as the update section ran its update (the fastest of
+    its builds with autograd's gradients, benchmarks/perf/gpu_update.py::fastest_launch); the
+    build, as a dict."""
+    from trainers.ppo import kernel
+
+    update = {row.get("form"): row for row in (args.load("update") or {}).get("rows", [])}
+    launch = update.get("kernel", {}).get("launch")
+    kernel.LAUNCH = kernel.Launch(**launch) if launch else kernel.LAUNCH
+    return kernel.LAUNCH._asdict()
 
 
 def _guarded(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:

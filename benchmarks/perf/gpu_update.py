@@ -15,8 +15,12 @@ trainers/ppo/kernel.py). Bytes are counted two ways:
   step beside them.
 
 The kernel's gradients are checked against autograd's on the same minibatch (``kernel_error``:
-the largest difference over the largest gradient); the device script's headline trains with
-the kernel only where that held and the kernel updated faster (benchmarks/perf/gpu_train.py).
+the largest difference over the largest gradient). On CUDA each of its builds
+(:data:`trainers.ppo.kernel.LAUNCHES`: 4 or 8 warps, FP32 or TF32×3 matmuls) is timed on one of
+the headline's minibatches and checked the same way, and the update's rate is measured with the
+fastest build within :data:`~benchmarks.perf.gpu_common.KERNEL_ERROR`. The device script's
+headline trains with the kernel, in that build, only where its update was faster than Inductor's
+(benchmarks/perf/gpu_train.py).
 
 On the GPU machine it is one section of the device script; here it is also a benchmark of its own:
 
@@ -34,7 +38,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, timed
+from benchmarks.perf.gpu_common import HEADLINE, KERNEL_ERROR, TINY, Args, bytes_moved, timed
 from benchmarks.perf.gpu_market import sample_market
 from benchmarks.perf.gpu_train import population
 from trainers.config import RuntimeConfig
@@ -42,8 +46,9 @@ from trainers.ppo import kernel  # before anything compiles: on a CPU it sets Tr
 from trainers.ppo.loss import ppo_loss
 from trainers.ppo.ppo import PPO
 
-FORMS = {"matmul": ("inductor", False), "fused": ("inductor", True), "kernel": ("kernel", True)}
-"""The update's forms: its ``train.compile``, and whether the narrow layers are products and sums."""
+FORMS = {"kernel": ("kernel", True), "fused": ("inductor", True), "matmul": ("inductor", False)}
+"""The update's forms: its ``train.compile``, and whether the narrow layers are products and sums;
+in the order they are measured, so that a section its budget cuts short loses the oldest first."""
 
 
 def necessary_update_bytes(stocks: int, state_dim: int, per_action: bool) -> int:
@@ -74,7 +79,7 @@ def section_update(args: Args) -> dict[str, Any]:
         try:
             row = _counted(data, agents, shapes, fused, compile) | {"form": form}
             if args.device == "cuda":
-                row |= _rate(data, agents, TINY if args.tiny else HEADLINE, fused, compile)
+                row |= _rate(args, data, agents, TINY if args.tiny else HEADLINE, fused, compile)
                 if "copy_gbs" in device:
                     row["roofline_share"] = (row["sample_epochs_per_s"] * row["necessary_bytes"] / 1e9
                                              / device["copy_gbs"])
@@ -85,9 +90,9 @@ def section_update(args: Args) -> dict[str, Any]:
     return out
 
 
-def _ready(data: Any, agents: int, shapes: dict[str, int], fused: bool, compile: str = "eager") -> tuple[PPO, Any]:
-    """A population after one iteration, the narrow layers in the given form, its group loaded."""
-    ppo = population(data, agents, RuntimeConfig(compile=compile), **shapes)
+def _ready(data: Any, agents: int, shapes: dict[str, int], fused: bool) -> tuple[PPO, Any]:
+    """A population after one eager iteration, the narrow layers in the given form, its group loaded."""
+    ppo = population(data, agents, RuntimeConfig(), **shapes)
     ppo.nets.fused = fused
     group = list(range(agents))
     ppo.train_iteration(group)
@@ -101,15 +106,8 @@ def _counted(data: Any, agents: int, shapes: dict[str, int], fused: bool, compil
     interpreter, which says nothing of its speed)."""
     ppo, group = _ready(data, agents, shapes, fused)
     weight, active = group.schedule.static_masks()
-    idx = torch.randint(0, group.batch[0].shape[0], weight[0].shape, generator=torch.Generator().manual_seed(0)
-                        ).to(weight.device)
+    idx, loss_and_grad = _minibatch(ppo, group.batch, agents, weight[0])
     samples = idx.numel()
-    hp = (ppo.hparam("clip"), ppo.hparam("entropy_coef"), ppo.cfg.value_coef)
-
-    def loss_and_grad(loss_fn: Any) -> list[torch.Tensor]:
-        nets = ppo.nets.sub(list(range(agents)), grad=True)
-        return list(torch.autograd.grad(loss_fn(nets, group.batch, idx, weight[0], *hp), nets.params))
-
     step = bytes_moved(lambda: ppo.static_step(group.batch, idx, weight[0], active[0]))
     loss = bytes_moved(lambda: loss_and_grad(ppo_loss))
     per_action = ppo.cfg.credit == "per_stock"
@@ -124,15 +122,68 @@ def _counted(data: Any, agents: int, shapes: dict[str, int], fused: bool, compil
         finally:
             kernel._kernel = launch
         compiled = around + kernel.bytes_accessed(ppo.nets, group.batch, idx)
-        want, got = loss_and_grad(ppo_loss), loss_and_grad(fn)
-        error = max(float((g - w).abs().max()) for g, w in zip(got, want)) / max(float(w.abs().max()) for w in want)
-        row |= {"eager_bytes": None, "kernel_error": error}
+        row |= {"eager_bytes": None, "kernel_error": _error(loss_and_grad(fn), loss_and_grad(ppo_loss))}
     else:
         fn = torch.compile(ppo_loss, fullgraph=True)
         compiled = _inductor_bytes(lambda: loss_and_grad(fn))
     if compile != "kernel" or weight.device.type == "cuda":
         row["inductor_loss_s"] = timed(lambda: loss_and_grad(fn), weight.device, repeats=5)
     return row | {"inductor_bytes": (compiled + step - loss) / samples}
+
+
+def _minibatch(ppo: PPO, batch: tuple[torch.Tensor, ...], agents: int, weight: torch.Tensor
+               ) -> tuple[torch.Tensor, Any]:
+    """A minibatch of random rows of ``batch`` (the static schedule's width, ``weight``'s), and a
+    function of a loss (:func:`trainers.ppo.loss.ppo_loss`'s arguments) giving its gradients on it."""
+    idx = torch.randint(0, batch[0].shape[0], weight.shape, generator=torch.Generator().manual_seed(0)
+                        ).to(weight.device)
+    hp = (ppo.hparam("clip"), ppo.hparam("entropy_coef"), ppo.cfg.value_coef)
+
+    def loss_and_grad(loss_fn: Any) -> list[torch.Tensor]:
+        nets = ppo.nets.sub(list(range(agents)), grad=True)
+        return list(torch.autograd.grad(loss_fn(nets, batch, idx, weight, *hp), nets.params))
+
+    return idx, loss_and_grad
+
+
+def _error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    """The largest difference between two sets of gradients, over the largest of ``want``."""
+    return max(float((g - w).abs().max()) for g, w in zip(got, want)) / max(float(w.abs().max()) for w in want)
+
+
+def launch_rows(args: Args, ppo: PPO, batch: tuple[torch.Tensor, ...], agents: int) -> list[dict[str, Any]]:
+    """Each build of the update kernel (:data:`trainers.ppo.kernel.LAUNCHES`) on one static
+    minibatch of ``batch``: the seconds of its first call (Triton builds it then), the seconds of
+    a call after, and its gradients against autograd's (:func:`_error`). A build that fails
+    leaves the others measured; on a CPU they run in Triton's interpreter, which ignores warps and
+    precision, so only the check there means anything."""
+    weight, _ = ppo.group(list(range(agents))).schedule.static_masks()
+    _, loss_and_grad = _minibatch(ppo, batch, agents, weight[0])
+    want, fn, shipped, rows = loss_and_grad(ppo_loss), kernel.kernel_loss(weight.device), kernel.LAUNCH, []
+    try:
+        for launch in kernel.LAUNCHES:
+            if args.remaining() < 20:
+                break
+            kernel.LAUNCH = launch
+            row: dict[str, Any] = {"warps": launch.warps, "dot": launch.dot}
+            try:
+                row["first_call_s"] = timed(lambda: loss_and_grad(fn), weight.device)
+                row["kernel_error"] = _error(loss_and_grad(fn), want)
+                row["loss_s"] = timed(lambda: loss_and_grad(fn), weight.device, repeats=5)
+            except Exception as error:  # noqa: BLE001 - a build a new stack refuses leaves the others
+                row["error"] = f"{type(error).__name__}: {error}"[:300]
+            rows.append(row)
+    finally:
+        kernel.LAUNCH = shipped
+    return rows
+
+
+def fastest_launch(rows: list[dict[str, Any]]) -> kernel.Launch | None:
+    """The fastest of the measured builds whose gradients were within
+    :data:`~benchmarks.perf.gpu_common.KERNEL_ERROR` of autograd's (:func:`launch_rows`); None if none was."""
+    right = [r for r in rows if "loss_s" in r and r["kernel_error"] <= KERNEL_ERROR]
+    best = min(right, key=lambda r: r["loss_s"], default=None)
+    return None if best is None else kernel.Launch(best["warps"], best["dot"])
 
 
 class _Unlaunched:
@@ -164,19 +215,28 @@ def _inductor_bytes(fn: Any) -> int:
         log.propagate = propagate
 
 
-def _rate(data: Any, agents: int, shapes: dict[str, int], fused: bool, compile: str) -> dict[str, Any]:
-    """Sample-epochs/s of whole updates as training runs them on CUDA (Inductor or the kernel, recorded)."""
-    ppo, group = _ready(data, agents, shapes, fused, compile)
-    members = list(range(agents))
-    ppo.train_iteration(members)  # the second iteration records the steps
-    rollout = ppo.collect(members)
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    ppo.update(members, rollout)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
+def _rate(args: Args, data: Any, agents: int, shapes: dict[str, int], fused: bool, compile: str) -> dict[str, Any]:
+    """Sample-epochs/s of a whole update as training runs it on CUDA (Inductor or the kernel,
+    recorded), its steps warmed up and recorded by two iterations before. For the kernel, its
+    builds are timed first (:func:`launch_rows`), and the update runs with the fastest right one."""
+    ppo = population(data, agents, RuntimeConfig(compile=compile), **shapes)
+    ppo.nets.fused = fused
+    members, out, shipped = list(range(agents)), {}, kernel.LAUNCH
+    try:
+        rollout = ppo.collect(members)
+        if compile == "kernel":  # before the update records its steps with a build
+            out["launches"] = launch_rows(args, ppo, ppo.samples(members, rollout), agents)
+            kernel.LAUNCH = fastest_launch(out["launches"]) or shipped
+            out["launch"] = kernel.LAUNCH._asdict()
+        ppo.update(members, rollout)
+        ppo.train_iteration(members)
+        rollout = ppo.collect(members)
+        device = torch.device(args.device)
+        seconds = timed(lambda: ppo.update(members, rollout), device)
+    finally:
+        kernel.LAUNCH = shipped
     sample_epochs = agents * shapes["num_envs"] * shapes["horizon"] * shapes["repeat_times"]
-    return {"update_s": seconds, "sample_epochs_per_s": sample_epochs / seconds}
+    return out | {"update_s": seconds, "sample_epochs_per_s": sample_epochs / seconds}
 
 
 def update_table(result: dict[str, Any]) -> str:
@@ -196,6 +256,23 @@ def update_table(result: dict[str, Any]) -> str:
         share = f"{r['roofline_share']:.1%}" if "roofline_share" in r else "-"
         lines.append(f"| {r['form']} | {eager} | {r['inductor_bytes']:,.0f} | {r['necessary_bytes']:,} "
                      f"| {r['inductor_bytes'] / r['necessary_bytes']:.1f}x | {seconds} | {error} | {rate} | {share} |")
+    launches = next((r for r in result["rows"] if r.get("launches")), None)
+    return "\n".join(lines) + ("" if launches is None else "\n\n" + launch_table(launches))
+
+
+def launch_table(row: dict[str, Any]) -> str:
+    """The kernel's builds as :func:`launch_rows` measured them, and the one its update ran with."""
+    lines = ["The update kernel's builds on one of the headline's minibatches (its update's rate above is "
+             f"with {row['launch']['warps']} warps and `{row['launch']['dot']}` matmuls, the fastest within "
+             f"{KERNEL_ERROR:.0e} of autograd's gradients, or the shipped build where none was):", "",
+             "| warps | matmuls | first call (builds it), s | loss and gradients, ms | gradients against autograd |",
+             "|---:|---|---:|---:|---:|"]
+    for r in row["launches"]:
+        if "error" in r:
+            lines.append(f"| {r['warps']} | {r['dot']} | failed: {r['error'][:200]} | | |")
+        else:
+            lines.append(f"| {r['warps']} | {r['dot']} | {r['first_call_s']:.2f} | {r['loss_s'] * 1e3:.2f} "
+                         f"| {r['kernel_error']:.1e} |")
     return "\n".join(lines)
 
 

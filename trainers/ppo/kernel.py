@@ -26,7 +26,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -58,6 +58,23 @@ PROGRAMS = 128
 multiprocessors many times over)."""
 
 
+class Launch(NamedTuple):
+    """How the kernel is built: warps per program, and the precision of its matmuls (``ieee``: full
+    FP32 on the CUDA cores; ``tf32x3``: three TF32 products on the tensor cores, about FP32's
+    precision). Triton's interpreter ignores both."""
+
+    warps: int = 4
+    dot: str = "ieee"
+
+
+LAUNCHES = (Launch(4, "ieee"), Launch(8, "ieee"), Launch(4, "tf32x3"), Launch(8, "tf32x3"))
+"""The builds the device script times side by side (benchmarks/perf/gpu_update.py::launch_rows);
+what ptxas reports for each: docs/training.md, the update in one kernel."""
+LAUNCH = LAUNCHES[0]
+"""The build :func:`kernel_loss` launches, read at each launch (the device script trains its
+headline with the fastest of :data:`LAUNCHES` it measured)."""
+
+
 def runs_on(device: torch.device) -> bool:
     """Whether the kernel runs on ``device``: compiled on CUDA; on the CPU only in Triton's
     interpreter (``TRITON_INTERPRET=1`` when Triton was first imported; slow, for checking)."""
@@ -84,11 +101,13 @@ def fits(nets: BatchedNets, batch: tuple[torch.Tensor, ...]) -> bool:
 def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1, c2, cb2, price_ref, clip, part,
           B, cash_scale, shares_scale, value_coef,
           S: tl.constexpr, NS: tl.constexpr, K: tl.constexpr, IP: tl.constexpr, HA: tl.constexpr, HAP: tl.constexpr,
-          HC: tl.constexpr, HCP: tl.constexpr, BM: tl.constexpr, SC: tl.constexpr, CK: tl.constexpr, P: tl.constexpr):
+          HC: tl.constexpr, HCP: tl.constexpr, BM: tl.constexpr, SC: tl.constexpr, CK: tl.constexpr, P: tl.constexpr,
+          DOT: tl.constexpr):
     """Agent ``program_id(0)``'s samples, blocks ``program_id(1)``, ``+ P``, ... of ``BM``, into
     its row of ``part``: the gradients in parameter order, then the surrogate's and the value
     loss's sums. Stocks go ``SC`` at a time, as ``BM·SC`` rows of the scorer's inputs, and the
-    state ``CK`` entries at a time, so that a thread holds a few numbers of each tensor."""
+    state ``CK`` entries at a time, so that a thread holds a few numbers of each tensor; every
+    ``tl.dot`` at the input precision ``DOT``."""
     a, p = tl.program_id(0), tl.program_id(1)
     NI: tl.constexpr = K + 2  # the scorer's inputs
     o_c1: tl.constexpr = NS + NI * HA + 2 * HA + 1
@@ -136,7 +155,7 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             x = tl.where(ii[None, None, :] == K, (_held(base, j, both, price_ref, shares_scale, NS)
                                                   / value[:, None])[:, :, None], x)
             x = tl.reshape(tl.where(ii[None, None, :] == K + 1, (cash / value)[:, None, None], x), [BM * SC, IP])
-            pre = tl.dot(x, s1, input_precision="ieee") + s1b[None, :]
+            pre = tl.dot(x, s1, input_precision=DOT) + s1b[None, :]
             mu = tl.reshape(tl.sum(tl.maximum(pre, 0.0) * s2[None, :], 1), [BM, SC]) + s2b
             std = tl.exp(tl.load(log_std + a * NS + j, mask=jm, other=0.0))
             var = std * std
@@ -154,7 +173,7 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             # the scorer's backward: two small matmuls' worth, summed over the block's samples and stocks
             g_row = tl.reshape(g_mu, [BM * SC])
             g_pre = tl.where(pre > 0, g_row[:, None] * s2[None, :], 0.0)
-            acc_w1 += tl.dot(tl.trans(x), g_pre, input_precision="ieee")
+            acc_w1 += tl.dot(tl.trans(x), g_pre, input_precision=DOT)
             acc_b1 += tl.sum(g_pre, 0)
             acc_w2 += tl.sum(tl.maximum(pre, 0.0) * g_row[:, None], 0)
             acc_b2 += tl.sum(tl.sum(g_mu, 1), 0)
@@ -165,7 +184,7 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             s_c = tl.load(base + col[None, :], mask=mm[:, None] & (col < S)[None, :], other=0.0)
             w_c = tl.load(c1 + (a * S + col[:, None]) * HC + hc[None, :], mask=(col < S)[:, None] & hcm[None, :],
                           other=0.0)
-            h = tl.dot(s_c, w_c, h, input_precision="ieee")
+            h = tl.dot(s_c, w_c, h, input_precision=DOT)
         v = tl.sum(tl.maximum(h, 0.0) * v2[None, :], axis=1) + tl.load(cb2 + a)
         err = v - tl.load(ret + row, mask=mm, other=0.0)
         acc_v += tl.where(two == 1, tl.sum(err * err * w, 0), 0.0)
@@ -179,7 +198,7 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             s_c = tl.load(base + col[None, :], mask=mm[:, None] & (col < S)[None, :], other=0.0)
             at = out + o_c1 + col[:, None] * HC + hc[None, :]
             cm = (col < S)[:, None] & hcm[None, :]
-            tl.store(at, tl.load(at, mask=cm, other=0.0) + tl.dot(tl.trans(s_c), g_h, input_precision="ieee"),
+            tl.store(at, tl.load(at, mask=cm, other=0.0) + tl.dot(tl.trans(s_c), g_h, input_precision=DOT),
                      mask=cm)
         tl.debug_barrier()  # the next block reads what this one stored
     tl.store(out + NS + ii[:, None] * HA + ka[None, :], acc_w1, mask=w1m)
@@ -227,11 +246,12 @@ def _pow2(n: int, least: int = 1) -> int:
     return max(least, 1 << (n - 1).bit_length())
 
 
-def constants(stocks: int, features: int, state: int, hidden: int, critic_hidden: int, programs: int) -> dict[str, int]:
-    """The kernel's compile-time constants for a model of these sizes."""
+def constants(stocks: int, features: int, state: int, hidden: int, critic_hidden: int, programs: int,
+              dot: str = LAUNCH.dot) -> dict[str, int | str]:
+    """The kernel's compile-time constants for a model of these sizes, its matmuls at precision ``dot``."""
     return {"S": state, "NS": stocks, "K": features, "IP": _pow2(features + 2, 16), "HA": hidden,
             "HAP": _pow2(hidden, 16), "HC": critic_hidden, "HCP": _pow2(critic_hidden, 16), "BM": BLOCK, "SC": STOCKS,
-            "CK": CHUNK, "P": programs}
+            "CK": CHUNK, "P": programs, "DOT": dot}
 
 
 def _run(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, weight: torch.Tensor,
@@ -247,11 +267,12 @@ def _run(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, 
     programs = _programs(width)
     sizes = [p[0].numel() for p in nets.params]
     part = torch.zeros((n, programs, sum(sizes) + 2), device=obs.device)
+    launch = LAUNCH
     _kernel[(n, programs)](
         obs, actions, logprobs, advantages, returns, idx.contiguous(), weight.contiguous(), *nets.params,
         nets.price_ref, clip.to(torch.float32).contiguous(), part, width, layout.scales.cash_scale,
-        layout.scales.shares_scale, float(value_coef),
-        **constants(layout.n_stocks, layout.n_features, state, hidden, critic_hidden, programs))
+        layout.scales.shares_scale, float(value_coef), num_warps=launch.warps,
+        **constants(layout.n_stocks, layout.n_features, state, hidden, critic_hidden, programs, launch.dot))
     total = part.sum(1)
     grads = [g.reshape(p.shape) for g, p in zip(total[:, :-2].split(sizes, dim=1), nets.params)]
     return total[:, -2] + value_coef * total[:, -1], grads

@@ -268,15 +268,21 @@ class PPO:
         if self.recording:
             g.env.pin()
 
+    def samples(self, group: Sequence[int], rollout: Rollout) -> tuple[torch.Tensor, ...]:
+        """The update's samples from ``group``'s latest rollout, a row each: state, actions, old
+        log-probabilities, normalised advantages and value target."""
+        buf = self.group(group).buf
+        assert rollout.advantages is buf.advantages and buf.normalised is not None, "not the group's latest rollout"
+        return tuple(x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, buf.normalised,
+                                               rollout.returns))
+
     def update(self, group: Sequence[int], rollout: Rollout) -> None:
         """``repeat_times`` epochs of minibatch steps per learner on its normalised advantages:
         the static schedule (every learner every step, masked) or the grouped one (the
         learners with minibatches to go, by width)."""
         g = self.group(group)
-        buf, schedule = g.buf, g.schedule
-        assert rollout.advantages is buf.advantages and buf.normalised is not None, "not the group's latest rollout"
-        batch = tuple(x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, buf.normalised,
-                                                 rollout.returns))
+        schedule = g.schedule
+        batch = self.samples(group, rollout)
         perms = [permutations(self.learners[i].generator, schedule.repeat_times[j], schedule.sizes[j], self.device)
                  for j, i in enumerate(group)]
         table = schedule.table(perms)

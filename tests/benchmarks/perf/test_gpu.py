@@ -5,6 +5,7 @@ and the report of a device run."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -16,11 +17,13 @@ import torch
 
 from benchmarks.perf import gpu, gpu_train, gpu_update
 from benchmarks.perf.gpu import BUDGET, SECTIONS, necessary_bytes, orchestrate
-from benchmarks.perf.gpu_common import HEADLINE, Args, bytes_moved, paper_env, paper_ppo
+from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, paper_env, paper_ppo
+from benchmarks.perf.gpu_market import sample_market
 from benchmarks.perf.gpu_report import headline_text, record_run
 from benchmarks.perf.gpu_update import necessary_update_bytes, update_table
 from tasks.config import load_params
 from tests.conftest import REPO
+from trainers.ppo import kernel
 
 
 @pytest.mark.slow
@@ -77,6 +80,20 @@ def test_a_section_keeps_its_device_budget_but_the_cpu_smoke_takes_what_the_dead
         timeouts.clear()
         orchestrate(Args("cpu", tiny, tmp_path, time.monotonic() + 400, 5.0), ["env"])
         assert timeouts[0] == (pytest.approx(400 - 5 + 10, abs=1) if tiny else BUDGET["env"] + 10)
+
+
+def test_a_section_killed_at_its_budget_keeps_what_it_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = Args("cuda", False, tmp_path, time.monotonic() + 400, 5.0)
+
+    def run(command: list[str], check: bool, timeout: float, cwd: Path) -> None:
+        args.save("update", {"rows": [{"form": "kernel", "sample_epochs_per_s": 3e6}]})  # its first form, then
+        raise subprocess.TimeoutExpired(command, timeout)
+
+    monkeypatch.setattr(gpu.subprocess, "run", run)
+    done = orchestrate(args, ["update"])["update"]
+    assert done["rows"] == [{"form": "kernel", "sample_epochs_per_s": 3e6}] and not done["ok"]
+    assert done["error"] == f"timed out after {BUDGET['update']:.0f} s" and args.load("update") == done
+    assert [p.name for p in tmp_path.iterdir()] == ["update.json"]  # no half-written file left beside it
 
 
 def test_its_configs_are_params_paper_yamls() -> None:
@@ -148,3 +165,65 @@ def test_the_headline_trains_with_the_kernel_only_where_the_update_section_found
     args.save("env", {"rows": [{"mode": "inductor", "error": "failed"}]})
     assert update({"sample_epochs_per_s": 3e6, "kernel_error": 1e-7}) == ["graphs"]
     assert gpu_train._modes(Args("cpu", False, tmp_path, time.monotonic() + 400, 5.0)) == ["eager"]
+
+
+def test_the_fastest_kernel_build_is_one_whose_gradients_are_autograds() -> None:
+    fast_wrong = {"warps": 8, "dot": "tf32x3", "loss_s": 0.001, "kernel_error": 2e-4}
+    rows = [{"warps": 4, "dot": "ieee", "loss_s": 0.009, "kernel_error": 1e-7},
+            {"warps": 8, "dot": "ieee", "loss_s": 0.004, "kernel_error": 1e-7}, fast_wrong,
+            {"warps": 4, "dot": "tf32x3", "error": "CompilationError"}]
+    assert gpu_update.fastest_launch(rows) == kernel.Launch(8, "ieee")
+    assert gpu_update.fastest_launch([fast_wrong | {"kernel_error": 1e-4}]) == kernel.Launch(8, "tf32x3")
+    assert gpu_update.fastest_launch([fast_wrong, rows[-1]]) is None
+
+
+def test_the_update_is_timed_with_the_fastest_right_build_of_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The update section's rate for the kernel (on CUDA there; here in Triton's interpreter, the
+    rollout left uncompiled): every build of the kernel is run and checked on the rollout's samples
+    before the update records its steps, and every later launch is the chosen build's."""
+    if not kernel.runs_on(torch.device("cpu")):
+        pytest.skip("Triton's interpreter is not available")
+    monkeypatch.setattr("trainers.ppo.ppo.compiled", lambda fn, mode: fn)
+    built, run = [], kernel._run
+    monkeypatch.setattr(kernel, "_run", lambda *a: built.append(kernel.LAUNCH) or run(*a))
+    chosen = kernel.LAUNCHES[2]
+    monkeypatch.setattr(gpu_update, "fastest_launch", lambda rows: chosen if len(rows) == 4 else None)
+    args = Args("cpu", True, Path("."), time.monotonic() + 400, 5.0)
+    data = sample_market(4, 300, seed=0, device="cpu")
+    out = gpu_update._rate(args, data, 2, TINY, True, "kernel")
+    rows = out["launches"]
+    assert [(r["warps"], r["dot"]) for r in rows] == [tuple(launch) for launch in kernel.LAUNCHES]
+    assert all(r["kernel_error"] < 1e-5 and r["loss_s"] > 0 for r in rows) and out["update_s"] > 0
+    timed_builds = built[len(kernel.LAUNCHES) * 7:]  # each build: first call, the check, 5 timed calls
+    assert built[: len(kernel.LAUNCHES) * 7] == [launch for launch in kernel.LAUNCHES for _ in range(7)]
+    assert timed_builds and set(timed_builds) == {chosen} and out["launch"] == chosen._asdict()
+    assert kernel.LAUNCH == kernel.LAUNCHES[0]  # the shipped build again afterwards
+
+
+def test_the_headline_builds_the_kernel_as_the_update_section_timed_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel, "LAUNCH", kernel.LAUNCH)
+    args = Args("cuda", False, tmp_path, time.monotonic() + 400, 5.0)
+    assert gpu_train._kernel_launch(args) == {"warps": 4, "dot": "ieee"}  # nothing measured: the shipped build
+    args.save("update", {"rows": [{"form": "kernel", "launch": {"warps": 8, "dot": "tf32x3"}}]})
+    assert gpu_train._kernel_launch(args) == {"warps": 8, "dot": "tf32x3"} and kernel.LAUNCH == (8, "tf32x3")
+
+
+def test_a_device_run_trained_with_the_kernel_is_reported_with_its_build(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "docs" / "results" / "gpu-h100", run)
+    headline = json.loads((run / "headline.json").read_text())
+    (run / "headline.json").write_text(json.dumps(headline | {"mode": "kernel",
+                                                              "kernel_launch": {"warps": 8, "dot": "tf32x3"}}))
+    kernel_row = {"form": "kernel", "inductor_bytes": 4204.0, "necessary_bytes": 3208, "eager_bytes": None,
+                  "kernel_error": 1e-7, "inductor_loss_s": 0.002, "sample_epochs_per_s": 9e7, "update_s": 0.1,
+                  "launch": {"warps": 8, "dot": "tf32x3"},
+                  "launches": [{"warps": 4, "dot": "ieee", "first_call_s": 3.1, "loss_s": 0.0051, "kernel_error": 1e-7},
+                               {"warps": 8, "dot": "tf32x3", "error": "CompilationError: x"}]}
+    (run / "update.json").write_text(json.dumps({"ok": True, "agents": 16, "stocks": 100, "shapes": {},
+                                                 "rows": [kernel_row]}))
+    docs = tmp_path / "benchmarks.md"
+    record_run(run, REPO / "docs" / "results" / "gpu-cpu", docs, tmp_path / "gpu.png")
+    text = docs.read_text()
+    assert "the update's Triton kernel + Inductor + CUDA graphs (8 warps, `tf32x3` matmuls)" in text
+    assert "| 4 | ieee | 3.10 | 5.10 | 1.0e-07 |" in text and "| 8 | tf32x3 | failed: CompilationError: x |" in text

@@ -159,7 +159,12 @@ def launch_rows(args: Args, ppo: PPO, batch: tuple[torch.Tensor, ...], agents: i
     precision, so only the check there means anything."""
     weight, _ = ppo.group(list(range(agents))).schedule.static_masks()
     _, loss_and_grad = _minibatch(ppo, batch, agents, weight[0])
-    want, fn, shipped, rows = loss_and_grad(ppo_loss), kernel.kernel_loss(weight.device), kernel.LAUNCH, []
+    fused, ppo.nets.fused = ppo.nets.fused, False  # autograd's as matmuls: the products' [N, rows, in, out]
+    try:  # would be 12 GB at the headline's minibatch
+        want = loss_and_grad(ppo_loss)
+    finally:
+        ppo.nets.fused = fused
+    fn, shipped, rows = kernel.kernel_loss(weight.device), kernel.LAUNCH, []
     try:
         for launch in kernel.LAUNCHES:
             if args.remaining() < 20:

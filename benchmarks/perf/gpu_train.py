@@ -251,22 +251,12 @@ def section_headline(args: Args) -> dict[str, Any]:
                           if args.tiny else 4, eval_interval=1 if args.tiny else 4, search_space=dict(SEARCH), seed=0)
     out["config"] = {"ppo": shapes, "population": evo.population, "iterations_per_generation":
                      evo.iterations_per_generation}
-    budget = min(args.headline_seconds, max(20.0, args.remaining() - (20 if args.tiny else 150)))
     args.save("headline", out)
     modes = _modes(args)
     if "kernel" in modes:
         out["kernel_launch"] = _kernel_launch(args)
-    for mode in modes:
-        try:
-            result, curve = _train(args, data, windows, shapes, evo, RuntimeConfig(compile=mode), budget)
-            out["mode"] = mode
-            break
-        except _Stop:
-            raise
-        except Exception as error:  # noqa: BLE001 - Inductor may fail on a new stack; graphs are the fallback
-            out.setdefault("fallbacks", []).append(f"{mode}: {type(error).__name__}: {error}"[:500])
-    else:
-        raise RuntimeError(f"every mode failed: {out['fallbacks']}")
+    result, curve = _first_that_trains(args, modes, out, lambda mode, budget: _train(
+        args, data, windows, shapes, evo, RuntimeConfig(compile=mode), budget))
     steps = result.env_steps
     train_s = curve[-1]["seconds"]
     out |= {"curve": curve, "env_steps": steps, "train_seconds": train_s, "env_steps_per_s": steps / train_s,
@@ -313,6 +303,26 @@ def _modes(args: Args) -> list[str]:
     kernel, fused = update.get("kernel", {}), update.get("fused", {})
     faster = kernel.get("sample_epochs_per_s", 0.0) > fused.get("sample_epochs_per_s", float("inf"))
     return (["kernel"] if faster and kernel.get("kernel_error", 1.0) <= KERNEL_ERROR else []) + ["inductor", "graphs"]
+
+
+def _first_that_trains(args: Args, modes: list[str], out: dict[str, Any],
+                       train: Callable[[str, float], tuple[EvolutionResult, list[dict]]]
+                       ) -> tuple[EvolutionResult, list[dict]]:
+    """``train(mode, budget)`` in the first of ``modes`` that does not fail (``out["mode"]``; the
+    failures in ``out["fallbacks"]``), each try's budget ``--headline-seconds`` or what the
+    deadline leaves after the time the test year and the rest need, so that a fallback does not
+    overrun the section."""
+    for mode in modes:
+        budget = min(args.headline_seconds, max(20.0, args.remaining() - (20 if args.tiny else 150)))
+        try:
+            trained = train(mode, budget)
+            out["mode"] = mode
+            return trained
+        except _Stop:
+            raise
+        except Exception as error:  # noqa: BLE001 - Inductor may fail on a new stack; graphs are the fallback
+            out.setdefault("fallbacks", []).append(f"{mode}: {type(error).__name__}: {error}"[:500])
+    raise RuntimeError(f"every mode failed: {out.get('fallbacks')}")
 
 
 def _kernel_launch(args: Args) -> dict[str, Any]:

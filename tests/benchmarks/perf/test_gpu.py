@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -61,10 +62,10 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     assert "| fused |" in update_table(results["update"])
     assert sum(headline["profile"]["shares_of_wall"].values()) == pytest.approx(1.0, abs=0.02)
     update = {row["form"]: row for row in results["update"]["rows"]}  # the fused form moves fewer bytes compiled
-    assert update["fused"]["inductor_bytes"] < update["matmul"]["inductor_bytes"] < update["matmul"]["eager_bytes"]
-    assert update["kernel"]["inductor_bytes"] < update["fused"]["inductor_bytes"] and "| kernel |" in update_table(
+    assert update["fused"]["compiled_bytes"] < update["matmul"]["compiled_bytes"] < update["matmul"]["eager_bytes"]
+    assert update["kernel"]["compiled_bytes"] < update["fused"]["compiled_bytes"] and "| kernel |" in update_table(
         results["update"])  # the kernel, in Triton's interpreter here: fewer bytes still, autograd's gradients
-    assert update["kernel"]["kernel_error"] < 1e-5 and "inductor_loss_s" not in update["kernel"]
+    assert update["kernel"]["kernel_error"] < 1e-5 and "compiled_loss_s" not in update["kernel"]
     assert len(list(out.iterdir())) <= 8  # what a device run can hand back
 
 
@@ -215,8 +216,8 @@ def test_a_device_run_trained_with_the_kernel_is_reported_with_its_build(tmp_pat
     headline = json.loads((run / "headline.json").read_text())
     (run / "headline.json").write_text(json.dumps(headline | {"mode": "kernel",
                                                               "kernel_launch": {"warps": 8, "dot": "tf32x3"}}))
-    kernel_row = {"form": "kernel", "inductor_bytes": 4204.0, "necessary_bytes": 3208, "eager_bytes": None,
-                  "kernel_error": 1e-7, "inductor_loss_s": 0.002, "sample_epochs_per_s": 9e7, "update_s": 0.1,
+    kernel_row = {"form": "kernel", "compiled_bytes": 4204.0, "necessary_bytes": 3208, "eager_bytes": None,
+                  "kernel_error": 1e-7, "compiled_loss_s": 0.002, "sample_epochs_per_s": 9e7, "update_s": 0.1,
                   "launch": {"warps": 8, "dot": "tf32x3"},
                   "launches": [{"warps": 4, "dot": "ieee", "first_call_s": 3.1, "loss_s": 0.0051, "kernel_error": 1e-7},
                                {"warps": 8, "dot": "tf32x3", "error": "CompilationError: x"}]}
@@ -227,3 +228,26 @@ def test_a_device_run_trained_with_the_kernel_is_reported_with_its_build(tmp_pat
     text = docs.read_text()
     assert "the update's Triton kernel + Inductor + CUDA graphs (8 warps, `tf32x3` matmuls)" in text
     assert "| 4 | ieee | 3.10 | 5.10 | 1.0e-07 |" in text and "| 8 | tf32x3 | failed: CompilationError: x |" in text
+
+
+def test_a_mode_that_fails_leaves_the_next_what_the_deadline_leaves(tmp_path: Path) -> None:
+    args = Args("cuda", False, tmp_path, time.monotonic() + 400, 150.0)
+    budgets: list[float] = []
+
+    def train(mode: str, budget: float) -> Any:
+        budgets.append(budget)
+        if mode == "kernel":
+            time.sleep(0.2)  # trained a while, then failed
+            raise RuntimeError("CUDA graph capture failed")
+        return mode, []
+
+    out: dict[str, Any] = {}
+    assert gpu_train._first_that_trains(args, ["kernel", "inductor", "graphs"], out, train) == ("inductor", [])
+    assert out["mode"] == "inductor" and out["fallbacks"] == ["kernel: RuntimeError: CUDA graph capture failed"]
+    assert budgets[0] == 150.0  # the whole budget while the deadline has room
+    args = Args("cuda", False, tmp_path, time.monotonic() + 250, 150.0)
+    budgets.clear()
+    gpu_train._first_that_trains(args, ["kernel", "inductor"], {}, train)
+    assert budgets[0] == pytest.approx(100, abs=0.1) and budgets[1] == pytest.approx(budgets[0] - 0.2, abs=0.05)
+    with pytest.raises(RuntimeError, match="every mode failed"):
+        gpu_train._first_that_trains(args, ["kernel"], {}, train)

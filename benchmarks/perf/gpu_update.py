@@ -170,7 +170,7 @@ def launch_rows(args: Args, ppo: PPO, batch: tuple[torch.Tensor, ...], agents: i
             if args.remaining() < 20:
                 break
             kernel.LAUNCH = launch
-            row: dict[str, Any] = {"warps": launch.warps, "dot": launch.dot}
+            row: dict[str, Any] = launch._asdict()
             try:
                 row["first_call_s"] = timed(lambda: loss_and_grad(fn), weight.device)
                 row["kernel_error"] = _error(loss_and_grad(fn), want)
@@ -188,7 +188,7 @@ def fastest_launch(rows: list[dict[str, Any]]) -> kernel.Launch | None:
     :data:`~benchmarks.perf.gpu_common.KERNEL_ERROR` of autograd's (:func:`launch_rows`); None if none was."""
     right = [r for r in rows if "loss_s" in r and r["kernel_error"] <= KERNEL_ERROR]
     best = min(right, key=lambda r: r["loss_s"], default=None)
-    return None if best is None else kernel.Launch(best["warps"], best["dot"])
+    return None if best is None else kernel.Launch(best["warps"], best["dot"], best["stages"])
 
 
 class _Unlaunched:
@@ -267,17 +267,18 @@ def update_table(result: dict[str, Any]) -> str:
 
 def launch_table(row: dict[str, Any]) -> str:
     """The kernel's builds as :func:`launch_rows` measured them, and the one its update ran with."""
+    chosen = row["launch"]
     lines = ["The update kernel's builds on one of the headline's minibatches (its update's rate above is "
-             f"with {row['launch']['warps']} warps and `{row['launch']['dot']}` matmuls, the fastest within "
-             f"{KERNEL_ERROR:.0e} of autograd's gradients, or the shipped build where none was):", "",
-             "| warps | matmuls | first call (builds it), s | loss and gradients, ms | gradients against autograd |",
-             "|---:|---|---:|---:|---:|"]
+             f"with {chosen['warps']} warps, `{chosen['dot']}` matmuls and {chosen.get('stages', 3)} stages, the "
+             f"fastest within {KERNEL_ERROR:.0e} of autograd's gradients, or the shipped build where none was):", "",
+             "| warps | matmuls | stages | first call (builds it), s | loss and gradients, ms "
+             "| gradients against autograd |", "|---:|---|---:|---:|---:|---:|"]
     for r in row["launches"]:
+        build = f"| {r['warps']} | {r['dot']} | {r.get('stages', 3)} |"
         if "error" in r:
-            lines.append(f"| {r['warps']} | {r['dot']} | failed: {r['error'][:200]} | | |")
+            lines.append(f"{build} failed: {r['error'][:200]} | | |")
         else:
-            lines.append(f"| {r['warps']} | {r['dot']} | {r['first_call_s']:.2f} | {r['loss_s'] * 1e3:.2f} "
-                         f"| {r['kernel_error']:.1e} |")
+            lines.append(f"{build} {r['first_call_s']:.2f} | {r['loss_s'] * 1e3:.2f} | {r['kernel_error']:.1e} |")
     return "\n".join(lines)
 
 

@@ -44,8 +44,8 @@ except ImportError:  # an install without Triton: no kernel, the fallback only
 LossFn = Callable[..., torch.Tensor]
 """A loss with :func:`trainers.ppo.loss.ppo_loss`'s arguments."""
 BLOCK = 16
-"""Samples a program handles at once (``tl.dot`` needs at least 16 rows, columns and terms; narrower
-layers are padded with zeros)."""
+"""Samples a program handles at once (a ``tl.dot`` of FP32 sums at least 16 terms, and the critic's
+backward sums over the block's samples; narrower inputs are padded with zeros)."""
 STOCKS = 8
 """Stocks the scorer takes at once: ``BLOCK × STOCKS`` rows of its inputs."""
 CHUNK = 64
@@ -59,15 +59,18 @@ multiprocessors many times over)."""
 
 
 class Launch(NamedTuple):
-    """How the kernel is built: warps per program, and the precision of its matmuls (``ieee``: full
+    """How the kernel is built: warps per program, the precision of its matmuls (``ieee``: full
     FP32 on the CUDA cores; ``tf32x3``: three TF32 products on the tensor cores, about FP32's
-    precision). Triton's interpreter ignores both."""
+    precision), and the stages of its loops' software pipeline (1: none; Triton's default on
+    sm_90 is 3: loads issued iterations ahead, at the cost of instructions, registers and shared
+    memory). Triton's interpreter ignores all three."""
 
     warps: int = 4
     dot: str = "ieee"
+    stages: int = 3
 
 
-LAUNCHES = (Launch(4, "ieee"), Launch(8, "ieee"), Launch(4, "tf32x3"), Launch(8, "tf32x3"))
+LAUNCHES = tuple(Launch(w, dot, stages) for dot in ("ieee", "tf32x3") for stages in (3, 1) for w in (4, 8))
 """The builds the device script times side by side (benchmarks/perf/gpu_update.py::launch_rows);
 what ptxas reports for each: docs/training.md, the update in one kernel."""
 LAUNCH = LAUNCHES[0]
@@ -125,9 +128,12 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
     s2b = tl.load(b2 + a)
     v2 = tl.load(c2 + a * HC + hc, mask=hcm, other=0.0)
     acc_w1 = tl.zeros([IP, HAP], dtype=tl.float32)
-    acc_b1 = tl.zeros([HAP], dtype=tl.float32)
-    acc_w2 = tl.zeros([HAP], dtype=tl.float32)
-    acc_b2 = tl.zeros([1], dtype=tl.float32)
+    # the scorer's bias and output-layer gradients, and the surrogate, summed row by row as the
+    # chunks go and over the rows once at the end (a sum over rows crosses threads and warps)
+    rows_b1 = tl.zeros([BM * SC, HAP], dtype=tl.float32)
+    rows_w2 = tl.zeros([BM * SC, HAP], dtype=tl.float32)
+    rows_b2 = tl.zeros([BM, SC], dtype=tl.float32)
+    rows_sur = tl.zeros([BM, SC], dtype=tl.float32)
     acc_cb1 = tl.zeros([HCP], dtype=tl.float32)
     acc_c2 = tl.zeros([HCP], dtype=tl.float32)
     acc_cb2 = tl.zeros([1], dtype=tl.float32)
@@ -165,7 +171,7 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             ratio = tl.exp(logp - tl.load(lp_old + at, mask=both, other=0.0))
             A = tl.load(adv + at, mask=both, other=0.0)
             g_logp = tl.where(both, _surrogate_grad(ratio, A, eps, w[:, None]) * ratio, 0.0)
-            acc_v += tl.where(two == 0, -tl.sum(tl.sum(_surrogate(ratio, A, eps) * w[:, None], 1), 0), 0.0)
+            rows_sur += _surrogate(ratio, A, eps) * w[:, None]
             g_mu = g_logp * d / var[None, :]
             ls_at = out + j  # log_std's gradient, this program's own row of ``part``
             tl.store(ls_at, tl.load(ls_at, mask=jm, other=0.0) + tl.sum(g_logp * (d * d / var[None, :] - 1.0), 0),
@@ -174,9 +180,9 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
             g_row = tl.reshape(g_mu, [BM * SC])
             g_pre = tl.where(pre > 0, g_row[:, None] * s2[None, :], 0.0)
             acc_w1 += tl.dot(tl.trans(x), g_pre, input_precision=DOT)
-            acc_b1 += tl.sum(g_pre, 0)
-            acc_w2 += tl.sum(tl.maximum(pre, 0.0) * g_row[:, None], 0)
-            acc_b2 += tl.sum(tl.sum(g_mu, 1), 0)
+            rows_b1 += g_pre
+            rows_w2 += tl.maximum(pre, 0.0) * g_row[:, None]
+            rows_b2 += g_mu
         # the critic, its first layer over the whole state a chunk at a time
         h = tl.zeros([BM, HCP], dtype=tl.float32) + tl.load(cb1 + a * HC + hc, mask=hcm, other=0.0)[None, :]
         for c in range(0, S, CK):
@@ -202,9 +208,10 @@ def _body(obs, act, lp_old, adv, ret, idx, wgt, log_std, w1, b1, w2, b2, c1, cb1
                      mask=cm)
         tl.debug_barrier()  # the next block reads what this one stored
     tl.store(out + NS + ii[:, None] * HA + ka[None, :], acc_w1, mask=w1m)
-    tl.store(out + NS + NI * HA + ka, acc_b1, mask=kam)
-    tl.store(out + NS + NI * HA + HA + ka, acc_w2, mask=kam)
-    tl.store(out + NS + NI * HA + 2 * HA + tl.arange(0, 1), acc_b2)
+    tl.store(out + NS + NI * HA + ka, tl.sum(rows_b1, 0), mask=kam)
+    tl.store(out + NS + NI * HA + HA + ka, tl.sum(rows_w2, 0), mask=kam)
+    tl.store(out + NS + NI * HA + 2 * HA + tl.arange(0, 1), tl.zeros([1], dtype=tl.float32) + tl.sum(rows_b2))
+    acc_v += tl.where(two == 0, -tl.sum(rows_sur), 0.0)
     tl.store(out + o_cb1 + hc, acc_cb1, mask=hcm)
     tl.store(out + o_c2 + hc, acc_c2, mask=hcm)
     tl.store(out + o_cb2 + tl.arange(0, 1), acc_cb2)
@@ -249,8 +256,8 @@ def _pow2(n: int, least: int = 1) -> int:
 def constants(stocks: int, features: int, state: int, hidden: int, critic_hidden: int, programs: int,
               dot: str = LAUNCH.dot) -> dict[str, int | str]:
     """The kernel's compile-time constants for a model of these sizes, its matmuls at precision ``dot``."""
-    return {"S": state, "NS": stocks, "K": features, "IP": _pow2(features + 2, 16), "HA": hidden,
-            "HAP": _pow2(hidden, 16), "HC": critic_hidden, "HCP": _pow2(critic_hidden, 16), "BM": BLOCK, "SC": STOCKS,
+    return {"S": state, "NS": stocks, "K": features, "IP": _pow2(features + 2, 16), "HA": hidden,  # K >= 16
+            "HAP": _pow2(hidden, 8), "HC": critic_hidden, "HCP": _pow2(critic_hidden, 8), "BM": BLOCK, "SC": STOCKS,
             "CK": CHUNK, "P": programs, "DOT": dot}
 
 
@@ -271,7 +278,7 @@ def _run(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, 
     _kernel[(n, programs)](
         obs, actions, logprobs, advantages, returns, idx.contiguous(), weight.contiguous(), *nets.params,
         nets.price_ref, clip.to(torch.float32).contiguous(), part, width, layout.scales.cash_scale,
-        layout.scales.shares_scale, float(value_coef), num_warps=launch.warps,
+        layout.scales.shares_scale, float(value_coef), num_warps=launch.warps, num_stages=launch.stages,
         **constants(layout.n_stocks, layout.n_features, state, hidden, critic_hidden, programs, launch.dot))
     total = part.sum(1)
     grads = [g.reshape(p.shape) for g, p in zip(total[:, :-2].split(sizes, dim=1), nets.params)]

@@ -169,12 +169,12 @@ def test_the_headline_trains_with_the_kernel_only_where_the_update_section_found
 
 
 def test_the_fastest_kernel_build_is_one_whose_gradients_are_autograds() -> None:
-    fast_wrong = {"warps": 8, "dot": "tf32x3", "loss_s": 0.001, "kernel_error": 2e-4}
-    rows = [{"warps": 4, "dot": "ieee", "loss_s": 0.009, "kernel_error": 1e-7},
-            {"warps": 8, "dot": "ieee", "loss_s": 0.004, "kernel_error": 1e-7}, fast_wrong,
-            {"warps": 4, "dot": "tf32x3", "error": "CompilationError"}]
-    assert gpu_update.fastest_launch(rows) == kernel.Launch(8, "ieee")
-    assert gpu_update.fastest_launch([fast_wrong | {"kernel_error": 1e-4}]) == kernel.Launch(8, "tf32x3")
+    fast_wrong = {"warps": 8, "dot": "tf32x3", "stages": 1, "loss_s": 0.001, "kernel_error": 2e-4}
+    rows = [{"warps": 4, "dot": "ieee", "stages": 3, "loss_s": 0.009, "kernel_error": 1e-7},
+            {"warps": 8, "dot": "ieee", "stages": 1, "loss_s": 0.004, "kernel_error": 1e-7}, fast_wrong,
+            {"warps": 4, "dot": "tf32x3", "stages": 3, "error": "CompilationError"}]
+    assert gpu_update.fastest_launch(rows) == kernel.Launch(8, "ieee", 1)
+    assert gpu_update.fastest_launch([fast_wrong | {"kernel_error": 1e-4}]) == kernel.Launch(8, "tf32x3", 1)
     assert gpu_update.fastest_launch([fast_wrong, rows[-1]]) is None
 
 
@@ -187,16 +187,18 @@ def test_the_update_is_timed_with_the_fastest_right_build_of_the_kernel(monkeypa
     monkeypatch.setattr("trainers.ppo.ppo.compiled", lambda fn, mode: fn)
     built, run = [], kernel._run
     monkeypatch.setattr(kernel, "_run", lambda *a: built.append(kernel.LAUNCH) or run(*a))
+    monkeypatch.setattr(kernel, "LAUNCHES", kernel.LAUNCHES[:3])  # three builds of the eight, for the time
     chosen = kernel.LAUNCHES[2]
-    monkeypatch.setattr(gpu_update, "fastest_launch", lambda rows: chosen if len(rows) == 4 else None)
+    monkeypatch.setattr(gpu_update, "fastest_launch", lambda rows: chosen if len(rows) == 3 else None)
     args = Args("cpu", True, Path("."), time.monotonic() + 400, 5.0)
     data = sample_market(4, 300, seed=0, device="cpu")
     out = gpu_update._rate(args, data, 2, TINY, True, "kernel")
     rows = out["launches"]
-    assert [(r["warps"], r["dot"]) for r in rows] == [tuple(launch) for launch in kernel.LAUNCHES]
+    assert [(r["warps"], r["dot"], r["stages"]) for r in rows] == [tuple(launch) for launch in kernel.LAUNCHES]
     assert all(r["kernel_error"] < 1e-5 and r["loss_s"] > 0 for r in rows) and out["update_s"] > 0
-    timed_builds = built[len(kernel.LAUNCHES) * 7:]  # each build: first call, the check, 5 timed calls
-    assert built[: len(kernel.LAUNCHES) * 7] == [launch for launch in kernel.LAUNCHES for _ in range(7)]
+    n = len(kernel.LAUNCHES) * 7  # each build: its first call, the check, 5 timed calls
+    timed_builds = built[n:]
+    assert built[:n] == [launch for launch in kernel.LAUNCHES for _ in range(7)]
     assert timed_builds and set(timed_builds) == {chosen} and out["launch"] == chosen._asdict()
     assert kernel.LAUNCH == kernel.LAUNCHES[0]  # the shipped build again afterwards
 
@@ -205,9 +207,10 @@ def test_the_headline_builds_the_kernel_as_the_update_section_timed_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernel, "LAUNCH", kernel.LAUNCH)
     args = Args("cuda", False, tmp_path, time.monotonic() + 400, 5.0)
-    assert gpu_train._kernel_launch(args) == {"warps": 4, "dot": "ieee"}  # nothing measured: the shipped build
-    args.save("update", {"rows": [{"form": "kernel", "launch": {"warps": 8, "dot": "tf32x3"}}]})
-    assert gpu_train._kernel_launch(args) == {"warps": 8, "dot": "tf32x3"} and kernel.LAUNCH == (8, "tf32x3")
+    assert gpu_train._kernel_launch(args) == {"warps": 4, "dot": "ieee", "stages": 3}  # nothing measured: shipped
+    args.save("update", {"rows": [{"form": "kernel", "launch": {"warps": 8, "dot": "tf32x3", "stages": 1}}]})
+    assert gpu_train._kernel_launch(args) == {"warps": 8, "dot": "tf32x3", "stages": 1}
+    assert kernel.LAUNCH == (8, "tf32x3", 1)
 
 
 def test_a_device_run_trained_with_the_kernel_is_reported_with_its_build(tmp_path: Path) -> None:
@@ -215,19 +218,22 @@ def test_a_device_run_trained_with_the_kernel_is_reported_with_its_build(tmp_pat
     shutil.copytree(REPO / "docs" / "results" / "gpu-h100", run)
     headline = json.loads((run / "headline.json").read_text())
     (run / "headline.json").write_text(json.dumps(headline | {"mode": "kernel",
-                                                              "kernel_launch": {"warps": 8, "dot": "tf32x3"}}))
+                                                              "kernel_launch": {"warps": 8, "dot": "tf32x3",
+                                                                                "stages": 1}}))
     kernel_row = {"form": "kernel", "compiled_bytes": 4204.0, "necessary_bytes": 3208, "eager_bytes": None,
                   "kernel_error": 1e-7, "compiled_loss_s": 0.002, "sample_epochs_per_s": 9e7, "update_s": 0.1,
-                  "launch": {"warps": 8, "dot": "tf32x3"},
-                  "launches": [{"warps": 4, "dot": "ieee", "first_call_s": 3.1, "loss_s": 0.0051, "kernel_error": 1e-7},
-                               {"warps": 8, "dot": "tf32x3", "error": "CompilationError: x"}]}
+                  "launch": {"warps": 8, "dot": "tf32x3", "stages": 1},
+                  "launches": [{"warps": 4, "dot": "ieee", "stages": 3, "first_call_s": 3.1, "loss_s": 0.0051,
+                                "kernel_error": 1e-7},
+                               {"warps": 8, "dot": "tf32x3", "stages": 1, "error": "CompilationError: x"}]}
     (run / "update.json").write_text(json.dumps({"ok": True, "agents": 16, "stocks": 100, "shapes": {},
                                                  "rows": [kernel_row]}))
     docs = tmp_path / "benchmarks.md"
     record_run(run, REPO / "docs" / "results" / "gpu-cpu", docs, tmp_path / "gpu.png")
     text = docs.read_text()
-    assert "the update's Triton kernel + Inductor + CUDA graphs (8 warps, `tf32x3` matmuls)" in text
-    assert "| 4 | ieee | 3.10 | 5.10 | 1.0e-07 |" in text and "| 8 | tf32x3 | failed: CompilationError: x |" in text
+    assert "the update's Triton kernel + Inductor + CUDA graphs (8 warps, `tf32x3` matmuls, 1 stage)" in text
+    assert "| 4 | ieee | 3 | 3.10 | 5.10 | 1.0e-07 |" in text
+    assert "| 8 | tf32x3 | 1 | failed: CompilationError: x |" in text
 
 
 def test_a_mode_that_fails_leaves_the_next_what_the_deadline_leaves(tmp_path: Path) -> None:

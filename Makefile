@@ -77,6 +77,8 @@ bench:
 	@echo "  python -m benchmarks.perf.heal         podracer up's supervisor: services killed, time until they answer"
 	@echo "  python -m benchmarks.perf.wrds         WRDS TAQ client memory as the range of trades grows"
 	@echo "  python -m benchmarks.perf.paper        100 stocks x 10 years of minutes end to end: time, peak memory"
+	@echo "  python -m benchmarks.perf.gpu_update   the PPO update's bytes a sample-epoch against the necessary bytes"
+	@echo "  python -m benchmarks.perf.gpu_kernel   the update kernel's builds compiled for an H100: instructions, ceiling"
 	@echo "  python3 -m benchmarks.perf.gpu --out OUT   on a GPU machine: env, PPO, parity, headline (--record OUT here)"
 	@echo "evidence: the runs behind docs/results.md (many seeds, hours)"
 	@echo "  python -m benchmarks.evidence.results       champion vs vanilla, momentum, oracle, buy-and-hold on test"

@@ -12,7 +12,9 @@
 * ``paper``: the paper's scale (100 stocks × 10 years of minutes) end to end on the CPU;
 * ``gpu``: everything the GPU workers need measured, in one script for a GPU lease
   (``gpu_common``, ``gpu_market``, ``gpu_train``, ``gpu_baselines``: its sections and inputs,
-  torch and numpy only; ``gpu_report``: its run into docs/benchmarks.md, on this machine).
+  torch and numpy only; ``gpu_report``: its run into docs/benchmarks.md, on this machine);
+  ``gpu_update`` (its update section) and ``gpu_kernel`` also run here: the update's bytes, and
+  the update kernel's builds compiled for an H100 with the ceiling their instructions set.
 
 Imports nothing, so ``python3 -m benchmarks.perf.gpu`` runs where only torch and numpy are.
 """

@@ -16,7 +16,8 @@ trainers/ppo/kernel.py). Bytes are counted two ways:
 
 The kernel's gradients are checked against autograd's on the same minibatch (``kernel_error``:
 the largest difference over the largest gradient). On CUDA each of its builds
-(:data:`trainers.ppo.kernel.LAUNCHES`: 4 or 8 warps, FP32 or TF32×3 matmuls) is timed on one of
+(:data:`trainers.ppo.kernel.LAUNCHES`: 4 or 8 warps, FP32 or TF32×3 matmuls, with or without a
+software pipeline) is timed on one of
 the headline's minibatches and checked the same way, and the update's rate is measured with the
 fastest build within :data:`~benchmarks.perf.gpu_common.KERNEL_ERROR`. The device script's
 headline trains with the kernel, in that build, only where its update was faster than Inductor's
@@ -155,8 +156,8 @@ def launch_rows(args: Args, ppo: PPO, batch: tuple[torch.Tensor, ...], agents: i
     """Each build of the update kernel (:data:`trainers.ppo.kernel.LAUNCHES`) on one static
     minibatch of ``batch``: the seconds of its first call (Triton builds it then), the seconds of
     a call after, and its gradients against autograd's (:func:`_error`). A build that fails
-    leaves the others measured; on a CPU they run in Triton's interpreter, which ignores warps and
-    precision, so only the check there means anything."""
+    leaves the others measured; on a CPU they run in Triton's interpreter, which ignores how a
+    build is made, so only the check there means anything."""
     weight, _ = ppo.group(list(range(agents))).schedule.static_masks()
     _, loss_and_grad = _minibatch(ppo, batch, agents, weight[0])
     fused, ppo.nets.fused = ppo.nets.fused, False  # autograd's as matmuls: the products' [N, rows, in, out]

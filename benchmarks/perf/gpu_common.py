@@ -59,6 +59,14 @@ headline to train with it (benchmarks/perf/gpu_update.py measures it)."""
 TINY = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
 """The same, for the CPU smoke (``--tiny``)."""
 
+def necessary_update_bytes(stocks: int, state_dim: int, per_action: bool) -> int:
+    """Bytes any update must move per sample and epoch: read the sample's state, its pre-``tanh``
+    actions, its old log-probability, advantage (per stock with ``credit: per_stock``) and value
+    target, float32 each. The weights and their gradients are shared by a minibatch's
+    thousands of samples, so they are left out."""
+    per = stocks if per_action else 1
+    return 4 * (state_dim + stocks + 2 * per + 1)
+
 
 def paper_env() -> EnvConfig:
     """``params.paper.yaml``'s env (tests/benchmarks/perf/test_gpu.py keeps them equal)."""

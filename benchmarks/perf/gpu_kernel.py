@@ -14,7 +14,7 @@ forward and backward (``ceil(state / kernel.CHUNK)`` each). Branches inside a lo
 predicated, so a body's instructions all issue; a software pipeline's prologue, outside the inner
 loops, counts once a block.
 
-    .venv/bin/python -m benchmarks.perf.gpu_kernel    # about a minute; records its section of docs/benchmarks.md
+    .venv/bin/python -m benchmarks.perf.gpu_kernel    # about 20 s; records its section of docs/benchmarks.md
 
 Triton's compiler and its ptxas and nvdisasm (in its wheel) run here; a process whose Triton
 runs kernels in its interpreter compiles nothing, so the builds compile in a child process.
@@ -34,14 +34,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.gpu_common import necessary_update_bytes  # torch, no Triton
+
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = {"stocks": 100, "features": 3, "state": 501, "hidden": 8, "critic_hidden": 8}
 """The headline's model (benchmarks/perf/gpu_common.py::paper_ppo on the minute market)."""
 H100 = {"sms": 132, "boost_ghz": 1.98, "schedulers": 4}
 """An H100 SXM's multiprocessors and boost clock (data sheet: 67 FP32 TFLOP/s = 132 × 128 × 2 ×
 1.98 GHz), and warp schedulers a multiprocessor."""
-NECESSARY = 3208
-"""Bytes an update must move a sample-epoch at 100 stocks (gpu_update.necessary_update_bytes)."""
+NECESSARY = necessary_update_bytes(MODEL["stocks"], MODEL["state"], per_action=True)
+"""Bytes an update must move a sample-epoch at :data:`MODEL` (per-stock credit, the headline's)."""
 RECORDED = ROOT / "docs" / "results" / "gpu-h100" / "device.json"
 """The H100's measured copy bandwidth (the device script's ``device`` section)."""
 _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/")
@@ -87,11 +89,10 @@ def _ptxas(ptx: str, tools: Path, folder: Path) -> dict[str, int]:
     (folder / "k.ptx").write_text(ptx)
     done = subprocess.run([str(tools / "ptxas"), "-v", "--gpu-name=sm_90a", str(folder / "k.ptx"), "-o",
                            str(folder / "k.o")], capture_output=True, text=True, check=True)
-    numbers = {key: int(m.group(1)) for key, pattern in (("registers", r"Used (\d+) registers"),
-                                                         ("spill_stores", r"(\d+) bytes spill stores"),
-                                                         ("spill_loads", r"(\d+) bytes spill loads"))
-               if (m := re.search(pattern, done.stderr))}
-    return numbers
+    return {key: int(m.group(1)) for key, pattern in (("registers", r"Used (\d+) registers"),
+                                                      ("spill_stores", r"(\d+) bytes spill stores"),
+                                                      ("spill_loads", r"(\d+) bytes spill loads"))
+            if (m := re.search(pattern, done.stderr))}
 
 
 def build_stats(launches: Sequence[Any] | None = None) -> list[dict[str, Any]]:

@@ -84,9 +84,8 @@ def headline_text(run: dict[str, dict[str, Any]]) -> str:
                                                           key=lambda kv: -kv[1]))
     market = h["market"]
     launch = h.get("kernel_launch") if h["mode"] == "kernel" else None
-    stages = launch and launch.get("stages", 3)
-    build = (f" ({launch['warps']} warps, `{launch['dot']}` matmuls, {stages} stage{'s' if stages > 1 else ''})"
-             if launch else "")
+    build = (f" ({launch['warps']} warps, `{launch['dot']}` matmuls, {launch['stages']} "
+             f"stage{'s' if launch['stages'] > 1 else ''})" if launch else "")
     return (f"Population {h['config']['population']} × {h['config']['ppo']['num_envs']:,} envs, "
             f"{market['stocks']} stocks × {market['sessions']:,} sessions of 1-minute bars "
             f"({market['bars']:,} bars, built in {market['seconds']:.0f} s), {MODES[h['mode']]}{build}, "

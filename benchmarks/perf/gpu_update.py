@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.perf.gpu_common import HEADLINE, KERNEL_ERROR, TINY, Args, bytes_moved, timed
+from benchmarks.perf.gpu_common import HEADLINE, KERNEL_ERROR, TINY, Args, bytes_moved, necessary_update_bytes, timed
 from benchmarks.perf.gpu_market import sample_market
 from benchmarks.perf.gpu_train import population
 from trainers.config import RuntimeConfig
@@ -51,14 +51,6 @@ FORMS = {"kernel": ("kernel", True), "fused": ("inductor", True), "matmul": ("in
 """The update's forms: its ``train.compile``, and whether the narrow layers are products and sums;
 in the order they are measured, so that a section its budget cuts short loses the oldest first."""
 
-
-def necessary_update_bytes(stocks: int, state_dim: int, per_action: bool) -> int:
-    """Bytes any update must move per sample and epoch: read the sample's state, its pre-``tanh``
-    actions, its old log-probability, advantage (per stock with ``credit: per_stock``) and value
-    target, float32 each. The weights and their gradients are shared by a minibatch's
-    thousands of samples, so they are left out."""
-    per = stocks if per_action else 1
-    return 4 * (state_dim + stocks + 2 * per + 1)
 
 
 COUNTED = {"num_envs": 64, "horizon": 32, "batch_size": 1024, "repeat_times": 2}
@@ -270,12 +262,12 @@ def launch_table(row: dict[str, Any]) -> str:
     """The kernel's builds as :func:`launch_rows` measured them, and the one its update ran with."""
     chosen = row["launch"]
     lines = ["The update kernel's builds on one of the headline's minibatches (its update's rate above is "
-             f"with {chosen['warps']} warps, `{chosen['dot']}` matmuls and {chosen.get('stages', 3)} stages, the "
+             f"with {chosen['warps']} warps, `{chosen['dot']}` matmuls and {chosen['stages']} stages, the "
              f"fastest within {KERNEL_ERROR:.0e} of autograd's gradients, or the shipped build where none was):", "",
              "| warps | matmuls | stages | first call (builds it), s | loss and gradients, ms "
              "| gradients against autograd |", "|---:|---|---:|---:|---:|---:|"]
     for r in row["launches"]:
-        build = f"| {r['warps']} | {r['dot']} | {r.get('stages', 3)} |"
+        build = f"| {r['warps']} | {r['dot']} | {r['stages']} |"
         if "error" in r:
             lines.append(f"{build} failed: {r['error'][:200]} | | |")
         else:

@@ -18,10 +18,10 @@ import torch
 
 from benchmarks.perf import gpu, gpu_train, gpu_update
 from benchmarks.perf.gpu import BUDGET, SECTIONS, necessary_bytes, orchestrate
-from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, paper_env, paper_ppo
+from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, necessary_update_bytes, paper_env, paper_ppo
 from benchmarks.perf.gpu_market import sample_market
 from benchmarks.perf.gpu_report import headline_text, record_run
-from benchmarks.perf.gpu_update import necessary_update_bytes, update_table
+from benchmarks.perf.gpu_update import update_table
 from tasks.config import load_params
 from tests.conftest import REPO
 from trainers.ppo import kernel

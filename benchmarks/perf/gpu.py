@@ -50,6 +50,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +76,20 @@ NOMINAL = {"H100": {"fp32_tflops": 67.0, "bandwidth_gbs": 3350.0},
 """Data-sheet peaks (SXM parts) beside the measured ones."""
 
 
+def _installed(name: str) -> str | None:
+    """The installed version of distribution ``name``, without importing it (importing Triton
+    would settle whether its interpreter runs kernels, trainers/ppo/kernel.py); None without it."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def section_device(args: Args) -> dict[str, Any]:
     """The device, and what it measurably does: a large copy's GB/s and an FP32 matmul's TFLOP/s."""
     dev = torch.device(args.device)
-    out: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version()}
+    out: dict[str, Any] = {"torch": torch.__version__, "triton": _installed("triton"),
+                           "python": platform.python_version()}
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         out |= {"name": props.name, "capability": f"{props.major}.{props.minor}", "sms": props.multi_processor_count,

@@ -18,6 +18,12 @@ loops, counts once a block.
 
 Triton's compiler and its ptxas and nvdisasm (in its wheel) run here; a process whose Triton
 runs kernels in its interpreter compiles nothing, so the builds compile in a child process.
+The GPU machine's PyTorch 2.11 pins another Triton than ``.venv``'s, and the count depends on
+the compiler, so ``--triton DIR`` compiles every build again with the Triton installed in
+``DIR``, beside ``.venv``'s:
+
+    .venv/bin/python -m pip install --no-deps --target .triton/3.6.0 triton==3.6.0
+    .venv/bin/python -m benchmarks.perf.gpu_kernel --triton .triton/3.6.0
 """
 
 from __future__ import annotations
@@ -124,7 +130,8 @@ def build_stats(launches: Sequence[Any] | None = None) -> list[dict[str, Any]]:
             sass = subprocess.run([str(tools / "nvdisasm"), "-c", str(Path(tmp) / "k.cubin")], capture_output=True,
                                   text=True, check=True).stdout
             block = per_block(sass, trips)
-            rows.append(launch._asdict() | _ptxas(built.asm["ptx"], tools, Path(tmp)) | {
+            stats = _ptxas(built.asm["ptx"], tools, Path(tmp))
+            rows.append({"triton": triton.__version__} | launch._asdict() | stats | {
                 "shared_bytes": built.metadata.shared, "tensor_core": "HMMA" in sass,
                 "per_sample": None if block is None else block * launch.warps / kernel.BLOCK})
     return rows
@@ -138,24 +145,30 @@ def ceiling(per_sample: float, copy_gbs: float) -> tuple[float, float]:
 
 
 def table(rows: list[dict[str, Any]], copy_gbs: float) -> str:
-    lines = ["| warps | matmuls | stages | registers | spills, bytes (stores / loads) | shared memory, KB "
+    lines = ["| Triton | warps | matmuls | stages | registers | spills, bytes (stores / loads) | shared memory, KB "
              "| warp-instructions a sample | issue ceiling, M sample-epochs/s | ceiling / copy roofline |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r["per_sample"] is None:
             rate = share = per = "-"
         else:
             top, part = ceiling(r["per_sample"], copy_gbs)
             rate, share, per = f"{top / 1e6:,.0f}", f"{part:.0%}", f"{r['per_sample']:,.0f}"
-        lines.append(f"| {r['warps']} | {r['dot']} | {r['stages']} | {r.get('registers', '-')} "
+        lines.append(f"| {r['triton']} | {r['warps']} | {r['dot']} | {r['stages']} | {r.get('registers', '-')} "
                      f"| {r.get('spill_stores', '-')} / {r.get('spill_loads', '-')} | {r['shared_bytes'] / 1024:.0f} "
                      f"| {per} | {rate} | {share} |")
     return "\n".join(lines)
 
 
-def measure() -> list[dict[str, Any]]:
-    """:func:`build_stats` in a child process with Triton's interpreter off."""
+def measure(triton: Path | None = None) -> list[dict[str, Any]]:
+    """:func:`build_stats` in a child process with Triton's interpreter off; with the Triton
+    installed in folder ``triton`` where one is given, else ``.venv``'s."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
+    if triton is not None:
+        if not (triton / "triton" / "__init__.py").exists():
+            raise SystemExit(f"--triton {triton}: no Triton installed there (pip install --no-deps --target "
+                             f"{triton} triton==VERSION)")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(triton.resolve()), env.get("PYTHONPATH")) if p)
     done = subprocess.run([sys.executable, "-m", "benchmarks.perf.gpu_kernel", "--child"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
@@ -166,21 +179,25 @@ def measure() -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    if parser.parse_args().child:
+    parser.add_argument("--triton", type=Path, action="append", default=[], metavar="DIR",
+                        help="also compile with the Triton installed in DIR (pip install --target DIR)")
+    args = parser.parse_args()
+    if args.child:
         import triton  # noqa: F401 - first, with the interpreter off, before trainers.ppo.kernel would set it
 
         print(json.dumps(build_stats()))
         return
     from benchmarks.common import Reading, commit, now, record
 
-    rows = measure()
+    rows = [row for triton in [None, *args.triton] for row in measure(triton)]
     copy_gbs = json.loads(RECORDED.read_text())["copy_gbs"]
     text = table(rows, copy_gbs)
     print(text)
     best = min((r for r in rows if r["per_sample"] is not None), key=lambda r: r["per_sample"])
     rate, share = ceiling(best["per_sample"], copy_gbs)
-    latest = (f"`.venv/bin/python -m benchmarks.perf.gpu_kernel` (compiled here for an H100, sm_90, by Triton's "
-              f"own compiler and ptxas; no GPU). Each build of the update kernel at the headline's model; its "
+    command = " ".join([".venv/bin/python -m benchmarks.perf.gpu_kernel", *(f"--triton {d}" for d in args.triton)])
+    latest = (f"`{command}` (compiled here for an H100, sm_90, by Triton's own compiler and ptxas, of each "
+              f"row's Triton; no GPU). Each build of the update kernel at the headline's model; its "
               f"instructions a sample counted in its SASS, and the ceiling those put on its rate at the H100's "
               f"{H100['sms']} multiprocessors × {H100['schedulers']} warp schedulers × {H100['boost_ghz']} GHz; "
               f"against the bandwidth roofline of the update's {NECESSARY:,} necessary bytes a sample-epoch at "
@@ -190,8 +207,8 @@ def main() -> None:
                    ("date", "commit", "builds", "fewest warp-instructions a sample", "its build",
                     "its issue ceiling, M sample-epochs/s", "ceiling / copy roofline"),
                    (now(), commit(), str(len(rows)), f"{best['per_sample']:,.0f}",
-                    f"{best['warps']} warps {best['dot']} {best['stages']} stages", f"{rate / 1e6:,.0f}",
-                    f"{share:.0%}")))
+                    f"{best['warps']} warps {best['dot']} {best['stages']} stages, Triton {best['triton']}",
+                    f"{rate / 1e6:,.0f}", f"{share:.0%}")))
 
 
 if __name__ == "__main__":

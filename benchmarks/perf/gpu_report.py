@@ -33,7 +33,9 @@ def device_line(run: dict[str, dict[str, Any]]) -> str:
     nominal = d.get("nominal") or {}
     sheet = (f"; data sheet {nominal['bandwidth_gbs']:,.0f} GB/s and {nominal['fp32_tflops']:.0f} TFLOP/s"
              if nominal else "")
-    return (f"{d['name']} (capability {d.get('capability', '-')}, {d.get('sms', '-')} SMs), torch {d['torch']}: "
+    triton = f", Triton {d['triton']}" if d.get("triton") else ""  # recorded since the update kernel
+    return (f"{d['name']} (capability {d.get('capability', '-')}, {d.get('sms', '-')} SMs), "
+            f"torch {d['torch']}{triton}: "
             f"measured copy {d['copy_gbs']:,.0f} GB/s, FP32 matmul {d['fp32_matmul_tflops']:.1f} TFLOP/s{sheet}")
 
 

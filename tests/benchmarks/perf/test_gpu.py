@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ from benchmarks.perf import gpu, gpu_train, gpu_update
 from benchmarks.perf.gpu import BUDGET, SECTIONS, necessary_bytes, orchestrate
 from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, necessary_update_bytes, paper_env, paper_ppo
 from benchmarks.perf.gpu_market import sample_market
-from benchmarks.perf.gpu_report import headline_text, record_run
+from benchmarks.perf.gpu_report import device_line, headline_text, record_run
 from benchmarks.perf.gpu_update import update_table
+from standins.device import device_python
 from tasks.config import load_params
 from tests.conftest import REPO
 from trainers.ppo import kernel
@@ -29,8 +31,11 @@ from trainers.ppo import kernel
 
 @pytest.mark.slow
 def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> None:
+    """In an environment with only the GPU machine's packages (standins/device.py): an import
+    of anything else fails here as it would there."""
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.perf.gpu", "--device", "cpu", "--tiny", "--out", str(out),
+    python = device_python(tmp_path / "device")
+    done = subprocess.run([str(python), "-m", "benchmarks.perf.gpu", "--device", "cpu", "--tiny", "--out", str(out),
                            "--deadline", "400"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = {name: json.loads((out / f"{name}.json").read_text()) for name in SECTIONS}
@@ -67,6 +72,8 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
         results["update"])  # the kernel, in Triton's interpreter here: fewer bytes still, autograd's gradients
     assert update["kernel"]["kernel_error"] < 1e-5 and "compiled_loss_s" not in update["kernel"]
     assert len(list(out.iterdir())) <= 8  # what a device run can hand back
+    assert results["device"]["triton"] == metadata.version("triton")  # the kernel's compiler, named
+    assert f", Triton {results['device']['triton']}: measured copy" in device_line(results)
 
 
 def test_a_section_keeps_its_device_budget_but_the_cpu_smoke_takes_what_the_deadline_leaves(

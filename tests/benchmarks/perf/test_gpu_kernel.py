@@ -43,7 +43,7 @@ def test_the_issue_ceiling_by_hand() -> None:
     rate, share = ceiling(5000.0, 3000.0)
     assert rate == pytest.approx(132 * 4 * 1.98e9 / 5000) == pytest.approx(209.1e6, rel=1e-3)
     assert share == pytest.approx(rate * 3208 / 3000e9) and H100["sms"] == 132 and NECESSARY == 3208
-    row = {"warps": 4, "dot": "ieee", "stages": 1, "registers": 255, "spill_stores": 76, "spill_loads": 60,
-           "shared_bytes": 12800, "per_sample": 5000.0}
-    assert "| 4 | ieee | 1 | 255 | 76 / 60 | 12 | 5,000 | 209 | 22% |" in table([row], 3000.0)
-    assert "| 4 | ieee | 1 | 255 | 76 / 60 | 12 | - | - | - |" in table([row | {"per_sample": None}], 3000.0)
+    row = {"triton": "3.6.0", "warps": 4, "dot": "ieee", "stages": 1, "registers": 255, "spill_stores": 76,
+           "spill_loads": 60, "shared_bytes": 12800, "per_sample": 5000.0}
+    assert "| 3.6.0 | 4 | ieee | 1 | 255 | 76 / 60 | 12 | 5,000 | 209 | 22% |" in table([row], 3000.0)
+    assert "| 3.6.0 | 4 | ieee | 1 | 255 | 76 / 60 | 12 | - | - | - |" in table([row | {"per_sample": None}], 3000.0)

@@ -9,8 +9,8 @@ ceiling is set beside the bandwidth roofline of the update's necessary bytes, wh
 update's target (docs/training.md; benchmarks/perf/gpu_update.py measures the rate on a device).
 
 The count reads each loop of the SASS once per trip: the block loop's four inner loops are the
-account value and the scorer (``ceil(stocks / kernel.STOCKS)`` trips each) and the critic's
-forward and backward (``ceil(state / kernel.CHUNK)`` each). Branches inside a loop body are
+account value and the scorer (``ceil(stocks / launch.stocks)`` trips each) and the critic's
+forward and backward (``ceil(state / launch.chunk)`` each). Branches inside a loop body are
 predicated, so a body's instructions all issue; a software pipeline's prologue, outside the inner
 loops, counts once a block.
 
@@ -90,6 +90,19 @@ def per_block(sass: str, trips: tuple[int, ...]) -> int | None:
     return outer[1] - outer[0] + 1 - sum(sizes) + sum(size * n for size, n in zip(sizes, trips))
 
 
+def trips(launch: Any) -> tuple[int, ...]:
+    """Trips of the block loop's four inner loops at :data:`MODEL` for a build: the account value's
+    and the scorer's over the stocks, the critic's forward and backward over the state."""
+    return (math.ceil(MODEL["stocks"] / launch.stocks),) * 2 + (math.ceil(MODEL["state"] / launch.chunk),) * 2
+
+
+def per_sample(sass: str, launch: Any) -> float | None:
+    """Warp-instructions a sample: a block's (:func:`per_block`), for each of the build's warps,
+    over the block's samples."""
+    block = per_block(sass, trips(launch))
+    return None if block is None else block * launch.warps / launch.block
+
+
 def _ptxas(ptx: str, tools: Path, folder: Path) -> dict[str, int]:
     """Registers a thread and bytes of spill stores and loads, as ``ptxas -v`` reports them."""
     (folder / "k.ptx").write_text(ptx)
@@ -117,11 +130,10 @@ def build_stats(launches: Sequence[Any] | None = None) -> list[dict[str, Any]]:
     fn = kernel._kernel
     sig = {name: "*fp32" for name in fn.arg_names} | {"idx": "*i64", "B": "i32", "cash_scale": "fp32",
                                                       "shares_scale": "fp32", "value_coef": "fp32"}
-    trips = (math.ceil(MODEL["stocks"] / kernel.STOCKS),) * 2 + (math.ceil(MODEL["state"] / kernel.CHUNK),) * 2
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for launch in kernel.LAUNCHES if launches is None else launches:
-            const = kernel.constants(**MODEL, programs=kernel.PROGRAMS, dot=launch.dot)
+            const = kernel.constants(**MODEL, programs=kernel.PROGRAMS, launch=launch)
             src = ASTSource(fn, sig | {name: "constexpr" for name in const},
                             constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
             built = triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -129,11 +141,10 @@ def build_stats(launches: Sequence[Any] | None = None) -> list[dict[str, Any]]:
             (Path(tmp) / "k.cubin").write_bytes(built.asm["cubin"])
             sass = subprocess.run([str(tools / "nvdisasm"), "-c", str(Path(tmp) / "k.cubin")], capture_output=True,
                                   text=True, check=True).stdout
-            block = per_block(sass, trips)
             stats = _ptxas(built.asm["ptx"], tools, Path(tmp))
             rows.append({"triton": triton.__version__} | launch._asdict() | stats | {
                 "shared_bytes": built.metadata.shared, "tensor_core": "HMMA" in sass,
-                "per_sample": None if block is None else block * launch.warps / kernel.BLOCK})
+                "per_sample": per_sample(sass, launch)})
     return rows
 
 
@@ -145,16 +156,18 @@ def ceiling(per_sample: float, copy_gbs: float) -> tuple[float, float]:
 
 
 def table(rows: list[dict[str, Any]], copy_gbs: float) -> str:
-    lines = ["| Triton | warps | matmuls | stages | registers | spills, bytes (stores / loads) | shared memory, KB "
-             "| warp-instructions a sample | issue ceiling, M sample-epochs/s | ceiling / copy roofline |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| Triton | warps | matmuls | stages | samples × stocks, state entries at a time | registers "
+             "| spills, bytes (stores / loads) | shared memory, KB | warp-instructions a sample "
+             "| issue ceiling, M sample-epochs/s | ceiling / copy roofline |",
+             "|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r["per_sample"] is None:
             rate = share = per = "-"
         else:
             top, part = ceiling(r["per_sample"], copy_gbs)
             rate, share, per = f"{top / 1e6:,.0f}", f"{part:.0%}", f"{r['per_sample']:,.0f}"
-        lines.append(f"| {r['triton']} | {r['warps']} | {r['dot']} | {r['stages']} | {r.get('registers', '-')} "
+        lines.append(f"| {r['triton']} | {r['warps']} | {r['dot']} | {r['stages']} "
+                     f"| {r['block']} × {r['stocks']}, {r['chunk']} | {r.get('registers', '-')} "
                      f"| {r.get('spill_stores', '-')} / {r.get('spill_loads', '-')} | {r['shared_bytes'] / 1024:.0f} "
                      f"| {per} | {rate} | {share} |")
     return "\n".join(lines)
@@ -207,7 +220,8 @@ def main() -> None:
                    ("date", "commit", "builds", "fewest warp-instructions a sample", "its build",
                     "its issue ceiling, M sample-epochs/s", "ceiling / copy roofline"),
                    (now(), commit(), str(len(rows)), f"{best['per_sample']:,.0f}",
-                    f"{best['warps']} warps {best['dot']} {best['stages']} stages, Triton {best['triton']}",
+                    f"{best['warps']} warps {best['dot']} {best['stages']} stages {best['block']} × "
+                    f"{best['stocks']}, {best['chunk']}, Triton {best['triton']}",
                     f"{rate / 1e6:,.0f}", f"{share:.0%}")))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from benchmarks.common import DOCS, ROOT, Reading, commit, now, record
 from benchmarks.perf.gpu_update import update_table
+from trainers.ppo.kernel import Launch
 
 IMAGE = ROOT / "docs" / "img" / "benchmark_gpu.png"
 MODES = {"off": "eager", "eager": "eager", "graphs": "CUDA graphs", "inductor": "Inductor + CUDA graphs",
@@ -86,8 +87,7 @@ def headline_text(run: dict[str, dict[str, Any]]) -> str:
                                                           key=lambda kv: -kv[1]))
     market = h["market"]
     launch = h.get("kernel_launch") if h["mode"] == "kernel" else None
-    build = (f" ({launch['warps']} warps, `{launch['dot']}` matmuls, {launch['stages']} "
-             f"stage{'s' if launch['stages'] > 1 else ''})" if launch else "")
+    build = f" ({Launch.of(launch).text()})" if launch else ""
     return (f"Population {h['config']['population']} × {h['config']['ppo']['num_envs']:,} envs, "
             f"{market['stocks']} stocks × {market['sessions']:,} sessions of 1-minute bars "
             f"({market['bars']:,} bars, built in {market['seconds']:.0f} s), {MODES[h['mode']]}{build}, "

@@ -333,7 +333,7 @@ def _kernel_launch(args: Args) -> dict[str, Any]:
 
     update = {row.get("form"): row for row in (args.load("update") or {}).get("rows", [])}
     launch = update.get("kernel", {}).get("launch")
-    kernel.LAUNCH = kernel.Launch(**launch) if launch else kernel.LAUNCH
+    kernel.LAUNCH = kernel.Launch.of(launch) if launch else kernel.LAUNCH
     return kernel.LAUNCH._asdict()
 
 

@@ -16,8 +16,8 @@ trainers/ppo/kernel.py). Bytes are counted two ways:
 
 The kernel's gradients are checked against autograd's on the same minibatch (``kernel_error``:
 the largest difference over the largest gradient). On CUDA each of its builds
-(:data:`trainers.ppo.kernel.LAUNCHES`: 4 or 8 warps, FP32 or TF32×3 matmuls, with or without a
-software pipeline) is timed on one of
+(:data:`trainers.ppo.kernel.LAUNCHES`: FP32 or TF32×3 matmuls, with or without a software
+pipeline, in two shapes of work) is timed on one of
 the headline's minibatches and checked the same way, and the update's rate is measured with the
 fastest build within :data:`~benchmarks.perf.gpu_common.KERNEL_ERROR`. The device script's
 headline trains with the kernel, in that build, only where its update was faster than Inductor's
@@ -181,7 +181,7 @@ def fastest_launch(rows: list[dict[str, Any]]) -> kernel.Launch | None:
     :data:`~benchmarks.perf.gpu_common.KERNEL_ERROR` of autograd's (:func:`launch_rows`); None if none was."""
     right = [r for r in rows if "loss_s" in r and r["kernel_error"] <= KERNEL_ERROR]
     best = min(right, key=lambda r: r["loss_s"], default=None)
-    return None if best is None else kernel.Launch(best["warps"], best["dot"], best["stages"])
+    return None if best is None else kernel.Launch.of(best)
 
 
 class _Unlaunched:
@@ -260,14 +260,14 @@ def update_table(result: dict[str, Any]) -> str:
 
 def launch_table(row: dict[str, Any]) -> str:
     """The kernel's builds as :func:`launch_rows` measured them, and the one its update ran with."""
-    chosen = row["launch"]
     lines = ["The update kernel's builds on one of the headline's minibatches (its update's rate above is "
-             f"with {chosen['warps']} warps, `{chosen['dot']}` matmuls and {chosen['stages']} stages, the "
-             f"fastest within {KERNEL_ERROR:.0e} of autograd's gradients, or the shipped build where none was):", "",
-             "| warps | matmuls | stages | first call (builds it), s | loss and gradients, ms "
-             "| gradients against autograd |", "|---:|---|---:|---:|---:|---:|"]
+             f"with {kernel.Launch.of(row['launch']).text()}: the fastest within {KERNEL_ERROR:.0e} of "
+             "autograd's gradients, or the shipped build where none was):", "",
+             "| warps | matmuls | stages | samples × stocks, state entries at a time | first call (builds it), s "
+             "| loss and gradients, ms | gradients against autograd |", "|---:|---|---:|---|---:|---:|---:|"]
     for r in row["launches"]:
-        build = f"| {r['warps']} | {r['dot']} | {r['stages']} |"
+        b = kernel.Launch.of(r)
+        build = f"| {b.warps} | {b.dot} | {b.stages} | {b.block} × {b.stocks}, {b.chunk} |"
         if "error" in r:
             lines.append(f"{build} failed: {r['error'][:200]} | | |")
         else:

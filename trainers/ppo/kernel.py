@@ -43,13 +43,6 @@ except ImportError:  # an install without Triton: no kernel, the fallback only
 
 LossFn = Callable[..., torch.Tensor]
 """A loss with :func:`trainers.ppo.loss.ppo_loss`'s arguments."""
-BLOCK = 16
-"""Samples a program handles at once (a ``tl.dot`` of FP32 sums at least 16 terms, and the critic's
-backward sums over the block's samples; narrower inputs are padded with zeros)."""
-STOCKS = 8
-"""Stocks the scorer takes at once: ``BLOCK × STOCKS`` rows of its inputs."""
-CHUNK = 64
-"""State entries the critic's first layer reads at once."""
 BLOCKS = 16
 """Blocks a program walks at least: each program writes one partial gradient (the critic's
 alone is ``state × hidden`` floats), so fewer programs move fewer bytes."""
@@ -63,16 +56,40 @@ class Launch(NamedTuple):
     FP32 on the CUDA cores; ``tf32x3``: three TF32 products on the tensor cores, about FP32's
     precision), and the stages of its loops' software pipeline (1: none; Triton's default on
     sm_90 is 3: loads issued iterations ahead, at the cost of instructions, registers and shared
-    memory). Triton's interpreter ignores all three."""
+    memory), which Triton's interpreter ignores; then the shape of its work, which sets the order
+    of its sums: the samples a program takes at once (``block``: at least 16, for the critic's
+    backward is a ``tl.dot`` over them, and a ``tl.dot`` of FP32 sums at least 16 terms), the
+    stocks the scorer takes at once (``block × stocks`` rows of its inputs), and the state
+    entries the critic's first layer reads at once (``chunk``)."""
 
     warps: int = 4
     dot: str = "ieee"
     stages: int = 3
+    block: int = 16
+    stocks: int = 8
+    chunk: int = 64
+
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> Launch:
+        """A build as its ``_asdict()`` recorded it (a record without the shape's fields predates
+        them: the shipped shape)."""
+        return cls(**{name: fields[name] for name in cls._fields if name in fields})
+
+    def text(self) -> str:
+        """The build in words, for reports."""
+        return (f"{self.warps} warps, `{self.dot}` matmuls, {self.stages} stage{'s' if self.stages > 1 else ''}, "
+                f"{self.block} samples × {self.stocks} stocks at a time, the state {self.chunk} entries at a time")
 
 
-LAUNCHES = tuple(Launch(w, dot, stages) for dot in ("ieee", "tf32x3") for stages in (3, 1) for w in (4, 8))
+SHAPES = ((16, 8, 64), (32, 4, 32))
+"""The work's shapes built (``block``, ``stocks``, ``chunk``): the first as shipped; the second
+has 7% fewer instructions a sample, and no spills, compiled by the device's Triton 3.6.0
+(docs/training.md, the update in one kernel)."""
+LAUNCHES = tuple(Launch(4, dot, stages, *shape) for shape in SHAPES for dot in ("ieee", "tf32x3") for stages in (3, 1))
 """The builds the device script times side by side (benchmarks/perf/gpu_update.py::launch_rows);
-what ptxas reports for each: docs/training.md, the update in one kernel."""
+what ptxas reports for each: docs/training.md, the update in one kernel. All of 4 warps: with
+255 registers a thread, two programs of 4 warps fill a multiprocessor's registers as one of 8
+does, and 8 warps cost 1.9 to 2.2 times the instructions a sample (benchmarks/perf/gpu_kernel.py)."""
 LAUNCH = LAUNCHES[0]
 """The build :func:`kernel_loss` launches, read at each launch (the device script trains its
 headline with the fastest of :data:`LAUNCHES` it measured)."""
@@ -244,9 +261,9 @@ if triton is not None:
     _kernel = triton.jit(_body)
 
 
-def _programs(width: int) -> int:
-    """Programs per agent for minibatches of ``width`` samples."""
-    return max(1, min(PROGRAMS, width // (BLOCK * BLOCKS)))
+def _programs(width: int, block: int) -> int:
+    """Programs per agent for minibatches of ``width`` samples, taken ``block`` at a time."""
+    return max(1, min(PROGRAMS, width // (block * BLOCKS)))
 
 
 def _pow2(n: int, least: int = 1) -> int:
@@ -254,11 +271,11 @@ def _pow2(n: int, least: int = 1) -> int:
 
 
 def constants(stocks: int, features: int, state: int, hidden: int, critic_hidden: int, programs: int,
-              dot: str = LAUNCH.dot) -> dict[str, int | str]:
-    """The kernel's compile-time constants for a model of these sizes, its matmuls at precision ``dot``."""
+              launch: Launch) -> dict[str, int | str]:
+    """The kernel's compile-time constants for a model of these sizes, built as ``launch``."""
     return {"S": state, "NS": stocks, "K": features, "IP": _pow2(features + 2, 16), "HA": hidden,  # K >= 16
-            "HAP": _pow2(hidden, 8), "HC": critic_hidden, "HCP": _pow2(critic_hidden, 8), "BM": BLOCK, "SC": STOCKS,
-            "CK": CHUNK, "P": programs, "DOT": dot}
+            "HAP": _pow2(hidden, 8), "HC": critic_hidden, "HCP": _pow2(critic_hidden, 8), "BM": launch.block,
+            "SC": launch.stocks, "CK": launch.chunk, "P": programs, "DOT": launch.dot}
 
 
 def _run(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, weight: torch.Tensor,
@@ -271,15 +288,15 @@ def _run(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torch.Tensor, 
     (w1, b1), (w2, b2) = nets.actor
     (c1, cb1), (c2, cb2) = nets.critic
     hidden, critic_hidden, state = w1.shape[2], c1.shape[2], obs.shape[1]
-    programs = _programs(width)
+    launch = LAUNCH
+    programs = _programs(width, launch.block)
     sizes = [p[0].numel() for p in nets.params]
     part = torch.zeros((n, programs, sum(sizes) + 2), device=obs.device)
-    launch = LAUNCH
     _kernel[(n, programs)](
         obs, actions, logprobs, advantages, returns, idx.contiguous(), weight.contiguous(), *nets.params,
         nets.price_ref, clip.to(torch.float32).contiguous(), part, width, layout.scales.cash_scale,
         layout.scales.shares_scale, float(value_coef), num_warps=launch.warps, num_stages=launch.stages,
-        **constants(layout.n_stocks, layout.n_features, state, hidden, critic_hidden, programs, launch.dot))
+        **constants(layout.n_stocks, layout.n_features, state, hidden, critic_hidden, programs, launch))
     total = part.sum(1)
     grads = [g.reshape(p.shape) for g, p in zip(total[:, :-2].split(sizes, dim=1), nets.params)]
     return total[:, -2] + value_coef * total[:, -1], grads
@@ -294,7 +311,7 @@ def bytes_accessed(nets: BatchedNets, batch: tuple[torch.Tensor, ...], idx: torc
     n, width = idx.shape
     per_sample = 8 + 4 + sum(4 * x[0].numel() for x in batch)
     weights = 4 * (sum(p.numel() for p in nets.params) + nets.log_std.shape[1] + n)  # + reference prices, clips
-    programs = _programs(width)
+    programs = _programs(width, LAUNCH.block)
     partials = 4 * n * programs * (sum(p[0].numel() for p in nets.params) + 2)
     return n * width * per_sample + weights + 2 * partials
 

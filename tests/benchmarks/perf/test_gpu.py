@@ -176,12 +176,13 @@ def test_the_headline_trains_with_the_kernel_only_where_the_update_section_found
 
 
 def test_the_fastest_kernel_build_is_one_whose_gradients_are_autograds() -> None:
-    fast_wrong = {"warps": 8, "dot": "tf32x3", "stages": 1, "loss_s": 0.001, "kernel_error": 2e-4}
-    rows = [{"warps": 4, "dot": "ieee", "stages": 3, "loss_s": 0.009, "kernel_error": 1e-7},
-            {"warps": 8, "dot": "ieee", "stages": 1, "loss_s": 0.004, "kernel_error": 1e-7}, fast_wrong,
-            {"warps": 4, "dot": "tf32x3", "stages": 3, "error": "CompilationError"}]
-    assert gpu_update.fastest_launch(rows) == kernel.Launch(8, "ieee", 1)
-    assert gpu_update.fastest_launch([fast_wrong | {"kernel_error": 1e-4}]) == kernel.Launch(8, "tf32x3", 1)
+    shape = {"block": 32, "stocks": 4, "chunk": 32}
+    fast_wrong = {"warps": 4, "dot": "tf32x3", "stages": 1, **shape, "loss_s": 0.001, "kernel_error": 2e-4}
+    rows = [{**kernel.LAUNCHES[0]._asdict(), "loss_s": 0.009, "kernel_error": 1e-7},
+            {"warps": 4, "dot": "ieee", "stages": 1, **shape, "loss_s": 0.004, "kernel_error": 1e-7}, fast_wrong,
+            {"warps": 4, "dot": "tf32x3", "stages": 3, **shape, "error": "CompilationError"}]
+    assert gpu_update.fastest_launch(rows) == kernel.Launch(4, "ieee", 1, 32, 4, 32)
+    assert gpu_update.fastest_launch([fast_wrong | {"kernel_error": 1e-4}]) == kernel.Launch(4, "tf32x3", 1, 32, 4, 32)
     assert gpu_update.fastest_launch([fast_wrong, rows[-1]]) is None
 
 
@@ -194,14 +195,15 @@ def test_the_update_is_timed_with_the_fastest_right_build_of_the_kernel(monkeypa
     monkeypatch.setattr("trainers.ppo.ppo.compiled", lambda fn, mode: fn)
     built, run = [], kernel._run
     monkeypatch.setattr(kernel, "_run", lambda *a: built.append(kernel.LAUNCH) or run(*a))
-    monkeypatch.setattr(kernel, "LAUNCHES", kernel.LAUNCHES[:3])  # three builds of the eight, for the time
+    monkeypatch.setattr(kernel, "LAUNCHES", kernel.LAUNCHES[::3])  # three builds of the eight, for the time
     chosen = kernel.LAUNCHES[2]
+    assert chosen.block == 32  # the other shape of work, whose sums run in another order
     monkeypatch.setattr(gpu_update, "fastest_launch", lambda rows: chosen if len(rows) == 3 else None)
     args = Args("cpu", True, Path("."), time.monotonic() + 400, 5.0)
     data = sample_market(4, 300, seed=0, device="cpu")
     out = gpu_update._rate(args, data, 2, TINY, True, "kernel")
     rows = out["launches"]
-    assert [(r["warps"], r["dot"], r["stages"]) for r in rows] == [tuple(launch) for launch in kernel.LAUNCHES]
+    assert [kernel.Launch.of(r) for r in rows] == list(kernel.LAUNCHES)
     assert all(r["kernel_error"] < 1e-5 and r["loss_s"] > 0 for r in rows) and out["update_s"] > 0
     n = len(kernel.LAUNCHES) * 7  # each build: its first call, the check, 5 timed calls
     timed_builds = built[n:]
@@ -214,10 +216,12 @@ def test_the_headline_builds_the_kernel_as_the_update_section_timed_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernel, "LAUNCH", kernel.LAUNCH)
     args = Args("cuda", False, tmp_path, time.monotonic() + 400, 5.0)
-    assert gpu_train._kernel_launch(args) == {"warps": 4, "dot": "ieee", "stages": 3}  # nothing measured: shipped
-    args.save("update", {"rows": [{"form": "kernel", "launch": {"warps": 8, "dot": "tf32x3", "stages": 1}}]})
-    assert gpu_train._kernel_launch(args) == {"warps": 8, "dot": "tf32x3", "stages": 1}
-    assert kernel.LAUNCH == (8, "tf32x3", 1)
+    shipped = {"warps": 4, "dot": "ieee", "stages": 3, "block": 16, "stocks": 8, "chunk": 64}
+    assert gpu_train._kernel_launch(args) == shipped  # nothing measured
+    chosen = {"warps": 4, "dot": "tf32x3", "stages": 1, "block": 32, "stocks": 4, "chunk": 32}
+    args.save("update", {"rows": [{"form": "kernel", "launch": chosen}]})
+    assert gpu_train._kernel_launch(args) == chosen
+    assert kernel.LAUNCH == (4, "tf32x3", 1, 32, 4, 32)
 
 
 def test_a_device_run_trained_with_the_kernel_is_reported_with_its_build(tmp_path: Path) -> None:
@@ -225,22 +229,25 @@ def test_a_device_run_trained_with_the_kernel_is_reported_with_its_build(tmp_pat
     shutil.copytree(REPO / "docs" / "results" / "gpu-h100", run)
     headline = json.loads((run / "headline.json").read_text())
     (run / "headline.json").write_text(json.dumps(headline | {"mode": "kernel",
-                                                              "kernel_launch": {"warps": 8, "dot": "tf32x3",
-                                                                                "stages": 1}}))
+                                                              "kernel_launch": {"warps": 4, "dot": "tf32x3",
+                                                                                "stages": 1, "block": 32,
+                                                                                "stocks": 4, "chunk": 32}}))
     kernel_row = {"form": "kernel", "compiled_bytes": 4204.0, "necessary_bytes": 3208, "eager_bytes": None,
                   "kernel_error": 1e-7, "compiled_loss_s": 0.002, "sample_epochs_per_s": 9e7, "update_s": 0.1,
-                  "launch": {"warps": 8, "dot": "tf32x3", "stages": 1},
+                  "launch": {"warps": 4, "dot": "tf32x3", "stages": 1, "block": 32, "stocks": 4, "chunk": 32},
                   "launches": [{"warps": 4, "dot": "ieee", "stages": 3, "first_call_s": 3.1, "loss_s": 0.0051,
-                                "kernel_error": 1e-7},
-                               {"warps": 8, "dot": "tf32x3", "stages": 1, "error": "CompilationError: x"}]}
+                                "kernel_error": 1e-7},  # recorded before the shape's fields: the shipped shape
+                               {"warps": 4, "dot": "tf32x3", "stages": 1, "block": 32, "stocks": 4, "chunk": 32,
+                                "error": "CompilationError: x"}]}
     (run / "update.json").write_text(json.dumps({"ok": True, "agents": 16, "stocks": 100, "shapes": {},
                                                  "rows": [kernel_row]}))
     docs = tmp_path / "benchmarks.md"
     record_run(run, REPO / "docs" / "results" / "gpu-cpu", docs, tmp_path / "gpu.png")
     text = docs.read_text()
-    assert "the update's Triton kernel + Inductor + CUDA graphs (8 warps, `tf32x3` matmuls, 1 stage)" in text
-    assert "| 4 | ieee | 3 | 3.10 | 5.10 | 1.0e-07 |" in text
-    assert "| 8 | tf32x3 | 1 | failed: CompilationError: x |" in text
+    assert ("the update's Triton kernel + Inductor + CUDA graphs (4 warps, `tf32x3` matmuls, 1 stage, 32 samples "
+            "× 4 stocks at a time, the state 32 entries at a time)") in text
+    assert "| 4 | ieee | 3 | 16 × 8, 64 | 3.10 | 5.10 | 1.0e-07 |" in text
+    assert "| 4 | tf32x3 | 1 | 32 × 4, 32 | failed: CompilationError: x |" in text
 
 
 def test_a_mode_that_fails_leaves_the_next_what_the_deadline_leaves(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.perf.gpu_kernel import H100, NECESSARY, ceiling, loops, per_block, table
+from benchmarks.perf.gpu_kernel import H100, NECESSARY, ceiling, loops, per_block, per_sample, table, trips
+from trainers.ppo.kernel import LAUNCHES, Launch
 
 SASS = """
         .text._body:
@@ -39,11 +40,25 @@ def test_a_blocks_instructions_read_each_inner_loop_once_per_trip() -> None:
     assert per_block("no code", (5,)) is None
 
 
+def test_a_samples_instructions_are_a_blocks_over_its_samples_for_each_warp() -> None:
+    shipped, other = Launch(), Launch(4, "ieee", 1, 32, 4, 32)
+    assert trips(shipped) == (13, 13, 8, 8) and trips(other) == (25, 25, 16, 16)  # 100 / 8, 501 / 64; 100 / 4, 501 / 32
+    assert {launch[3:] for launch in LAUNCHES} == {(16, 8, 64), (32, 4, 32)}
+    # a block loop of 10 instructions around four loops of 2 (an instruction and its branch back)
+    inner = "".join(f".L_x_{k}:\n /*{2 * k:04x}*/ FFMA R1, R2, R3, R1 ;\n /*{2 * k + 1:04x}*/ @P0 BRA `(.L_x_{k}) ;\n"
+                    for k in range(1, 5))
+    sass = f".L_x_0:\n /*ff00*/ FADD R1, R2, R3 ;\n{inner} /*ff10*/ @P1 BRA `(.L_x_0) ;\n"
+    assert per_block(sass, trips(other)) == 10 - 8 + 2 * (25 + 25 + 16 + 16) == 166
+    assert per_sample(sass, other) == 166 * 4 / 32
+    assert per_sample(sass, shipped) == (10 - 8 + 2 * (13 + 13 + 8 + 8)) * 4 / 16
+
+
 def test_the_issue_ceiling_by_hand() -> None:
     rate, share = ceiling(5000.0, 3000.0)
     assert rate == pytest.approx(132 * 4 * 1.98e9 / 5000) == pytest.approx(209.1e6, rel=1e-3)
     assert share == pytest.approx(rate * 3208 / 3000e9) and H100["sms"] == 132 and NECESSARY == 3208
-    row = {"triton": "3.6.0", "warps": 4, "dot": "ieee", "stages": 1, "registers": 255, "spill_stores": 76,
-           "spill_loads": 60, "shared_bytes": 12800, "per_sample": 5000.0}
-    assert "| 3.6.0 | 4 | ieee | 1 | 255 | 76 / 60 | 12 | 5,000 | 209 | 22% |" in table([row], 3000.0)
-    assert "| 3.6.0 | 4 | ieee | 1 | 255 | 76 / 60 | 12 | - | - | - |" in table([row | {"per_sample": None}], 3000.0)
+    row = {"triton": "3.6.0", "warps": 4, "dot": "ieee", "stages": 1, "block": 32, "stocks": 4, "chunk": 32,
+           "registers": 255, "spill_stores": 76, "spill_loads": 60, "shared_bytes": 12800, "per_sample": 5000.0}
+    assert "| 3.6.0 | 4 | ieee | 1 | 32 × 4, 32 | 255 | 76 / 60 | 12 | 5,000 | 209 | 22% |" in table([row], 3000.0)
+    assert "| 3.6.0 | 4 | ieee | 1 | 32 × 4, 32 | 255 | 76 / 60 | 12 | - | - | - |" in table(
+        [row | {"per_sample": None}], 3000.0)

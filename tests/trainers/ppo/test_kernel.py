@@ -55,25 +55,29 @@ def _loss_and_grads(loss_fn, nets: BatchedNets, batch, idx, weight) -> tuple[tor
     return loss.detach(), list(torch.autograd.grad(loss, sub.params))
 
 
-@pytest.mark.parametrize("blocks", [kernel.BLOCKS, 1], ids=["one program", "two programs"])
-def test_the_kernel_gives_autograds_loss_and_gradients(blocks: int, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize(("blocks", "shape"), [(kernel.BLOCKS, (16, 4, 64)), (1, (16, 4, 64)), (1, (32, 4, 32))],
+                         ids=["one program", "two programs", "blocks of 32"])
+def test_the_kernel_gives_autograds_loss_and_gradients(blocks: int, shape: tuple[int, int, int],
+                                                       monkeypatch: pytest.MonkeyPatch):
     """Three agents of widths 5, 8 and 8, padded, one with half its rows weighted out, ratios on
     both sides of each agent's clip range, 7 stocks in chunks of 4, minibatches of 40 in blocks
-    of 16, walked by one program or by two (each summing its blocks): the kernel's loss and every
-    parameter's gradient (the scorer's, ``log_std``'s and the critic's) are autograd's within
-    float rounding, and the padded units' gradients are exactly zero."""
+    of 16, walked by one program or by two (each summing its blocks), or in blocks of 32 with the
+    state's 36 entries read 32 at a time (the second of :data:`kernel.SHAPES`, 4 of 7 stocks at a
+    time here): the kernel's loss and every parameter's gradient (the scorer's, ``log_std``'s and
+    the critic's) are autograd's within float rounding, and the padded units' gradients are
+    exactly zero."""
     monkeypatch.setattr(kernel, "BLOCKS", blocks)
-    monkeypatch.setattr(kernel, "STOCKS", 4)
-    assert kernel._programs(WIDTH) == (2 if blocks == 1 else 1)
+    monkeypatch.setattr(kernel, "LAUNCH", kernel.Launch(4, "ieee", 3, *shape))
+    assert kernel._programs(WIDTH, shape[0]) == (2 if (blocks, shape[0]) == (1, 16) else 1)
     nets = _population()
     batch, idx, weight = _batch(nets, per_action=True)
     ratio = (nets.log_prob(nets.mean(batch[0][idx]), batch[1][idx], per_action=True) - batch[2][idx]).exp()
     assert bool(((ratio - 1).abs() < 0.1).any()) and bool(((ratio - 1).abs() > 0.3).any())
-    launched, run = [], kernel._run
-    monkeypatch.setattr(kernel, "_run", lambda *a: launched.append(1) or run(*a))
+    launched, constants = [], kernel.constants
+    monkeypatch.setattr(kernel, "constants", lambda *a: launched.append(constants(*a)) or launched[-1])
     expected, expected_grads = _loss_and_grads(ppo_loss, nets, batch, idx, weight)
     got, grads = _loss_and_grads(kernel.kernel_loss(torch.device("cpu")), nets, batch, idx, weight)
-    assert launched == [1]
+    assert [(c["BM"], c["SC"], c["CK"]) for c in launched] == [shape]  # one launch, in the shape asked for
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=0)
     for want, have in zip(expected_grads, grads):
         torch.testing.assert_close(have, want, rtol=0, atol=1e-5 * float(want.abs().max()))
@@ -135,7 +139,7 @@ import triton
 from benchmarks.perf.gpu_kernel import build_stats
 from trainers.ppo import kernel
 
-print(json.dumps(build_stats([kernel.LAUNCH, kernel.Launch(8, "tf32x3", 1)])))
+print(json.dumps(build_stats([kernel.LAUNCH, kernel.LAUNCHES[-1]])))
 """
 
 
@@ -143,9 +147,9 @@ def test_the_kernel_compiles_for_an_h100_at_the_headlines_shapes():
     """Triton's interpreter accepts code the compiler does not (it missed a local offset that was
     not a constexpr): the real compiler builds the kernel for an H100 (sm_90) down to its cubin,
     at the paper's 100 stocks, with no GPU here, in a process where the interpreter is off: the
-    shipped build, and the device script's other lowering (8 warps, no software pipeline, its
-    ``tf32x3`` matmuls on the tensor cores, where ``ieee`` ones are not). Their loops are the
-    four a block that benchmarks/perf/gpu_kernel.py counts the instructions of."""
+    shipped build, and the device script's other lowering (the other shape of work, no software
+    pipeline, its ``tf32x3`` matmuls on the tensor cores, where ``ieee`` ones are not). Their loops
+    are the four a block that benchmarks/perf/gpu_kernel.py counts the instructions of."""
     import json
     import os
     import subprocess
@@ -157,7 +161,7 @@ def test_the_kernel_compiles_for_an_h100_at_the_headlines_shapes():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     shipped, other = json.loads(done.stdout.splitlines()[-1])
-    assert (shipped["warps"], shipped["tensor_core"], other["warps"], other["tensor_core"]) == (4, False, 8, True)
+    assert (shipped["block"], shipped["tensor_core"], other["block"], other["tensor_core"]) == (16, False, 32, True)
     assert all(0 < r["registers"] <= 255 and r["per_sample"] > 1000 for r in (shipped, other))
 
 
@@ -168,6 +172,6 @@ def test_the_kernels_bytes_by_hand():
     program's partial gradients per agent (369 numbers and the 2 loss sums), read and written."""
     nets = _population()
     batch, idx, _ = _batch(nets, per_action=True)
-    assert sum(p.numel() for p in nets.params) == 1107 and kernel._programs(WIDTH) == 1
+    assert sum(p.numel() for p in nets.params) == 1107 and kernel._programs(WIDTH, kernel.LAUNCH.block) == 1
     per_sample = 8 + 4 + 4 * (36 + 7 + 7 + 7 + 1)
     assert kernel.bytes_accessed(nets, batch, idx) == 3 * 40 * per_sample + 4 * (1107 + 7 + 3) + 2 * 4 * 3 * (369 + 2)

@@ -89,7 +89,7 @@ LAUNCHES = tuple(Launch(4, dot, stages, *shape) for shape in SHAPES for dot in (
 """The builds the device script times side by side (benchmarks/perf/gpu_update.py::launch_rows);
 what ptxas reports for each: docs/training.md, the update in one kernel. All of 4 warps: with
 255 registers a thread, two programs of 4 warps fill a multiprocessor's registers as one of 8
-does, and 8 warps cost 1.9 to 2.2 times the instructions a sample (benchmarks/perf/gpu_kernel.py)."""
+does, and 8 warps cost 1.4 to 1.9 times the instructions a sample (benchmarks/perf/gpu_kernel.py)."""
 LAUNCH = LAUNCHES[0]
 """The build :func:`kernel_loss` launches, read at each launch (the device script trains its
 headline with the fastest of :data:`LAUNCHES` it measured)."""

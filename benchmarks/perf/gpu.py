@@ -88,7 +88,7 @@ def _installed(name: str) -> str | None:
 def section_device(args: Args) -> dict[str, Any]:
     """The device, and what it measurably does: a large copy's GB/s and an FP32 matmul's TFLOP/s."""
     dev = torch.device(args.device)
-    out: dict[str, Any] = {"torch": torch.__version__, "triton": _installed("triton"),
+    out: dict[str, Any] = {"torch": torch.__version__, "triton": _installed("triton"), "numpy": _installed("numpy"),
                            "python": platform.python_version()}
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)

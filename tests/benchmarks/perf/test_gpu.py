@@ -73,6 +73,7 @@ def test_every_section_runs_at_toy_sizes_and_writes_its_json(tmp_path: Path) -> 
     assert update["kernel"]["kernel_error"] < 1e-5 and "compiled_loss_s" not in update["kernel"]
     assert len(list(out.iterdir())) <= 8  # what a device run can hand back
     assert results["device"]["triton"] == metadata.version("triton")  # the kernel's compiler, named
+    assert results["device"]["numpy"] == metadata.version("numpy")  # its interpreter's, on a CPU
     assert f", Triton {results['device']['triton']}: measured copy" in device_line(results)
 
 

@@ -4,8 +4,10 @@ Each command still runs in a process of its own, as ``python -m flows.cli ARGS``
 would: a fresh ``flows.cli`` run as ``__main__`` in the command's working directory, with its
 own environment, stdout, stderr and exit code, and the interpreter's normal exit (threads
 joined, exit handlers run). What the fork saves is the seconds a new interpreter spends importing
-torch, MLflow, pandas, scikit-learn, Great Expectations and alpaca-py (:data:`PRELOADED`): the
-CLI test ran in 157 s alone with it and 201 s without (docs/testing.md, Where the time goes).
+torch, MLflow (with its SQL stores, and IPython, which ``mlflow.start_run`` imports to ask whether
+it runs in a Databricks notebook), pandas, scikit-learn, Great Expectations and alpaca-py
+(:data:`PRELOADED`): the CLI test ran in 157 s alone with it and 201 s without (docs/testing.md,
+Where the time goes).
 
 Prefect and the project's own modules are never preloaded: Prefect reads its settings when it is
 imported, and every command must load ``.env`` and find ``podracer up``'s servers before it does
@@ -30,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PRELOADED = ("torch", "mlflow", "mlflow.pyfunc", "pandas", "pyarrow.parquet", "scipy.stats", "sklearn",
-             "great_expectations", "alpaca.trading.client", "fastapi", "uvicorn", "matplotlib")
+PRELOADED = ("torch", "mlflow", "mlflow.pyfunc", "mlflow.store.tracking.sqlalchemy_store",
+             "mlflow.store.model_registry.sqlalchemy_store", "IPython", "pandas", "pyarrow.parquet", "scipy.stats",
+             "sklearn", "great_expectations", "alpaca.trading.client", "fastapi", "uvicorn", "matplotlib",
+             "exchange_calendars")
 """Third-party libraries that read no setting a command changes when they are imported, and
 change no global a command reads (quantstats, for one, restyles matplotlib: not here)."""
 NEVER = ("prefect", "flows", "tasks", "trainers", "benchmarks", "standins")

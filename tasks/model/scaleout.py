@@ -120,7 +120,11 @@ class DaskPool:
         self._client, self.setting = client, setting
         self._resources = GPU if gpu else None
         # on every worker: held by one, the setting would draw every job there (Dask schedules
-        # a task where its inputs are, and a market of GBs is never worth stealing for)
+        # a task where its inputs are, and a market of GBs is never worth stealing for). Dask's
+        # Active Memory Manager drops, every 2 s by default, each replica no waiting task needs,
+        # so between two generations it would leave the setting on one worker again; it is
+        # stopped for the cluster (docs/evolution.md, Engines)
+        client.amm.stop()
         self._setting = client.scatter(setting.shipped(), broadcast=True, hash=False)
         self._finished = as_completed(loop=client.loop)
         self._submitted = 0

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import dask
 import pytest
 import torch
 from distributed import LocalCluster, get_task_stream
@@ -106,9 +107,12 @@ def wait_until(condition: Callable[[], bool], seconds: float = 30.0) -> None:
 @pytest.fixture(scope="module")
 def cluster(prefect_server: None) -> Iterator[LocalCluster]:
     """Two single-thread workers in this process, over TCP on 127.0.0.1 (so jobs are
-    pickled as for remote workers), each with one GPU resource."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
-                      dashboard_address=None, scheduler_kwargs=NO_FIXED_PORT, resources={"GPU": 1}) as local:
+    pickled as for remote workers), each with one GPU resource; Dask's Active Memory Manager
+    looks every 50 ms instead of every 2 s, so that a replica it would drop is gone at once."""
+    often = {"distributed.scheduler.active-memory-manager.interval": "50ms"}
+    with dask.config.set(often), LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://",
+                                              host="127.0.0.1", dashboard_address=None,
+                                              scheduler_kwargs=NO_FIXED_PORT, resources={"GPU": 1}) as local:
         yield local
 
 
@@ -153,6 +157,19 @@ def test_the_pool_hands_each_job_back_once_as_run_in_process(cluster: LocalClust
     assert sorted(job.index for job in returned) == [0, 1, 2]
     for job in returned:
         assert_same(asdict(job), asdict(in_process(inputs[job.index])))
+
+
+@pytest.mark.slow
+def test_the_setting_stays_on_every_worker_while_no_job_needs_it(cluster: LocalCluster) -> None:
+    """Between two generations no job waits on the setting: Dask's Active Memory Manager would
+    drop all but one of its replicas, and the next generation's jobs would queue on that worker."""
+    tasks = cluster.scheduler.tasks
+    wait_until(lambda: not tasks)
+    with PrefectDaskClient(cluster.scheduler_address, set_as_default=False) as client:
+        _pool = DaskPool(client, SETTING, gpu=False)  # held: its future keeps the setting
+        (setting,) = tasks.values()
+        time.sleep(0.5)  # ten of the manager's looks
+        assert setting.who_has == set(cluster.scheduler.workers.values())
 
 
 @pytest.mark.slow

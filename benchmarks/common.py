@@ -12,7 +12,7 @@ the device script, on a machine without the pipeline's packages, imports :func:`
 **Sections and history.** A section sits between ``<!-- benchmark: KEY -->`` and
 ``<!-- end: KEY -->``; a run replaces it with its latest reading and the line that dates it,
 and appends its row to ``docs/history/KEY.csv`` (one file per benchmark, one row per run, in time order;
-docs/benchmarks.md, How a reading is kept). A row starts with the date and :func:`commit`, the
+docs/history/README.md, How a reading is kept). A row starts with the date and :func:`commit`, the
 commit the figures were measured on. A section not yet in the file is appended.
 A run also rewrites ``docs/history/README.md``, every CSV as a table (:func:`history_page`;
 ``python -m benchmarks.history`` rewrites it by hand).
@@ -225,9 +225,25 @@ def append_history(path: Path, columns: tuple[str, ...], row: tuple[str, ...]) -
 
 HISTORY_PAGE = "README.md"
 """The page in the history folder that tables every CSV beside it."""
-HISTORY_TOP = ("# Benchmark history\n\nEvery run of every benchmark, one table per file of this folder, oldest "
-               "row first. Written from the CSVs beside it by each run, or by `python -m benchmarks.history`; edit "
-               "those, not this page. Each benchmark's latest reading is in [benchmarks.md](../benchmarks.md).")
+HISTORY_TOP = """# Benchmark history
+
+Every run of every benchmark, one table per file of this folder, oldest row first. Written from
+the CSVs beside it by each run, or by `python -m benchmarks.history`; edit those, not this page.
+Each benchmark's latest reading is in [benchmarks.md](../benchmarks.md).
+
+**How a reading is kept.** A benchmark's run rewrites its section of benchmarks.md
+(`benchmarks/common.py::record`): the latest reading, then one line with its date and commit and
+a link to its history, and appends the run's row to `KEY.csv` here, KEY being the section's
+`<!-- benchmark: KEY -->` marker. A CSV has one row per run, oldest first; its columns are the
+date (UTC), the commit the figures were measured on (`-dirty` when the tree had uncommitted
+changes), the command, then the benchmark's own figures. Rows recorded before `benchmarks/`
+became a package give the commit that recorded them, and name the scripts by their old paths
+(`benchmarks/NAME.py`). A reading equal to the last row in every cell but the date (a device
+run's folder recorded again, e.g. after the section's text changed) rewrites the section, keeps
+its first date and adds no row. The fresh-clone timings of `make run` and `make test` are taken
+by hand: append one with `.venv/bin/python -m benchmarks.history --add make-test CELL...` (the
+cells after the date and commit, in the file's columns), and update the Latest table of
+benchmarks.md."""
 
 
 def history_table(path: Path) -> str:

@@ -1,5 +1,5 @@
 """Every benchmark's history as tables a reader opens: ``docs/history/README.md``, one table
-per CSV of ``docs/history/`` (docs/benchmarks.md, How a reading is kept).
+per CSV of ``docs/history/``, under how a reading is kept.
 
 A benchmark's run appends its row to ``docs/history/KEY.csv`` and rewrites the page
 (:func:`benchmarks.common.record`); the fresh-clone timings of ``make run`` and ``make test`` are

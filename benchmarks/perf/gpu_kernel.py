@@ -155,22 +155,41 @@ def ceiling(per_sample: float, copy_gbs: float) -> tuple[float, float]:
     return rate, rate * NECESSARY / (copy_gbs * 1e9)
 
 
+BUILD = ("warps", "dot", "stages", "block", "stocks", "chunk")
+"""What makes a build, whatever compiled it."""
+
+
 def table(rows: list[dict[str, Any]], copy_gbs: float) -> str:
-    lines = ["| Triton | warps | matmuls | stages | samples × stocks, state entries at a time | registers "
+    """One row a build, its figures under each Triton side by side (``3.7.1 · 3.6.0``), in the
+    order the rows came."""
+    versions = list(dict.fromkeys(r["triton"] for r in rows))
+    builds: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        builds.setdefault(tuple(r[k] for k in BUILD), {})[r["triton"]] = r
+
+    def cells(by_version: dict[str, dict[str, Any]]) -> list[str]:
+        figures = [_figures(by_version[v], copy_gbs) if v in by_version else ["-"] * 6 for v in versions]
+        return [" · ".join(column) for column in zip(*figures)]
+
+    lines = ["| warps | matmuls | stages | samples × stocks, state entries at a time | registers "
              "| spills, bytes (stores / loads) | shared memory, KB | warp-instructions a sample "
              "| issue ceiling, M sample-epochs/s | ceiling / copy roofline |",
-             "|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        if r["per_sample"] is None:
-            rate = share = per = "-"
-        else:
-            top, part = ceiling(r["per_sample"], copy_gbs)
-            rate, share, per = f"{top / 1e6:,.0f}", f"{part:.0%}", f"{r['per_sample']:,.0f}"
-        lines.append(f"| {r['triton']} | {r['warps']} | {r['dot']} | {r['stages']} "
-                     f"| {r['block']} × {r['stocks']}, {r['chunk']} | {r.get('registers', '-')} "
-                     f"| {r.get('spill_stores', '-')} / {r.get('spill_loads', '-')} | {r['shared_bytes'] / 1024:.0f} "
-                     f"| {per} | {rate} | {share} |")
-    return "\n".join(lines)
+             "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for (warps, dot, stages, block, stocks, chunk), by_version in builds.items():
+        lines.append(f"| {warps} | {dot} | {stages} | {block} × {stocks}, {chunk} | " + " | ".join(cells(by_version))
+                     + " |")
+    return f"Each figure for Triton {' · '.join(versions)}.\n\n" + "\n".join(lines)
+
+
+def _figures(r: dict[str, Any], copy_gbs: float) -> list[str]:
+    """One compile's registers, spills, shared memory, instructions a sample and their ceiling."""
+    if r["per_sample"] is None:
+        per = rate = share = "-"
+    else:
+        top, part = ceiling(r["per_sample"], copy_gbs)
+        per, rate, share = f"{r['per_sample']:,.0f}", f"{top / 1e6:,.0f}", f"{part:.0%}"
+    return [str(r.get("registers", "-")), f"{r.get('spill_stores', '-')} / {r.get('spill_loads', '-')}",
+            f"{r['shared_bytes'] / 1024:.0f}", per, rate, share]
 
 
 def measure(triton: Path | None = None) -> list[dict[str, Any]]:

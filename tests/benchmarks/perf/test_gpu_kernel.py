@@ -59,6 +59,11 @@ def test_the_issue_ceiling_by_hand() -> None:
     assert share == pytest.approx(rate * 3208 / 3000e9) and H100["sms"] == 132 and NECESSARY == 3208
     row = {"triton": "3.6.0", "warps": 4, "dot": "ieee", "stages": 1, "block": 32, "stocks": 4, "chunk": 32,
            "registers": 255, "spill_stores": 76, "spill_loads": 60, "shared_bytes": 12800, "per_sample": 5000.0}
-    assert "| 3.6.0 | 4 | ieee | 1 | 32 × 4, 32 | 255 | 76 / 60 | 12 | 5,000 | 209 | 22% |" in table([row], 3000.0)
-    assert "| 3.6.0 | 4 | ieee | 1 | 32 × 4, 32 | 255 | 76 / 60 | 12 | - | - | - |" in table(
-        [row | {"per_sample": None}], 3000.0)
+    assert "| 4 | ieee | 1 | 32 × 4, 32 | 255 | 76 / 60 | 12 | 5,000 | 209 | 22% |" in table([row], 3000.0)
+    # a build under two Tritons: one row, each cell the first's figure then the second's
+    other = row | {"triton": "3.7.1", "registers": 254, "spill_stores": 0, "spill_loads": 0, "per_sample": None}
+    text = table([other, row, row | {"block": 16, "stocks": 8, "chunk": 64}], 3000.0)
+    assert text.startswith("Each figure for Triton 3.7.1 · 3.6.0.")
+    assert ("| 4 | ieee | 1 | 32 × 4, 32 | 254 · 255 | 0 / 0 · 76 / 60 | 12 · 12 | - · 5,000 | - · 209 | - · 22% |"
+            in text)
+    assert "| 4 | ieee | 1 | 16 × 8, 64 | - · 255 | - · 76 / 60 | - · 12 | - · 5,000 | - · 209 | - · 22% |" in text

@@ -61,20 +61,33 @@ def env_table(gpu: dict[str, dict[str, Any]], cpu: dict[str, dict[str, Any]] | N
 
 
 def ppo_table(gpu: dict[str, dict[str, Any]], cpu: dict[str, dict[str, Any]] | None) -> str:
+    """One row a population size and stock count, each mode's figures side by side
+    (``eager · CUDA graphs``)."""
     peak = gpu["device"]["fp32_matmul_tflops"]
     cpu_rate = {(r["agents"], r["stocks"]): r["samples_per_s"] for r in (cpu or {}).get("ppo", {}).get("rows", [])
                 if "samples_per_s" in r}
-    lines = ["| stocks | agents | mode | samples/s | rollout share | update TFLOP/s | share of FP32 matmul | "
-             "2 CPU cores | GPU / CPU |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in sorted(gpu["ppo"]["rows"], key=lambda r: (r["stocks"], r["agents"], r["mode"] != "off")):
-        if "samples_per_s" not in r:
-            lines.append(f"| {r['stocks']} | {r['agents']} | {_mode(r, 'cuda')} | failed ||||||")
-            continue
-        base = cpu_rate.get((r["agents"], r["stocks"]))
-        here, ratio = ("-", "-") if base is None else (f"{base:,.0f}", f"{r['samples_per_s'] / base:,.0f}x")
-        lines.append(f"| {r['stocks']} | {r['agents']} | {_mode(r, 'cuda')} | {r['samples_per_s']:,.0f} | "
-                     f"{r['rollout_share']:.0%} | {r['update_tflops']:.2f} | {r['update_tflops'] / peak:.1%} | "
-                     f"{here} | {ratio} |")
+    order = list(MODES)
+    rows = sorted(gpu["ppo"]["rows"], key=lambda r: (r["stocks"], r["agents"], order.index(r["mode"])))
+    modes = list(dict.fromkeys(_mode(r, "cuda") for r in sorted(rows, key=lambda r: order.index(r["mode"]))))
+    sizes: dict[tuple[int, int], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        sizes.setdefault((r["stocks"], r["agents"]), {})[_mode(r, "cuda")] = r
+
+    def figures(r: dict[str, Any] | None, base: float | None) -> list[str]:
+        if r is None or "samples_per_s" not in r:
+            return ["-" if r is None else "failed", "-", "-", "-", "-"]
+        ratio = "-" if base is None else f"{r['samples_per_s'] / base:,.0f}x"
+        return [f"{r['samples_per_s']:,.0f}", f"{r['rollout_share']:.0%}", f"{r['update_tflops']:.2f}",
+                f"{r['update_tflops'] / peak:.1%}", ratio]
+
+    lines = [f"Each figure for {' · '.join(modes)}.", "",
+             "| stocks | agents | samples/s | rollout share | update TFLOP/s | share of FP32 matmul | 2 CPU cores "
+             "| GPU / CPU |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (stocks, agents), by_mode in sizes.items():
+        base = cpu_rate.get((agents, stocks))
+        cells = [" · ".join(column) for column in zip(*(figures(by_mode.get(m), base) for m in modes))]
+        here = "-" if base is None else f"{base:,.0f}"
+        lines.append(f"| {stocks} | {agents} | {' | '.join(cells[:4])} | {here} | {cells[4]} |")
     return "\n".join(lines)
 
 

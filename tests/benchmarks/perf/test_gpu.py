@@ -21,7 +21,7 @@ from benchmarks.perf import gpu, gpu_train, gpu_update
 from benchmarks.perf.gpu import BUDGET, SECTIONS, necessary_bytes, orchestrate
 from benchmarks.perf.gpu_common import HEADLINE, TINY, Args, bytes_moved, necessary_update_bytes, paper_env, paper_ppo
 from benchmarks.perf.gpu_market import sample_market
-from benchmarks.perf.gpu_report import device_line, headline_text, record_run
+from benchmarks.perf.gpu_report import device_line, headline_text, ppo_table, record_run
 from benchmarks.perf.gpu_update import update_table
 from standins.device import device_python
 from tasks.config import load_params
@@ -156,6 +156,21 @@ def test_a_device_run_is_recorded_with_its_device_name(tmp_path: Path) -> None:
     assert "pinned to GPU 0, trained 8 jobs (4 + 4 by worker" in text and "bit for bit the same" in text
     assert f" at {env['commit']}; every run's row" in text  # the reading names the run's commit
     assert f"| {env['commit']} | NVIDIA H100 80GB HBM3 |" in (tmp_path / "history" / "README.md").read_text()
+
+
+def test_the_ppo_table_has_a_row_a_size_and_each_modes_figures_side_by_side() -> None:
+    gpu = {"device": {"fp32_matmul_tflops": 50.0}, "ppo": {"rows": [
+        {"stocks": 30, "agents": 4, "mode": "graphs", "samples_per_s": 80_000.0, "rollout_share": 0.25,
+         "update_tflops": 0.5},
+        {"stocks": 30, "agents": 4, "mode": "eager", "samples_per_s": 20_000.0, "rollout_share": 0.5,
+         "update_tflops": 0.1},
+        {"stocks": 100, "agents": 1, "mode": "eager", "error": "out of memory"}]}}
+    cpu = {"ppo": {"rows": [{"stocks": 30, "agents": 4, "samples_per_s": 10_000.0}]}}
+    text = ppo_table(gpu, cpu)
+    assert text.startswith("Each figure for eager · CUDA graphs.")
+    # 0.1 / 50 TFLOP/s is 0.2%; 20,000 / 10,000 samples/s is 2x and 80,000 / 10,000 is 8x
+    assert "| 30 | 4 | 20,000 · 80,000 | 50% · 25% | 0.10 · 0.50 | 0.2% · 1.0% | 10,000 | 2x · 8x |" in text
+    assert "| 100 | 1 | failed · - | - · - | - · - | - · - | - | - · - |" in text
 
 
 def test_the_headline_trains_with_the_kernel_only_where_the_update_section_found_it_right_and_faster(

@@ -82,6 +82,7 @@ def on_workers(client: Client, setting: Setting, trained_on: list[str]) -> JobRu
     """A generation's jobs on the cluster, each asking for one ``GPU``, on the GPU workers in
     turn as the pool places them (:func:`trainers.population.dispatch.gpu_turn`), and returned in order;
     ``trained_on`` collects the worker of each job."""
+    client.amm.stop()  # keeps the setting's replicas, as the pool does (tasks/model/scaleout.py::DaskPool)
     shipped = client.scatter(setting.shipped(), broadcast=True, hash=False)
 
     def run(jobs: list[AgentJob], given: Setting) -> list[AgentJob]:

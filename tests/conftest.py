@@ -13,6 +13,12 @@ from hypothesis import settings
 
 from tasks.settings import load_env_defaults
 
+# One thread a process for torch's (and numpy's) kernels and for Inductor's compiles, in every
+# process the suite starts: its xdist workers already keep both cores busy, so a second
+# OpenMP thread and Inductor's pool of compile workers only took CPU from the other tests
+# (docs/testing.md, Where the time goes). Set before torch loads; a value already set wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 load_env_defaults()
 # CI runs the same hypothesis examples every time; explore more locally with
 # HYPOTHESIS_PROFILE=explore.

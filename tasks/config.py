@@ -188,7 +188,8 @@ class BrokerParams(Section):
 class RiskParams(Section):
     """Pre-trade checks of the trading loop; an order that fails one is not sent (docs/delivery.md)."""
 
-    max_order_notional: float = Field(250_000.0, gt=0, description="largest order, at the last close")
+    max_order_notional: float = Field(500_000.0, gt=0, description="largest order, at the last close; never "
+                                      "split, so below max_position_weight x equity it blocks allowed buys")
     max_position_weight: float = Field(0.5, gt=0, le=1, description="largest position after a buy, "
                                        "as a share of equity")
     daily_loss_limit: float = Field(0.1, gt=0, le=1, description="halt trading when equity falls this share "

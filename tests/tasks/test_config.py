@@ -101,3 +101,13 @@ def test_yahoo_minute_bars_default_to_the_days_yahoo_keeps():
     assert default_range("yahoo", "1min", today=date(2024, 5, 31)) == (date(2024, 5, 2), date(2024, 5, 30))
     assert default_range("yahoo", "1d") == (date(2016, 1, 1), date(2023, 12, 31))
     assert default_range("file", "1d") is None
+
+
+@pytest.mark.parametrize("name", ["params.yaml", "params.minute.yaml", "params.paper.yaml"])
+def test_a_shipped_order_cap_lets_a_position_the_weight_allows_be_built_from_cash(name):
+    """The trading loop never splits an order, so a cap below max_position_weight x the account
+    blocks buys the weight allows, a position bought from cash first, and the paper record departs
+    from the champion's (docs/delivery.md, risk checks: `make run` once blocked its two largest buys)."""
+    params = load_params(REPO / name)
+    risk = params.trade.risk
+    assert risk.max_order_notional >= risk.max_position_weight * params.env.initial_cash

@@ -12,7 +12,7 @@ TEST_WORKERS ?= 3
 include .env
 export
 
-.PHONY: help install run test test-fast mutate repro mlflow-ui bench bench-data bench-train clean clean-data
+.PHONY: help install run test test-fast mutate repro mlflow-ui bench bench-data bench-train gpu-prep clean clean-data
 .DEFAULT_GOAL := help
 
 help:
@@ -23,6 +23,7 @@ help:
 	@echo "make repro      run the same stages through DVC (dvc repro)"
 	@echo "make bench      list the benchmarks: the command that runs each and what it measures"
 	@echo "make bench-data / bench-train  run a benchmark; results go to docs/benchmarks.md"
+	@echo "make gpu-prep   before a GPU machine's run: dask's wheels into .whl/, the tree's stamp into .stamp/"
 	@echo "make mlflow-ui  open the MLflow UI on the local store at http://127.0.0.1:5000"
 	@echo "make clean-data remove generated data/ and mlflow/ content"
 
@@ -98,6 +99,17 @@ bench-data: $(STAMP)
 
 bench-train: $(STAMP)
 	$(BIN)/python -m benchmarks.perf.train
+
+# Before the device script runs on a GPU machine (docs/training.md, GPU workers): that machine has
+# Python 3.12 and PyTorch but no dask and no network, so dask's wheels for it go into .whl/ (emptied
+# first: a wheel of an old pin would be installed beside the new one), and the tree's stamp into
+# .stamp/, by which the run names the commit it measured. Carry both folders to the machine.
+gpu-prep: $(STAMP)
+	rm -rf .whl
+	$(BIN)/python -m pip download --quiet -d .whl --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+	    -c constraints.txt dask distributed
+	$(BIN)/python -m benchmarks.perf.tree
 
 mlflow-ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow/mlflow.db --host 127.0.0.1 --port 5000

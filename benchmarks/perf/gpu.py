@@ -32,7 +32,7 @@ A section that outlives its budget is stopped, and keeps what it had saved. ``pp
 (their readings are recorded) can be left out of a run for the training figures: ``--sections
 device sync env update parity headline`` leaves the headline its full training budget.
 
-    .venv/bin/python -m benchmarks.perf.tree                         # here first: stamp the tree (.stamp/)
+    make gpu-prep                                                    # here first: dask's wheels, the tree's stamp
     python3 -m pip install --no-deps .whl/*.whl                      # on the GPU machine (.whl and .stamp carried)
     python3 -m benchmarks.perf.gpu --out OUT                         # there: about 8 minutes
     .venv/bin/python -m benchmarks.perf.gpu --device cpu --tiny  # here: every section at toy sizes (make test runs it)

@@ -244,7 +244,7 @@ def record_run(folder: Path, cpu_folder: Path | None = None, docs: Path = DOCS, 
     resume = "; ".join(f"{k}: {v['generations']} generations" for k, v in parity["resume"].items())
     cpu_line = f" 2 CPU cores: {cpu['device']['name']}, the same scripts (`{cpu_folder}`)." if cpu else ""
     latest = (
-        f"Device run: `.venv/bin/python -m benchmarks.perf.tree` here, then `python3 -m pip install --no-deps "
+        f"Device run: `make gpu-prep` here, then `python3 -m pip install --no-deps "
         f".whl/*.whl; python3 -m benchmarks.perf.gpu --out OUT` on the GPU machine, `.whl/` carrying dask's wheels "
         f"and `.stamp/` the tree's stamp (docs/training.md, GPU workers); its JSON and console output: `{rel}/`, "
         f"each JSON naming its commit{_tree(gpu)}; recorded with "

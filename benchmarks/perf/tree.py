@@ -80,3 +80,5 @@ def _differs(path: Path, sha: str) -> bool:
 if __name__ == "__main__":
     written = write_stamp()
     print(f"{STAMP.relative_to(ROOT)}: {written['commit'][:7]}, {len(written['files']):,} files")
+    if _git("status", "--porcelain", "--untracked-files=no").strip():
+        print("warning: tracked files differ from HEAD: the device run will say clean: false (commit first)")

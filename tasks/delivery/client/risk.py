@@ -40,7 +40,10 @@ def check_orders(orders: list[PlannedOrder], prices: dict[str, float], held: dic
     """Split ``orders`` into those that pass every check and those blocked, each with its reason.
 
     ``prices`` are the last closes the policy saw; a position's weight after a buy is its
-    value at that price over the account's ``equity``. Sells only reduce risk and always pass.
+    value at that price over the account's ``equity``. Sells only reduce risk and pass the
+    weight check; the order cap applies to both sides. A cap below ``max_position_weight`` x
+    ``equity`` (an account grown past the one the cap was sized for) says so in its reason,
+    since the loop never splits an order and such a cap blocks what the weight allows.
     """
     passed, blocked = [], []
     for order in orders:
@@ -49,6 +52,10 @@ def check_orders(orders: list[PlannedOrder], prices: dict[str, float], held: dic
         reason = None
         if notional > limits.max_order_notional:
             reason = f"order notional {notional:,.0f} > max_order_notional {limits.max_order_notional:,.0f}"
+            room = limits.max_position_weight * equity
+            if room > limits.max_order_notional:
+                reason += (f", below max_position_weight x equity = {room:,.0f}: orders are never split, so the cap "
+                           "blocks trades the weight allows (docs/delivery.md, risk checks)")
         elif order.side == "buy" and equity > 0:
             weight = (held.get(order.symbol, 0) + order.qty) * price / equity
             if weight > limits.max_position_weight:

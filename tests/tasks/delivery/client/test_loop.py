@@ -179,8 +179,15 @@ def test_risk_checks_by_hand():
     # A: 990 <= 1000 and (10·99) / 20000 = 4.95%; B: 1200 > 1000; C: a sell of 1500 > 1000 is still too big;
     # D: (120 + 5)·40 / 20000 = 25.0%, not above 25%
     assert [o.symbol for o in passed] == ["A", "D"]
+    # the cap, 1,000, is below 0.25 x 20,000 = 5,000: the reason says it blocks what the weight allows
+    small = ", below max_position_weight x equity = 5,000: orders are never split, so the cap blocks trades the " \
+            "weight allows (docs/delivery.md, risk checks)"
     assert [(b["symbol"], b["reason"]) for b in blocked] == [
-        ("B", "order notional 1,200 > max_order_notional 1,000"), ("C", "order notional 1,500 > max_order_notional 1,000")]
+        ("B", "order notional 1,200 > max_order_notional 1,000" + small),
+        ("C", "order notional 1,500 > max_order_notional 1,000" + small)]
+    # at equity 4,000 the weight allows 0.25 x 4,000 = 1,000, no more than the cap: the reason is the cap alone
+    assert check_orders(orders[1:2], prices, {}, 4_000.0, limits)[1][0]["reason"] == \
+        "order notional 1,200 > max_order_notional 1,000"
     assert check_orders([PlannedOrder("D", "buy", 6, "d")], prices, {"D": 120}, 20_000.0, limits)[1][0]["reason"] == \
         "position weight 25.2% > max_position_weight 25.0%"
     assert daily_loss(95_000.0, 100_000.0, limits) is None

@@ -4,13 +4,13 @@ paper account, and its equity curve is checked against the backtest's (the parit
 A simulated-clock broker over a new ledger (``data/broker/replay.db``) starts at the close
 of the bar before ``START``, with the champion's own cash and costs; the loop journals in a
 new ``data/broker/replay-journal.db``. The live risk checks are shadowed, not enforced:
-what they would block is counted and sent anyway, since the replay's job is to show that
-serving equals training. Each cycle decides on bar t and submits; the clock then advances
-to t+1's open, where the orders fill as one batch by the env's rule, and to t+1's close,
-where the account is marked. With the backtest's window, the paper equity equals
-``data/backtest/equity.csv`` to the cent (docs/delivery.md, Parity), which this checks. On
-minute bars the same holds bar by bar: t+1 is the next minute, or the next session's first
-minute after a session's last.
+what they would block is sent anyway, since the replay's job is to show that serving
+equals training, and listed with its bar and reason in ``data/broker/replay/flagged.csv``.
+Each cycle decides on bar t and submits; the clock then advances to t+1's open, where the
+orders fill as one batch by the env's rule, and to t+1's close, where the account is marked.
+With the backtest's window, the paper equity equals ``data/backtest/equity.csv`` to the
+cent (docs/delivery.md, Parity), which this checks. On minute bars the same holds bar by
+bar: t+1 is the next minute, or the next session's first minute after a session's last.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from tasks.storage import atomic_dir
 
 log = logging.getLogger("podracer.trade")
 REPLAY_DB, REPLAY_JOURNAL = "replay.db", "replay-journal.db"
-REPLAY_PLOT, REPLAY_CURVE = "replay.png", "replay.csv"
+REPLAY_PLOT, REPLAY_CURVE, REPLAY_FLAGGED = "replay.png", "replay.csv", "flagged.csv"
+FLAGGED_COLUMNS = ("bar", "client_order_id", "side", "qty", "symbol", "reason")
 CENT = 0.005
 
 
@@ -54,8 +55,12 @@ class ReplayResult:
     """Largest |paper − backtest| over the window, or None when the backtest covers another window."""
     flagged: int
     """Orders the live risk checks would have blocked (a replay sends them, to prove parity)."""
+    halts: int
+    """Bars on which the daily loss limit would have halted trading (a replay trades on)."""
     plot: Path
     curve: Path
+    risk: Path
+    """Each of them with its bar and reason (``flagged.csv``; a halt has no order's fields)."""
 
     @property
     def equal_to_the_cent(self) -> bool:
@@ -116,9 +121,10 @@ def replay(params: Params, spec: str = "test") -> ReplayResult:
         loop = TradingLoop(params, client, Journal.of(client, journal), metrics, enforce_risk=False)
         loop.policy = champion
         equity.append(float(client.get_account().equity))
-        flagged = 0
+        flagged: list[dict[str, object]] = []
         for t in range(lo - 1, hi):
-            flagged += len(loop.cycle(t, after_submit=lambda: advance(url, keys, "open", clock)).flagged)
+            cycle = loop.cycle(t, after_submit=lambda: advance(url, keys, "open", clock))
+            flagged += [{"bar": cycle.bar, **entry} for entry in cycle.flagged]
             advance(url, keys, "close", clock)
             equity.append(float(client.get_account().equity))
             if (t - lo + 2) % 50 == 0:
@@ -130,8 +136,9 @@ def replay(params: Params, spec: str = "test") -> ReplayResult:
 
 
 def _compare(params: Params, stamps: pd.DatetimeIndex, bars: list[str], paper: np.ndarray,
-             flagged: int) -> ReplayResult:
-    """The paper curve beside the backtest's (when it covers the same bars); ``bars``: the first and last traded."""
+             flagged: list[dict[str, object]]) -> ReplayResult:
+    """The paper curve beside the backtest's (when it covers the same bars), and what the live
+    checks would have blocked; ``bars``: the first and last traded."""
     curve = pd.DataFrame({"paper": paper}, index=stamps)
     backtest_file = params.dirs.backtest / CURVE_FILE
     difference = None
@@ -142,12 +149,14 @@ def _compare(params: Params, stamps: pd.DatetimeIndex, bars: list[str], paper: n
             difference = float(np.abs(curve["paper"] - curve["backtest"]).max())
     with atomic_dir(params.dirs.broker / "replay") as staging:
         curve.to_csv(staging / REPLAY_CURVE)
+        pd.DataFrame(flagged, columns=list(FLAGGED_COLUMNS)).to_csv(staging / REPLAY_FLAGGED, index=False)
         _plot(curve, staging / REPLAY_PLOT, difference)
         (staging / "replay.json").write_text(json.dumps({"start": bars[0], "end": bars[1],
                                                           "max_difference": difference}))
     folder = params.dirs.broker / "replay"
-    return ReplayResult(bars[0], bars[1], len(stamps) - 1, float(paper[-1]), difference,
-                        flagged, folder / REPLAY_PLOT, folder / REPLAY_CURVE)
+    orders = sum("client_order_id" in entry for entry in flagged)
+    return ReplayResult(bars[0], bars[1], len(stamps) - 1, float(paper[-1]), difference, orders,
+                        len(flagged) - orders, folder / REPLAY_PLOT, folder / REPLAY_CURVE, folder / REPLAY_FLAGGED)
 
 
 def _plot(curve: pd.DataFrame, path: Path, difference: float | None) -> None:
@@ -178,11 +187,12 @@ def _log_to_mlflow(result: ReplayResult) -> None:
     import mlflow
 
     mlflow.log_metrics({"replay_final_equity": result.final_equity, "replay_bars": result.bars,
-                        "replay_risk_flagged": result.flagged,
+                        "replay_risk_flagged": result.flagged, "replay_risk_halts": result.halts,
                         **({"replay_max_difference": result.max_difference} if result.max_difference is not None
                            else {})})
     mlflow.log_artifact(str(result.plot), artifact_path="replay")
     mlflow.log_artifact(str(result.curve), artifact_path="replay")
+    mlflow.log_artifact(str(result.risk), artifact_path="replay")
 
 
 def verdict(result: ReplayResult) -> str:
@@ -193,4 +203,10 @@ def verdict(result: ReplayResult) -> str:
         parity = f"equal to the backtest to the cent (largest difference {result.max_difference:.1e})"
     else:
         parity = f"DIFFERS from the backtest by up to {result.max_difference:,.2f}"
-    return parity + (f"; live risk checks would have blocked {result.flagged} order(s)" if result.flagged else "")
+    shadowed = []
+    if result.flagged:
+        shadowed.append(f"blocked {result.flagged} order(s)")
+    if result.halts:
+        shadowed.append(f"halted on {result.halts} bar(s)")
+    return parity + (f"; the live risk checks would have {' and '.join(shadowed)} (each with its reason: "
+                     f"{result.risk})" if shadowed else "")

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from standins.tiny import tiny_params
+from tasks.data import feature_set
 from tasks.delivery.client.loop import Policy
 from tasks.delivery.client.replay import REPLAY_DB, REPLAY_JOURNAL, replay, verdict
 from tasks.model import bundle
@@ -55,6 +56,37 @@ def test_parity_holds_when_the_cash_runs_short_and_the_policy_sells(built_copy, 
         cash = db.execute("SELECT cash FROM account").fetchone()[0]
     assert sells > 0 and scaled > 0  # both rules were exercised
     assert replayed == pytest.approx(cash, abs=0.005)  # the cash lines replay the account to the cent
+
+
+def test_a_replay_lists_what_the_live_risk_checks_would_have_blocked_with_each_reason(built_copy, tmp_path):
+    """The saturated policy on a 20,000 account, under a 1,000 order cap and a 0.2% daily loss
+    limit: the replay sends everything (parity holds), and flagged.csv lists exactly the orders
+    whose notional at their bar's close is over the cap, and exactly the bars whose equity fell
+    more than 0.2% below the previous close."""
+    params = saturated(tiny_params(tmp_path, "registry.gate_margin=-1000", "env.initial_cash=20000",
+                                   "trade.risk.max_order_notional=1000", "trade.risk.max_position_weight=1",
+                                   "trade.risk.daily_loss_limit=0.002"), initial_cash=20_000.0)
+    result = replay(params, "test")
+    assert result.equal_to_the_cent, verdict(result)
+    flagged = pd.read_csv(result.risk, dtype={"bar": str})
+    fs = feature_set.load(params.dirs.features)
+    index = {pd.Timestamp(ts).strftime("%Y%m%d"): t for t, ts in enumerate(fs.timestamps)}
+    with sqlite3.connect(params.dirs.broker / REPLAY_DB) as db:
+        orders = db.execute("SELECT client_order_id, symbol, qty FROM orders").fetchall()
+    notional = {cid: qty * fs.prices[index[cid.split("-")[2]], fs.symbols.index(symbol)] for cid, symbol, qty in orders}
+    capped = flagged[flagged["reason"].str.startswith("order notional ", na=False)]
+    assert set(capped["client_order_id"]) == {cid for cid, value in notional.items() if value > 1_000.0} != set()
+    for bar, cid, reason in zip(capped["bar"], capped["client_order_id"], capped["reason"]):  # its bar, its notional
+        assert bar.replace("-", "") == cid.split("-")[2]
+        assert reason.startswith(f"order notional {notional[cid]:,.0f} > max_order_notional 1,000, below ")
+    curve = pd.read_csv(result.curve)  # the cycle at a bar's close sees the previous close as last_equity
+    paper = curve["paper"].to_numpy()
+    fell = [curve["ts"].iloc[i][:10] for i in range(1, len(paper) - 1) if paper[i] < paper[i - 1] * (1 - 0.002)]
+    halts = flagged[flagged["client_order_id"].isna()]
+    assert halts["bar"].tolist() == fell != [] and halts["reason"].str.startswith("daily loss ").all()
+    assert result.halts == len(fell)
+    assert result.flagged == len(capped) == len(flagged) - len(halts)
+    assert f"would have blocked {result.flagged} order(s) and halted on {result.halts} bar(s)" in verdict(result)
 
 
 def test_a_policy_that_holds_its_decisions_replays_on_the_same_schedule(built_copy, tmp_path):

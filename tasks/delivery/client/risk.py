@@ -11,6 +11,7 @@ only (``HALT-shadow``): a model on trial must not stop the champion (docs/delive
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,20 +44,26 @@ def check_orders(orders: list[PlannedOrder], prices: dict[str, float], held: dic
     value at that price over the account's ``equity``. Sells only reduce risk and pass the
     weight check; the order cap applies to both sides. A cap below ``max_position_weight`` x
     ``equity`` (an account grown past the one the cap was sized for) says so in its reason,
-    since the loop never splits an order and such a cap blocks what the weight allows.
+    since the loop never splits an order and such a cap blocks what the weight allows. What
+    cannot be checked fails closed: an order whose notional is not a finite number, and a buy
+    while the equity is not a positive one.
     """
     passed, blocked = [], []
     for order in orders:
         price = prices[order.symbol]
         notional = order.qty * price
         reason = None
-        if notional > limits.max_order_notional:
+        if not math.isfinite(notional):
+            reason = f"order notional {notional} (last close {price}) is not a number: it cannot be checked"
+        elif notional > limits.max_order_notional:
             reason = f"order notional {notional:,.0f} > max_order_notional {limits.max_order_notional:,.0f}"
             room = limits.max_position_weight * equity
             if room > limits.max_order_notional:
                 reason += (f", below max_position_weight x equity = {room:,.0f}: orders are never split, so the cap "
                            "blocks trades the weight allows (docs/delivery.md, risk checks)")
-        elif order.side == "buy" and equity > 0:
+        elif order.side == "buy" and not (math.isfinite(equity) and equity > 0):
+            reason = f"account equity {equity:,.2f} is not positive: a buy's weight cannot be checked"
+        elif order.side == "buy":
             weight = (held.get(order.symbol, 0) + order.qty) * price / equity
             if weight > limits.max_position_weight:
                 reason = f"position weight {weight:.1%} > max_position_weight {limits.max_position_weight:.1%}"
@@ -68,7 +75,11 @@ def check_orders(orders: list[PlannedOrder], prices: dict[str, float], held: dic
 
 
 def daily_loss(equity: float, last_equity: float, limits: RiskParams) -> str | None:
-    """The reason to halt when equity fell more than ``daily_loss_limit`` below the previous close."""
+    """The reason to halt when equity fell more than ``daily_loss_limit`` below the previous close,
+    or when either is not a finite number (the loss cannot be checked: fail closed)."""
+    if not (math.isfinite(equity) and math.isfinite(last_equity)):
+        return (f"account equity {equity} or previous close {last_equity} is not a number: the daily loss cannot be "
+                "checked")
     if last_equity > 0 and equity < last_equity * (1.0 - limits.daily_loss_limit):
         return (f"daily loss {1.0 - equity / last_equity:.1%} exceeds daily_loss_limit {limits.daily_loss_limit:.1%} "
                 f"(equity {equity:,.2f}, previous close {last_equity:,.2f})")

@@ -190,6 +190,17 @@ def test_risk_checks_by_hand():
         "order notional 1,200 > max_order_notional 1,000"
     assert check_orders([PlannedOrder("D", "buy", 6, "d")], prices, {"D": 120}, 20_000.0, limits)[1][0]["reason"] == \
         "position weight 25.2% > max_position_weight 25.0%"
+    # what cannot be checked is blocked: a notional that is not a number, a buy against no equity
+    unpriced = check_orders([PlannedOrder("A", "sell", 1, "a")], {"A": float("nan")}, {"A": 1}, 20_000.0, limits)
+    assert unpriced[0] == [] and unpriced[1][0]["reason"] == \
+        "order notional nan (last close nan) is not a number: it cannot be checked"
+    for broke in (0.0, -5.0, float("nan")):
+        assert check_orders(orders[:1], prices, {}, broke, limits)[1][0]["reason"] == \
+            f"account equity {broke:,.2f} is not positive: a buy's weight cannot be checked"
+    assert check_orders(orders[2:3], prices, {"C": 50}, 0.0, limits)[1][0]["reason"].startswith("order notional 1,500")
+    assert check_orders([PlannedOrder("C", "sell", 10, "c")], prices, {"C": 50}, 0.0, limits)[1] == []  # 300: a sell
+    assert daily_loss(float("nan"), 100_000.0, limits).endswith("is not a number: the daily loss cannot be checked")
+    assert daily_loss(95_000.0, float("inf"), limits).startswith("account equity 95000.0 or previous close inf ")
     assert daily_loss(95_000.0, 100_000.0, limits) is None
     assert daily_loss(94_999.0, 100_000.0, limits) == ("daily loss 5.0% exceeds daily_loss_limit 5.0% (equity "
                                                        "94,999.00, previous close 100,000.00)")

@@ -1,0 +1,59 @@
+"""The planted bugs' catalogue against docs/testing.md's table: every row can be planted again,
+with as many plants as the row says, and every plant edits today's code and names tests that exist.
+
+Planting them all takes about an hour (``python -m tests.mutation.planted``); these checks take
+a second, so a change that moves a planted line, or a new row without its plant, fails here.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import REPO
+from tests.mutation.bug import Bug
+from tests.mutation.bugs_pipeline import PIPELINE
+from tests.mutation.bugs_trainers import TRAINERS
+from tests.mutation.planted import BUGS, current, plants
+
+COUNTS = {"two plants": 2, "three plants": 3}
+
+
+def table() -> dict[int, str]:
+    """docs/testing.md's Planted bugs table: number -> the row's description."""
+    text = (REPO / "docs" / "testing.md").read_text()
+    section = text.split("\n## Planted bugs\n", 1)[1].split("\n## ", 1)[0]
+    return {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \| (.+?) \| .+ \|$", section, re.M)}
+
+
+def test_every_row_of_the_table_has_as_many_plants_as_it_says() -> None:
+    rows = table()
+    assert len(rows) >= 110
+    assert sorted(BUGS) == sorted(rows), {"rows without plants": sorted(set(rows) - set(BUGS)),
+                                          "plants without rows": sorted(set(BUGS) - set(rows))}
+    for number, row in rows.items():
+        said = [count for words, count in COUNTS.items() if words in row]
+        assert len(plants(number)) == (said[0] if said else 1), (number, row)
+
+
+def test_the_catalogues_part_by_where_the_edit_lands() -> None:
+    assert not set(TRAINERS) & set(PIPELINE)
+    for catalogue, inside in ((TRAINERS, True), (PIPELINE, False)):
+        for number in catalogue:
+            for label, bug in plants(number):
+                assert bug.path.startswith("trainers/") == inside, label
+
+
+@pytest.mark.parametrize("number", sorted(BUGS))
+def test_every_plant_edits_code_that_is_there_once_and_names_tests_that_exist(number: int) -> None:
+    for label, bug in plants(number):
+        assert isinstance(bug, Bug) and bug.new != bug.old, label
+        assert current(bug), f"{label}: {bug.path} no longer holds, exactly once: {bug.old!r}"
+        assert bug.tests, label
+        for test in bug.tests:
+            path, _, name = test.partition("::")
+            assert (REPO / path).is_file(), f"{label}: no {path}"
+            name = name.split("[")[0].split("::")[-1]
+            assert not name or re.search(rf"^\s*def {re.escape(name)}\(", (REPO / path).read_text(), re.M), (
+                f"{label}: no test {name} in {path}")

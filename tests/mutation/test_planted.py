@@ -1,5 +1,6 @@
 """The planted bugs' catalogue against docs/testing.md's table: every row can be planted again,
-with as many plants as the row says, and every plant edits today's code and names tests that exist.
+with as many plants as the row says, and every plant edits today's code into code that still
+parses, and names tests that exist.
 
 Planting them all takes about 40 minutes on 2 cores (``python -m tests.mutation.planted``); these checks take
 a second, so a change that moves a planted line, or a new row without its plant, fails here.
@@ -7,9 +8,11 @@ a second, so a change that moves a planted line, or a new row without its plant,
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 from tests.mutation.bug import Bug
@@ -50,6 +53,9 @@ def test_every_plant_edits_code_that_is_there_once_and_names_tests_that_exist(nu
     for label, bug in plants(number):
         assert isinstance(bug, Bug) and bug.new != bug.old, label
         assert current(bug), f"{label}: {bug.path} no longer holds, exactly once: {bug.old!r}"
+        planted = (REPO / bug.path).read_text().replace(bug.old, bug.new)
+        parse = ast.parse if bug.path.endswith(".py") else yaml.safe_load
+        parse(planted)  # a plant caught by a SyntaxError would prove nothing of the test
         assert bug.tests, label
         for test in bug.tests:
             path, _, name = test.partition("::")

@@ -4,7 +4,7 @@ check that a named test catches each.
 Each plant is an edit of a line or two of today's code. For each, the source tree is copied to a
 temporary folder, the edit is applied there (the checkout is never touched), and the
 tests that should catch it run against the copy; they must fail. Then the same tests run
-on the unedited copy and must pass. Prints one line per bug and exits 1 if any got through.
+on the unedited copy and must pass. Prints one line per plant and exits 1 if any got through.
 
     .venv/bin/python -m tests.mutation.planted [NUMBER ...]
 

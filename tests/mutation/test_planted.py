@@ -3,7 +3,7 @@ with as many plants as the row says, and every plant edits today's code into cod
 parses, and names tests that exist.
 
 Planting them all takes about 40 minutes on 2 cores (``python -m tests.mutation.planted``); these checks take
-a second, so a change that moves a planted line, or a new row without its plant, fails here.
+about 4 seconds, so a change that moves a planted line, or a new row without its plant, fails here.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from tasks.delivery.client.journal import JOURNAL, Journal
 from tasks.delivery.client.local import local_broker
 from tasks.delivery.client.loop import Policy, TradingLoop, client_order_id
 from tasks.delivery.client.replay import advance
-from tasks.delivery.client.risk import PlannedOrder, check_orders, daily_loss, halt
+from tasks.delivery.client.risk import halt
 from tasks.delivery.keys import local_keys
 from tasks.errors import DataError
 from tasks.model import bundle
@@ -168,42 +168,6 @@ def test_a_daily_loss_beyond_the_limit_halts_and_cancels(desk):
     assert result.halted is not None and result.halted.startswith("daily loss ") and result.orders == []
     assert (desk.params.dirs.broker / "HALT").exists()
     assert desk.client.get_order_by_id(resting.id).status.value == "canceled"
-
-
-def test_risk_checks_by_hand():
-    limits = RiskParams(max_order_notional=1_000.0, max_position_weight=0.25, daily_loss_limit=0.05)
-    orders = [PlannedOrder("A", "buy", 10, "a"), PlannedOrder("B", "buy", 20, "b"), PlannedOrder("C", "sell", 50, "c"),
-              PlannedOrder("D", "buy", 5, "d")]
-    prices = {"A": 99.0, "B": 60.0, "C": 30.0, "D": 40.0}
-    passed, blocked = check_orders(orders, prices, held={"C": 50, "D": 120}, equity=20_000.0, limits=limits)
-    # A: 990 <= 1000 and (10·99) / 20000 = 4.95%; B: 1200 > 1000; C: a sell of 1500 > 1000 is still too big;
-    # D: (120 + 5)·40 / 20000 = 25.0%, not above 25%
-    assert [o.symbol for o in passed] == ["A", "D"]
-    # the cap, 1,000, is below 0.25 x 20,000 = 5,000: the reason says it blocks what the weight allows
-    small = ", below max_position_weight x equity = 5,000: orders are never split, so the cap blocks trades the " \
-            "weight allows (docs/delivery.md, risk checks)"
-    assert [(b["symbol"], b["reason"]) for b in blocked] == [
-        ("B", "order notional 1,200 > max_order_notional 1,000" + small),
-        ("C", "order notional 1,500 > max_order_notional 1,000" + small)]
-    # at equity 4,000 the weight allows 0.25 x 4,000 = 1,000, no more than the cap: the reason is the cap alone
-    assert check_orders(orders[1:2], prices, {}, 4_000.0, limits)[1][0]["reason"] == \
-        "order notional 1,200 > max_order_notional 1,000"
-    assert check_orders([PlannedOrder("D", "buy", 6, "d")], prices, {"D": 120}, 20_000.0, limits)[1][0]["reason"] == \
-        "position weight 25.2% > max_position_weight 25.0%"
-    # what cannot be checked is blocked: a notional that is not a number, a buy against no equity
-    unpriced = check_orders([PlannedOrder("A", "sell", 1, "a")], {"A": float("nan")}, {"A": 1}, 20_000.0, limits)
-    assert unpriced[0] == [] and unpriced[1][0]["reason"] == \
-        "order notional nan (last close nan) is not a number: it cannot be checked"
-    for broke in (0.0, -5.0, float("nan")):
-        assert check_orders(orders[:1], prices, {}, broke, limits)[1][0]["reason"] == \
-            f"account equity {broke:,.2f} is not positive: a buy's weight cannot be checked"
-    assert check_orders(orders[2:3], prices, {"C": 50}, 0.0, limits)[1][0]["reason"].startswith("order notional 1,500")
-    assert check_orders([PlannedOrder("C", "sell", 10, "c")], prices, {"C": 50}, 0.0, limits)[1] == []  # 300: a sell
-    assert daily_loss(float("nan"), 100_000.0, limits).endswith("is not a number: the daily loss cannot be checked")
-    assert daily_loss(95_000.0, float("inf"), limits).startswith("account equity 95000.0 or previous close inf ")
-    assert daily_loss(95_000.0, 100_000.0, limits) is None
-    assert daily_loss(94_999.0, 100_000.0, limits) == ("daily loss 5.0% exceeds daily_loss_limit 5.0% (equity "
-                                                       "94,999.00, previous close 100,000.00)")
 
 
 def test_the_keys_stay_out_of_logs_mlflow_and_the_ledger(desk, caplog):

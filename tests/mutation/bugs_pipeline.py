@@ -339,7 +339,8 @@ PIPELINE: dict[int, Entry] = {
               "    if not (math.isfinite(equity) and math.isfinite(last_equity)):",
               "    if not math.isfinite(last_equity):",
               ("tests/tasks/delivery/client/test_risk.py::test_risk_checks_by_hand",))),
-    111: (Bug("a symbol's orders in one batch: only the last one's quantity is filled", "tasks/delivery/broker/fills.py",
+    111: (Bug("a symbol's orders in one batch: only the last one's quantity is filled",
+              "tasks/delivery/broker/fills.py",
               '[column[order["symbol"]]] += remaining(order)', '[column[order["symbol"]]] = remaining(order)',
               ("tests/tasks/delivery/broker/test_fills.py::"
                "test_a_symbols_scaled_down_buys_fill_in_the_order_they_were_placed",

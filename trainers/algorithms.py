@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from trainers.config import EvolutionConfig, PPOConfig, SACConfig
+from trainers.config import PPOConfig, SACConfig
+from trainers.population.config import EvolutionConfig
 
 if TYPE_CHECKING:
     import torch

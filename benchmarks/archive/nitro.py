@@ -33,7 +33,7 @@ from benchmarks.common import ARCHIVE, ROOT, Reading, blank_actor, commit, defau
 from tasks.model.plan import state_scales
 from trainers.common.evaluate import run_policy
 from trainers.common.metrics import performance, periods_per_year
-from trainers.config import EvolutionConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution
 
 

@@ -318,7 +318,7 @@ def run_arm(job: tuple[str | None, int, list[str], bool, str]) -> list[dict[str,
     """Train one arm on one seed of a market kind (``learnable``: params.yaml's, or ``minute``); the
     shipped arm adds the vanilla agent, the selection rules and the references unless ``bare``. Arm
     ``None``: the references alone, no training."""
-    from trainers.config import EvolutionConfig
+    from trainers.population.config import EvolutionConfig
     from trainers.population.evolution import Evolution
     from trainers.ppo.multiplex import run_multiplexed
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import chi2, norm
 
-from tasks.config import WatchParams
+from tasks.config_ops import WatchParams
 from tasks.registry.decay import Promise, watch
 
 

@@ -62,7 +62,7 @@ from tasks.data.synthetic import filtered_drift, latent_drift
 from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER
 from trainers.common.evaluate import buy_and_hold
 from trainers.common.metrics import performance
-from trainers.config import EvolutionConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution, EvolutionResult
 from trainers.ppo.multiplex import run_multiplexed
 

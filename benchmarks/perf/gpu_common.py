@@ -16,7 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from benchmarks.perf.gpu_market import sample_market
 from trainers.common.env import MarketData, MarketEnv
 from trainers.common.state import StateScales
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, RuntimeConfig
+from trainers.config import EnvConfig, PPOConfig, RuntimeConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution
 
 

@@ -29,7 +29,8 @@ from trainers.common.evaluate import WARMUP, run_policies
 from trainers.common.metrics import sharpe
 from trainers.common.nets import Actor, ActorShape, new_actor
 from trainers.common.state import StateScales
-from trainers.config import CompileMode, EvolutionConfig
+from trainers.config import CompileMode
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution
 from trainers.ppo.multiplex import run_multiplexed
 

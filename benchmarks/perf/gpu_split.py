@@ -14,7 +14,8 @@ import torch
 
 from benchmarks.perf.gpu_common import Args, paper_evolution, sync
 from trainers.common.env import MarketData
-from trainers.config import EvolutionConfig, RuntimeConfig
+from trainers.config import RuntimeConfig
+from trainers.population.config import EvolutionConfig
 from trainers.ppo.agent import PPOAgent
 from trainers.ppo.multiplex import Multiplexed
 from trainers.ppo.ppo import PPO

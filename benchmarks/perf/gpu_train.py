@@ -36,7 +36,8 @@ from trainers.common.capture import compiled
 from trainers.common.env import MarketData, MarketEnv
 from trainers.common.evaluate import buy_and_hold, run_policies
 from trainers.common.metrics import performance
-from trainers.config import EvolutionConfig, RuntimeConfig, SACConfig
+from trainers.config import RuntimeConfig, SACConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution, EvolutionResult
 from trainers.ppo.agent import PPOAgent
 from trainers.ppo.multiplex import KeptPPO, run_multiplexed

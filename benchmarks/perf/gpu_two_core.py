@@ -29,7 +29,7 @@ from benchmarks.perf.gpu_market import minute_market
 from benchmarks.perf.gpu_train import SEARCH, scored_test_year
 from benchmarks.perf.tree import tree_state
 from tasks.config import load_params
-from trainers.config import EvolutionConfig
+from trainers.population.config import EvolutionConfig
 from trainers.ppo.multiplex import KeptPPO
 
 SHAPES = ("num_envs", "horizon", "batch_size", "repeat_times")

@@ -38,7 +38,8 @@ from benchmarks.common import ROOT, Reading, commit, now, record
 from trainers.common.env import MarketData
 from trainers.common.jobs import AgentJob
 from trainers.common.state import StateScales
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
+from trainers.config import EnvConfig, PPOConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution, run_serially
 from trainers.ppo.multiplex import run_multiplexed
 

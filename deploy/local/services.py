@@ -52,7 +52,8 @@ from pathlib import Path
 import yaml
 
 from deploy.local.processes import alive, stop
-from tasks.config import Params, ServicesParams, load_params
+from tasks.config import Params, load_params
+from tasks.config_ops import ServicesParams
 from tasks.errors import PodracerError
 from tasks.health import answers
 from tasks.settings import SERVER_ENV

@@ -35,7 +35,7 @@ from trainers.algorithms import ALGORITHMS, DEFAULT_LEARNER
 from trainers.common.env import MarketData
 from trainers.common.metrics import periods_per_year
 from trainers.common.state import StateScales
-from trainers.config import EvolutionConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.dispatch import set_deterministic
 from trainers.population.evolution import EvolutionResult, ProgressFn, Run, evaluations_per_generation
 from trainers.population.modes import MODES, modes_where

@@ -307,7 +307,7 @@ PIPELINE: dict[int, Entry] = {
               ("tests/tasks/test_config.py::"
                "test_a_shipped_order_cap_lets_a_position_the_weight_allows_be_built_from_cash",)),
           Bug("the code's default order cap is 250,000, below max_position_weight x env.initial_cash",
-              "tasks/config.py", "max_order_notional: float = Field(500_000.0,",
+              "tasks/config_ops.py", "max_order_notional: float = Field(500_000.0,",
               "max_order_notional: float = Field(250_000.0,",
               ("tests/tasks/test_config.py::"
                "test_a_shipped_order_cap_lets_a_position_the_weight_allows_be_built_from_cash",))),

@@ -6,7 +6,8 @@ import torch
 
 from trainers.common.env import MarketData
 from trainers.common.state import StateScales
-from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, TournamentConfig
+from trainers.config import EnvConfig, NitroConfig, PPOConfig
+from trainers.population.config import EvolutionConfig, TournamentConfig
 from trainers.population.dispatch import JobPool
 from trainers.population.evolution import Evolution, EvolutionResult, JobRunner, ProgressFn, run_serially
 from trainers.population.tournament import Tournament

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from trainers.algorithms import ALGORITHMS
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, SACConfig
+from trainers.config import EnvConfig, PPOConfig, SACConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import make_setting
 from trainers.ppo.multiplex import Multiplexed
 

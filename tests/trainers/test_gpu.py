@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from trainers.common.env import MarketData
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, RuntimeConfig
+from trainers.config import EnvConfig, PPOConfig, RuntimeConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution, EvolutionResult
 from trainers.ppo.multiplex import run_multiplexed
 

@@ -28,7 +28,8 @@ from trainers.common.env import MarketData
 from trainers.common.jobs import AgentJob, AgentRecord, Snapshot, evaluation_due
 from trainers.common.metrics import expected_max_sharpe
 from trainers.common.state import StateScales
-from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
+from trainers.config import EnvConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.dispatch import Setting, run_job
 from trainers.population.selection import explore, initial_population, select
 

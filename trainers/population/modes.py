@@ -21,15 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from trainers.algorithms import DEFAULT_LEARNER
-from trainers.config import (
-    EnvConfig,
-    EvolutionConfig,
-    NitroConfig,
-    PPOConfig,
-    RuntimeConfig,
-    SACConfig,
-    TournamentConfig,
-)
+from trainers.config import EnvConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
+from trainers.population.config import EvolutionConfig, TournamentConfig
 
 if TYPE_CHECKING:
     from trainers.common.env import MarketData

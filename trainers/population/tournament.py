@@ -30,15 +30,8 @@ from trainers.common.cost import CostLedger
 from trainers.common.env import MarketData
 from trainers.common.jobs import AgentJob, AgentRecord, Snapshot
 from trainers.common.state import StateScales
-from trainers.config import (
-    EnvConfig,
-    EvolutionConfig,
-    NitroConfig,
-    PPOConfig,
-    RuntimeConfig,
-    SACConfig,
-    TournamentConfig,
-)
+from trainers.config import EnvConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
+from trainers.population.config import EvolutionConfig, TournamentConfig
 from trainers.population.dispatch import JobPool, Setting, run_job
 from trainers.population.evolution import (
     EvolutionResult,

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tasks.config import RiskParams
+from tasks.config_ops import RiskParams
 from tasks.delivery.keys import CHAMPION, ROLES, role_path
 
 HALT_FILE = "HALT"

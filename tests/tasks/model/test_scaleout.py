@@ -29,7 +29,8 @@ from tasks.errors import ConfigError
 from tasks.model.scaleout import ENGINES, NO_FIXED_PORT, DaskPool, run_on
 from tests.trainers.helpers import market, scales
 from trainers.common.jobs import AgentJob
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
+from trainers.config import EnvConfig, PPOConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.dispatch import JobPool, Setting, run_job
 from trainers.population.evolution import Evolution, JobRunner, run_serially
 from trainers.ppo.multiplex import KeptPPO

@@ -9,7 +9,6 @@ import json
 import time
 import uuid
 import warnings
-from functools import partial
 from typing import Any
 
 import pytest

@@ -160,8 +160,6 @@ def test_poller_survives_mlflow_being_down(caplog: pytest.LogCaptureFixture) -> 
 
 
 def test_poller_run_loops_and_stops() -> None:
-    import threading
-
     reg = Registry()
     reg.champion, reg.down = "2", True
     stop = threading.Event()
@@ -184,8 +182,6 @@ def test_poller_run_loops_and_stops() -> None:
 
 
 def test_poller_run_survives_emit_failures() -> None:
-    import threading
-
     stop = threading.Event()
     polls: list[int] = []
     attempts: list[dict[str, Any]] = []

@@ -21,7 +21,8 @@ import trainers.ppo.ppo
 import trainers.ppo.schedule
 from tests.trainers.helpers import market, scales
 from trainers.common.evaluate import run_policies
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, RuntimeConfig
+from trainers.config import EnvConfig, PPOConfig, RuntimeConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution
 from trainers.ppo.agent import PPOAgent
 from trainers.ppo.multiplex import KeptPPO, run_multiplexed

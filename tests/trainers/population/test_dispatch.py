@@ -8,7 +8,8 @@ import torch
 
 from tests.trainers.helpers import evolve, market, scales
 from trainers.common.jobs import AgentJob
-from trainers.config import EnvConfig, EvolutionConfig, NitroConfig, PPOConfig, RuntimeConfig
+from trainers.config import EnvConfig, NitroConfig, PPOConfig, RuntimeConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.dispatch import gpu_turn, run_job, set_deterministic
 from trainers.population.evolution import Evolution, run_serially
 from trainers.ppo.multiplex import run_multiplexed

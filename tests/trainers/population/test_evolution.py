@@ -10,7 +10,8 @@ from trainers.common.jobs import AgentRecord
 from trainers.common.metrics import FITNESS, fitness, sharpe
 from trainers.common.nets import Actor
 from trainers.common.state import state_dim
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
+from trainers.config import EnvConfig, PPOConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution, WarmStart, run_serially
 from trainers.population.selection import explore, initial_population, select
 from trainers.ppo.multiplex import run_multiplexed

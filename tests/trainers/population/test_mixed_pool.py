@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from tests.trainers.helpers import market, scales
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, SACConfig, TournamentConfig
+from trainers.config import EnvConfig, PPOConfig, SACConfig
+from trainers.population.config import EvolutionConfig, TournamentConfig
 from trainers.population.tournament import Entry, Tournament, algorithm_of, update_board
 
 DATA = market(t=60)

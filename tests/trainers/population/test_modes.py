@@ -4,15 +4,8 @@ building the run it names, and the words a run reports its progress in."""
 import typing
 
 from tests.trainers.helpers import market, scales
-from trainers.config import (
-    EnvConfig,
-    EvolutionConfig,
-    NitroConfig,
-    PPOConfig,
-    RuntimeConfig,
-    SACConfig,
-    TournamentConfig,
-)
+from trainers.config import EnvConfig, NitroConfig, PPOConfig, RuntimeConfig, SACConfig
+from trainers.population.config import EvolutionConfig, TournamentConfig
 from trainers.population.evolution import Evolution
 from trainers.population.modes import MODES, modes_where
 from trainers.population.tournament import Tournament

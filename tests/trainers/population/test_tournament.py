@@ -9,7 +9,8 @@ import torch
 
 from tests.trainers.helpers import market, scales, tournament
 from trainers.common.jobs import AgentJob
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig, TournamentConfig
+from trainers.config import EnvConfig, PPOConfig
+from trainers.population.config import EvolutionConfig, TournamentConfig
 from trainers.population.dispatch import Setting, run_job
 from trainers.population.tournament import Entry, SimulatedPool, Tournament, tournament_select, update_board
 from trainers.ppo.multiplex import Multiplexed

@@ -12,7 +12,8 @@ from tests.trainers.helpers import market, scales
 from trainers.common.evaluate import run_policy
 from trainers.common.jobs import AgentJob
 from trainers.common.metrics import FITNESS
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
+from trainers.config import EnvConfig, PPOConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution
 from trainers.ppo.agent import PPOAgent, policy_weights
 from trainers.ppo.multiplex import Multiplexed, run_multiplexed

@@ -8,7 +8,8 @@ import torch
 
 from tests.trainers.helpers import market, scales
 from trainers.common.jobs import AgentJob
-from trainers.config import EnvConfig, EvolutionConfig, PPOConfig
+from trainers.config import EnvConfig, PPOConfig
+from trainers.population.config import EvolutionConfig
 from trainers.population.evolution import Evolution, run_serially
 from trainers.ppo.multiplex import KeptPPO, Multiplexed, run_multiplexed
 from trainers.ppo.ppo import PPO as BatchedPPO

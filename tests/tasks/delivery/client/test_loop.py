@@ -19,7 +19,8 @@ from alpaca.trading.enums import OrderSide, QueryOrderStatus, TimeInForce
 from alpaca.trading.requests import GetOrdersRequest, LimitOrderRequest, MarketOrderRequest
 
 from standins.tiny import tiny_params
-from tasks.config import Params, RiskParams
+from tasks.config import Params
+from tasks.config_ops import RiskParams
 from tasks.data import feature_set
 from tasks.data.indicators import MARKET_WIDE
 from tasks.delivery.client.journal import JOURNAL, Journal

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from tasks.config import RiskParams
+from tasks.config_ops import RiskParams
 from tasks.delivery.client.risk import HALT_FILE, PlannedOrder, check_orders, daily_loss, halt, halted, unhalt
 from tasks.delivery.keys import SHADOW
 

@@ -1,7 +1,8 @@
 """Progress lines for the long data stages (a 10-year minute panel takes minutes per stage).
 
-:class:`Steps` logs ``<stage>: i/n <unit>, <s> s`` (``i <unit>`` when n is unknown, 0) at most every ``every`` seconds and
-at the last step, so a stage over 100 symbols prints a handful of lines, not a hundred.
+:class:`Steps` logs ``<stage>: i/n <unit>, <s> s`` (``i <unit>`` when n is unknown, 0) at most
+every ``every`` seconds and at the last step, so a stage over 100 symbols prints a handful of
+lines, not a hundred.
 """
 
 from __future__ import annotations

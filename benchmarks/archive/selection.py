@@ -16,7 +16,8 @@ Development seeds only (100–109): the rule chosen here is what the evidence th
 Prints the table and records it in docs/benchmarks-archive.md (the section's latest reading and a
 row of its history).
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.archive.selection --seeds 100-109 --jobs 2 --json docs/results/dev/dev-selection.json
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.archive.selection --seeds 100-109 --jobs 2 \
+        --json docs/results/dev/dev-selection.json
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def table(rows: list[dict]) -> list[str]:
         return paired([by[(a, s)][key] - by[(b, s)][key] for s in seeds])
 
     out = [f"{len(seeds)} seeds ({seeds[0]}–{seeds[-1]}), test Sharpe, paired by seed", "",
-           "| rule | members | validation − B&H | test − B&H | test − best | train − B&H |", "|---|---|---|---|---|---|"]
+           "| rule | members | validation − B&H | test − B&H | test − best | train − B&H |",
+           "|---|---|---|---|---|---|"]
     for n in names:
         members = statistics.fmean(by[(n, s)]["members"] for s in seeds)
         out.append(f"| {n} | {members:.0f} | {diff(n, 'buy-and-hold', 'validation')} | {diff(n, 'buy-and-hold')} "

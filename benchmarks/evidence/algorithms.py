@@ -16,9 +16,14 @@ Markets and seeds as in ``results.py``: designs on development seeds, the eviden
 not used before, run once. The report pairs every arm with buy-and-hold and with the PPO
 tournament's champion, per seed, and gives the t statistic of the differences.
 
-    .venv/bin/python -m benchmarks.evidence.algorithms --seeds 100-101 --markets learnable -s tournament.jobs=48 -s evolution.budget_env_steps=786432 --json docs/results/dev/algorithms-dev.json
-    .venv/bin/python -m benchmarks.evidence.algorithms --seeds 60-63 --markets learnable null arch-demo -s tournament.jobs=48 -s evolution.budget_env_steps=786432 --json docs/results/algorithms.json
-    .venv/bin/python -m benchmarks.evidence.algorithms --merge docs/results/algorithms.json --dev docs/results/dev/algorithms-dev.json
+    .venv/bin/python -m benchmarks.evidence.algorithms --seeds 100-101 \
+        --markets learnable -s tournament.jobs=48 -s evolution.budget_env_steps=786432 \
+        --json docs/results/dev/algorithms-dev.json
+    .venv/bin/python -m benchmarks.evidence.algorithms --seeds 60-63 \
+        --markets learnable null arch-demo -s tournament.jobs=48 -s evolution.budget_env_steps=786432 \
+        --json docs/results/algorithms.json
+    .venv/bin/python -m benchmarks.evidence.algorithms --merge docs/results/algorithms.json \
+        --dev docs/results/dev/algorithms-dev.json
 """
 
 from __future__ import annotations

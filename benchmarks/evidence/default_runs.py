@@ -41,7 +41,8 @@ def run_seed(seed: int, null: bool, code: Path) -> dict[str, object]:
     found = GATE.search(done.stdout)
     p_value = P_VALUE.search(found.group(2)) if found else None
     return {"seed": seed, "market": "null" if null else "learnable", "exit": done.returncode,
-            "action": found.group(1) if found else "no verdict", "line": found.group(2) if found else (done.stdout + done.stderr)[-600:],
+            "action": found.group(1) if found else "no verdict",
+            "line": found.group(2) if found else (done.stdout + done.stderr)[-600:],
             "p_value": float(p_value.group(1)) if p_value else None, "seconds": round(seconds, 1)}
 
 

@@ -7,8 +7,10 @@ the gate).
 
     .venv/bin/python -m benchmarks.evidence.gate ct --seeds 100-119 --shadow-bars 10 21 42 63 \
         --json docs/results/dev/gate-ct-dev.json
-    .venv/bin/python -m benchmarks.evidence.gate ct --seeds 300-319 --shadow-bars 10 21 42 63 --json docs/results/gate-ct.json
-    .venv/bin/python -m benchmarks.evidence.gate ct --report docs/results/dev/gate-ct-dev.json --plot docs/results/gate-ct.png
+    .venv/bin/python -m benchmarks.evidence.gate ct --seeds 300-319 --shadow-bars 10 21 42 63 \
+        --json docs/results/gate-ct.json
+    .venv/bin/python -m benchmarks.evidence.gate ct --report docs/results/dev/gate-ct-dev.json \
+        --plot docs/results/gate-ct.png
     .venv/bin/python -m benchmarks.evidence.gate pipeline --seeds 100 --markets learnable --generations 1 \
         --json docs/results/gate-pipeline-smoke.json
     .venv/bin/python -m benchmarks.evidence.gate pipeline --seeds 300-319 --json docs/results/gate-pipeline.json

@@ -29,8 +29,10 @@ curve: the champion's test Sharpe after each generation against env steps and wa
 Development uses seeds 100–109 (``benchmarks.evidence.ablations``); the evidence for today's
 learner is seeds 30–39, run once (docs/results.md):
 
-    .venv/bin/python -m benchmarks.evidence.results --seeds 30-39 --markets learnable --jobs 2 --json docs/results/fresh-learnable.json
-    .venv/bin/python -m benchmarks.evidence.results --seeds 30-39 --markets learnable --compute 4 --jobs 2 --json docs/results/fresh-compute4.json
+    .venv/bin/python -m benchmarks.evidence.results --seeds 30-39 --markets learnable --jobs 2 \
+        --json docs/results/fresh-learnable.json
+    .venv/bin/python -m benchmarks.evidence.results --seeds 30-39 --markets learnable --compute 4 --jobs 2 \
+        --json docs/results/fresh-compute4.json
     .venv/bin/python -m benchmarks.evidence.results --merge docs/results/fresh-*.json
 """
 

@@ -199,7 +199,8 @@ def _finish(params: Params, out: Path, scanned: Scan, plan: Plan, store: ColumnS
     if not keep.any():
         raise DataError(f"features: no symbol has {cfg.min_history} real bars (features.min_history) "
                         f"after a {warm}-bar warm-up")
-    cover = coverage(real[warm:], tradable, symbols, np.datetime_as_string(ts.tz_localize(None).to_numpy(), "D").tolist())
+    days = np.datetime_as_string(ts.tz_localize(None).to_numpy(), "D").tolist()
+    cover = coverage(real[warm:], tradable, symbols, days)
     if not keep.all():
         log.warning("dropping %d symbol(s) never tradable (fewer than %d real bars): %s", int((~keep).sum()),
                     cfg.min_history, ", ".join(s for s, keeps in zip(symbols, keep) if not keeps))

@@ -115,7 +115,8 @@ def digest(rows: pd.DataFrame, cuts: list[int]) -> list[str]:
     computed from are unchanged."""
     ts = ns(rows["ts"])
     record = np.empty(len(ts), [("ts", np.int64), ("open", np.float64), ("close", np.float64)])
-    record["ts"], record["open"], record["close"] = ts, rows["open"].to_numpy(np.float64), rows["close"].to_numpy(np.float64)
+    record["ts"] = ts
+    record["open"], record["close"] = rows["open"].to_numpy(np.float64), rows["close"].to_numpy(np.float64)
     h, done, out = hashlib.sha256(), 0, []
     for cut in cuts:
         end = int(np.searchsorted(ts, cut, side="right"))

@@ -115,7 +115,8 @@ def test_every_command_runs_and_says_what_it_did(tmp_path, prefect_server):
                      r"version [0-9a-f]{16} \(was [0-9a-f]{16}\); ", command("simulate", "--bars", "3"))
     cycled = command("ct", "-s", "ct.eval_bars=20", "-s", "ct.generations=1")
     assert re.search(r"✓ ct version 3: enters shadow \(promoted on the record it trades, not on the window that "
-                     r"chose it\): vs champion: ΔSharpe [-+]\d+\.\d\d .*; largest p 0\.000 < α 0\.05 over 20 bars; 3 new "
+                     r"chose it\): vs champion: ΔSharpe [-+]\d+\.\d\d .*; largest p 0\.000 < α 0\.05 over 20 bars; "
+                     r"3 new "
                      r"bar\(s\), run [0-9a-f]{32} challenger: warm start from the champion; best validation", cycled)
     assert re.search(r"✓ ct nothing new since data version [0-9a-f]{8} \(last bar 2022-01-05\): the cycle ends here$",
                      command("ct"))

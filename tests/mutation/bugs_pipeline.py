@@ -359,4 +359,8 @@ PIPELINE: dict[int, Entry] = {
               "    for path in (role_path(folder / HALT_FILE, role),):",
               ("tests/tasks/delivery/client/test_risk.py::"
                "test_the_kill_switch_stops_every_account_and_a_shadows_halt_only_the_shadow",))),
+    113: (Bug("a module imports a name it never uses", "tasks/progress.py", "import logging\n",
+              "import logging\nimport os\n", ("tests/test_lint.py",)),
+          Bug("a module's imports are out of order", "tasks/progress.py", "import logging\nimport time\n",
+              "import time\nimport logging\n", ("tests/test_lint.py",))),
 }

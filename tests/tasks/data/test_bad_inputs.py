@@ -391,7 +391,8 @@ def test_an_absurd_close_is_quarantined_by_the_hard_limit_naming_symbol_ts_and_v
     frame = absurd_close(dates_only())
     path = tmp_path / "bars.csv"
     frame.to_csv(path, index=False)
-    with pytest.raises(PodracerError, match=r"1 of 122 rows bad in .*AAA.parquet: 1 \(log return beyond validation.max_abs_log_return\)"):
+    beyond = r"1 of 122 rows bad in .*AAA.parquet: 1 \(log return beyond validation.max_abs_log_return\)"
+    with pytest.raises(PodracerError, match=beyond):
         imported(tmp_path, path)
     quarantined = pd.read_parquet(tmp_path / "data" / "quarantine" / "AAA.parquet")
     move = np.log(1e12) - np.log(frame.loc[9, "close"])  # against the last kept close; row 11 is judged by it too

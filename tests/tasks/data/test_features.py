@@ -60,7 +60,8 @@ def test_missing_input_and_empty_split_are_one_line_errors(tiny):
         features.features(tiny)
     ingest(tiny)
     validate(tiny)
-    late = tiny.model_copy(update={"features": tiny.features.model_copy(update={"val_end": pd.Timestamp("2030-01-01").date()})})
+    late_end = tiny.features.model_copy(update={"val_end": pd.Timestamp("2030-01-01").date()})
+    late = tiny.model_copy(update={"features": late_end})
     with pytest.raises(DataError, match="the test split has 0 bars"):
         features.features(late)
     assert not tiny.dirs.features.exists()  # nothing half-written

@@ -116,7 +116,8 @@ def one_bad_row_per_rule() -> tuple[pd.DataFrame, dict[int, str]]:
     broken = {
         0: ({"open": None}, "null open; high < open; low > open"),  # a null also fails its comparisons
         1: ({"volume": None}, "null volume"), 2: ({"close": 0.0, "low": 0.0}, "close <= 0; low <= 0"),
-        3: ({"low": -1.0}, "low <= 0"), 4: ({"high": 10.2}, "high < close"), 5: ({"high": 9.9, "close": 9.8}, "high < open"),
+        3: ({"low": -1.0}, "low <= 0"), 4: ({"high": 10.2}, "high < close"),
+        5: ({"high": 9.9, "close": 9.8}, "high < open"),
         6: ({"low": 10.2}, "low > open"), 7: ({"low": 10.6, "open": 10.7, "high": 11.0}, "low > close"),
         8: ({"volume": -5.0}, "volume < 0"), 10: ({"high": 8.0}, "high < open; high < close; high < low"),
         11: ({"symbol": None}, "null symbol"), 12: ({"ts": None}, "null ts"),
@@ -192,7 +193,8 @@ def test_a_file_of_many_symbols_in_any_order_validates_sorted_and_only_bad_files
     result = validate(params)
     assert result.path == params.dirs.validated / VALIDATED
     passed, _ = read_parquet(result.path)
-    assert passed[["symbol", "ts"]].equals(passed.sort_values(["symbol", "ts"])[["symbol", "ts"]].reset_index(drop=True))
+    keys = ["symbol", "ts"]
+    assert passed[keys].equals(passed.sort_values(keys)[keys].reset_index(drop=True))
     assert sorted(p.name for p in params.dirs.quarantine.glob("*.parquet")) == ["SYN000.parquet"]
 
 
@@ -232,7 +234,8 @@ def test_raw_files_that_cannot_be_validated_are_one_line_errors(tmp_path):
     write_parquet(frame.assign(ts=frame["ts"] + pd.Timedelta(hours=1)), path, "1d")
     with pytest.raises(DataError) as err:
         validate(params)
-    assert str(err.value) == f"{path}: {len(frame)} intraday timestamps in daily bars (mixed frequencies?), first at row 0"
+    assert str(err.value) == (f"{path}: {len(frame)} intraday timestamps in daily bars (mixed frequencies?), "
+                              "first at row 0")
 
 
 def test_the_report_lists_the_twenty_biggest_flags_biggest_first(tmp_path):

@@ -64,7 +64,8 @@ def test_backtest_of_a_handmade_policy_by_hand(tmp_path):
         assert saved[name] == pytest.approx(expected, rel=1e-12)
     assert result.metrics["agent"] == saved["agent"] and result.buy_and_hold == saved["buy_and_hold"]
     assert (saved["start"], saved["end"]) == ("2022-01-04", "2022-01-05")
-    assert result.plot == params.dirs.backtest / PLOT_FILE and result.metrics_file == params.dirs.backtest / METRICS_FILE
+    assert result.plot == params.dirs.backtest / PLOT_FILE
+    assert result.metrics_file == params.dirs.backtest / METRICS_FILE
 
 
 def test_backtest_refuses_a_model_trained_on_other_symbols(tmp_path):

@@ -103,7 +103,8 @@ def test_the_minimum_track_record_by_hand():
 
 def test_the_verdict_line_by_hand():
     hold = Evidence("buy_and_hold", 250, 0.88, 0.19, 1.62, 0.025, 0.4)
-    assert evidence_line([hold]) == "vs buy-and-hold: ΔSharpe +0.88 [90% CI +0.19, +1.62], p 0.025 < α 0.05 over 250 bars"
+    assert evidence_line([hold]) == ("vs buy-and-hold: ΔSharpe +0.88 [90% CI +0.19, +1.62], "
+                                     "p 0.025 < α 0.05 over 250 bars")
     champion = Evidence("champion", 250, 0.5, -0.3, 1.3, 0.16, 0.5)
     assert evidence_line([champion, hold]) == (
         "vs champion: ΔSharpe +0.50 [90% CI -0.30, +1.30], p 0.160; vs buy-and-hold: ΔSharpe +0.88 [90% CI +0.19, "

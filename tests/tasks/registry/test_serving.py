@@ -68,8 +68,9 @@ def test_a_held_bar_trades_only_the_gate_and_close_outs():
     assert out["order_qty"].tolist() == [0, 0] and out["action"].tolist() == [0.0, 0.0]
     assert decide(actor, meta, policy_input(meta, CLOSE, raw + [0.0, 9.0], np.array([3.0, 5.0]), 1_000.0,
                                             decide=False))["order_qty"].tolist() == [-3, -5]
-    assert decide(actor, meta, policy_input(meta, CLOSE, raw, np.array([3.0, 5.0]), 1_000.0,
-                                            tradable=np.array([True, False]), decide=False))["order_qty"].tolist() == [0, -5]
+    halted = policy_input(meta, CLOSE, raw, np.array([3.0, 5.0]), 1_000.0, tradable=np.array([True, False]),
+                          decide=False)
+    assert decide(actor, meta, halted)["order_qty"].tolist() == [0, -5]
 
 
 def test_serving_with_a_mask_builds_the_env_state():

@@ -111,11 +111,13 @@ def test_load_from_16_clients_loses_and_duplicates_nothing_and_the_books_balance
         fresh = [s for s in plan if s.original is None]
         reuses = [s for s in plan if s.original is not None]
         assert [s.answer for s in fresh if s.answer[0] != 200] == [], "a valid order was refused"
-        assert all(s.answer == (422, 40010001) for s in reuses), [s.answer for s in reuses if s.answer != (422, 40010001)]
+        refused = (422, 40010001)
+        assert all(s.answer == refused for s in reuses), [s.answer for s in reuses if s.answer != refused]
 
         rows = [r for r in read(db, "SELECT * FROM orders") if r["id"] not in before]
         acknowledged = {s.answer[1]: s for s in fresh}
-        assert len(rows) == len(acknowledged) == 900, "the ledger holds a different number of orders than were acknowledged"
+        assert len(rows) == len(acknowledged) == 900, \
+            "the ledger holds a different number of orders than were acknowledged"
         by_id = {r["id"]: r for r in rows}
         assert set(by_id) == set(acknowledged), "an acknowledged order is missing from the ledger"
         assert len({r["client_order_id"] for r in rows}) == len(rows), "a client order id is in the ledger twice"

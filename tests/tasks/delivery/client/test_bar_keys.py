@@ -16,7 +16,8 @@ MINUTE = np.datetime64("2023-11-22T20:59:00.000000000")  # 15:59 New York: the s
 
 
 def test_a_daily_bar_keeps_its_date_and_a_minute_bar_is_named_by_its_minute_in_utc():
-    assert bar_key(DAY, "1d") == "2023-11-22" and client_order_id("3", "2023-11-22", "SYN000") == "pdr-v3-20231122-SYN000"
+    assert bar_key(DAY, "1d") == "2023-11-22"
+    assert client_order_id("3", "2023-11-22", "SYN000") == "pdr-v3-20231122-SYN000"
     assert bar_key(MINUTE, "1min") == "2023-11-22T20:59Z"
     assert client_order_id("3", "2023-11-22T20:59Z", "SYN000", "shadow") == "pdr-shadow-v3-202311222059-SYN000"
     assert bar_time("2023-11-22") == DAY and bar_time("2023-11-22T20:59Z") == MINUTE

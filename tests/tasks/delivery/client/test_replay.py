@@ -98,7 +98,8 @@ def test_a_policy_that_holds_its_decisions_replays_on_the_same_schedule(built_co
     with sqlite3.connect(params.dirs.broker / REPLAY_JOURNAL) as db:
         cycles = db.execute("SELECT bar, body FROM trading_cycles ORDER BY bar").fetchall()
     with sqlite3.connect(params.dirs.broker / REPLAY_DB) as db:
-        ordered = {cid.split("-")[2] for (cid,) in db.execute("SELECT client_order_id FROM orders")}  # pdr-v1-YYYYMMDD-SYM
+        # pdr-v1-YYYYMMDD-SYM
+        ordered = {cid.split("-")[2] for (cid,) in db.execute("SELECT client_order_id FROM orders")}
     decided = [json.loads(body)["decided"] for _, body in cycles]
     assert len(cycles) == result.bars and decided == [i % 3 == 0 for i in range(result.bars)]
     assert ordered and ordered <= {bar.replace("-", "") for (bar, _), d in zip(cycles, decided) if d}

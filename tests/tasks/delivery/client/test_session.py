@@ -253,9 +253,11 @@ def test_standin_answers_in_alpacas_shapes(standin: AlpacaStandin) -> None:
     assert all(c.status is not None for c in standin.trading.calls)
 
 
+SAME_KEYS = {"APCA_SHADOW_API_KEY_ID": KEY_ID, "APCA_SHADOW_API_SECRET_KEY": SECRET}
+
+
 @pytest.mark.parametrize("shadow_keys, said", [({}, "it needs a second key pair"),
-                                               ({"APCA_SHADOW_API_KEY_ID": KEY_ID, "APCA_SHADOW_API_SECRET_KEY": SECRET},
-                                                "its keys reach the champion's account")])
+                                               (SAME_KEYS, "its keys reach the champion's account")])
 def test_on_alpaca_a_shadow_without_an_account_of_its_own_does_not_trade(
         champion: Params, standin: AlpacaStandin, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
         shadow_keys: dict[str, str], said: str) -> None:

@@ -19,6 +19,7 @@ own to prove that importing it reads no settings.
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import json
 import os
 import runpy
@@ -30,6 +31,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PRELOADED = ("torch", "mlflow", "mlflow.pyfunc", "mlflow.store.tracking.sqlalchemy_store",
@@ -80,6 +82,9 @@ def _become(request: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    log = os.environ.get("PODRACER_EGRESS_LOG")
+    if log:  # the egress watch (tests/test_egress.py), which a new interpreter would start by itself
+        _egress_watch()(Path(log), " ".join(["podracer", *request["args"]]))
     sys.stdin = open(os.devnull)
     os.dup2(sys.stdin.fileno(), 0)
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
@@ -90,6 +95,15 @@ def _become(request: dict) -> None:
     sys.argv = ["-m", *request["args"]]
     runpy.run_module("flows.cli", run_name="__main__", alter_sys=True)
     raise SystemExit(0)
+
+
+def _egress_watch() -> Any:
+    """``watch`` of ``tests/egress/sitecustomize.py``, loaded by its path (that folder is a
+    ``PYTHONPATH`` entry of its own, not a package)."""
+    spec = importlib.util.spec_from_file_location("egress_watch", REPO / "tests" / "egress" / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.watch
 
 
 class Forker:
@@ -145,5 +159,7 @@ class Forker:
 
 
 def podracer(root: Path, args: list[str], env: dict[str, str], timeout: float = 600) -> Done:
-    """``python -m flows.cli ARGS`` in ``root`` with exactly ``env`` (``PYTHONPATH`` set to the repository)."""
-    return Forker.run([str(a) for a in args], Path(root), {**env, "PYTHONPATH": str(REPO)}, timeout)
+    """``python -m flows.cli ARGS`` in ``root`` with exactly ``env``, the repository first on its
+    ``PYTHONPATH`` (then what ``env`` puts there: the egress watch's folder, tests/test_egress.py)."""
+    path = [str(REPO), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO))]
+    return Forker.run([str(a) for a in args], Path(root), {**env, "PYTHONPATH": os.pathsep.join(path)}, timeout)

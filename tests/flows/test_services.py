@@ -5,7 +5,8 @@ MLflow's REST API → webhook → delivery at the broker, ``podracer rollback``,
 killed while an alias moves, two events one cycle at a time; the runner SIGKILLed mid-cycle,
 answering again and running the cycle again by itself (the new runner releases the killed
 cycle's slot), resumed from its checkpoint, with no command typed; a crash loop given up on in
-one line; the tracking server down for a cycle; ``podracer down`` and no process left behind."""
+one line; the tracking server down for a cycle; ``podracer down`` and no process left behind; and
+through it all, no process looked up a name or connected beyond loopback."""
 
 from __future__ import annotations
 
@@ -30,9 +31,15 @@ from standins.tiny import tiny_params
 from tasks.registry.aliases import CHAMPION
 from tasks.registry.register import register
 from tests.commands import podracer as run_command
+from tests.test_egress import as_a_user
 from tests.test_readme import tiny_project
 
 SERVICES = ["prefect", "mlflow", "receiver", "broker", "runner"]
+EGRESS_LOG = "egress.log"
+WATCHED = ("podracer up ", "podracer simulate ", "podracer down", "/prefect server start", "/mlflow server",
+           "-m flows.cli receiver", "-m flows.cli broker", "-m flows.deployments", "-m deploy.local.supervisor",
+           "-m prefect.engine")
+"""The commands, the processes ``podracer up`` starts and a flow run: the egress watch must have seen each."""
 MODEL = "podracer-ppo"
 READ = 30
 """Seconds the test waits for one answer from a server: on two loaded cores a restarted Prefect
@@ -40,7 +47,9 @@ server once took more than 10 s to list flow runs. How soon the loop acts is tim
 
 
 def podracer(root, *args: str, code: int = 0) -> str:
-    env = {k: v for k, v in os.environ.items()
+    """Run a command as a user would, in ``root``, every process it starts watched for what leaves the
+    machine (``tests/test_egress.py``; :meth:`Project.nothing_left_the_machine`)."""
+    env = {k: v for k, v in as_a_user(root / EGRESS_LOG).items()
            if not k.startswith(("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PODRACER_TRACKING_URI"))}
     done = run_command(root, args, {**env, "COLUMNS": "250"})
     output = done.stdout + done.stderr
@@ -143,6 +152,17 @@ class Project:
         left = subprocess.run(["pgrep", "-f", str(self.root)], capture_output=True, text=True).stdout.split()
         assert not left, f"processes left: {left}"
         assert "no services recorded" in podracer(self.root, "status")
+
+    def nothing_left_the_machine(self) -> None:
+        """No process the test started looked up a name or connected beyond loopback, and the
+        watch ran in each kind of process ``up`` starts, flow runs included (docs/testing.md)."""
+        watched = (self.root / f"{EGRESS_LOG}.watched").read_text()
+        assert [command for command in WATCHED if command not in watched] == []
+        log = self.root / EGRESS_LOG
+        text = log.read_text() if log.exists() else ""
+        reaches = sorted({" ".join([*line.split()[:2], "by", *line.split()[4:]])[:160]
+                          for line in text.splitlines() if line.startswith("socket.")})
+        assert not text, "\n".join(reaches) + "\n\nthe first, with its stack:\n" + text.split("\n\n")[0][-3000:]
 
     def flow_runs(self, flow: str) -> list[dict]:
         runs = requests.post(f"{self.api}/flow_runs/filter", timeout=READ,
@@ -323,6 +343,7 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
         wait_for("the next cycle to register", lambda: len(set(p.versions()) - known) == 1, 300)
 
         p.down_leaves_nothing(pids)
+        p.nothing_left_the_machine()
     finally:
         kill_all(tmp_path, pids)
 

@@ -193,6 +193,7 @@ def test_a_planted_turn_raises_the_alarm_retrains_rolls_back_and_down_leaves_not
         lap("delivery")
 
         p.down_leaves_nothing(pids)
+        p.nothing_left_the_machine()
         lap("down")
         print(", ".join(f"{name} {b - a:.0f} s" for (_, a), (name, b) in zip(marks, marks[1:]))
               + f"; {marks[-1][1] - marks[0][1]:.0f} s in all")

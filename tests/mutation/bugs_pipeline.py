@@ -363,4 +363,8 @@ PIPELINE: dict[int, Entry] = {
               "import logging\nimport os\n", ("tests/test_lint.py",)),
           Bug("a module's imports are out of order", "tasks/progress.py", "import logging\nimport time\n",
               "import time\nimport logging\n", ("tests/test_lint.py",))),
+    114: Bug("MLflow's telemetry is left on: .env no longer sets MLFLOW_DISABLE_TELEMETRY (DO_NOT_TRACK=1 is not "
+             "MLflow's 'true')", ".env", "MLFLOW_DISABLE_TELEMETRY=true\n", "",
+             ("tests/flows/test_watch_live.py::"
+              "test_a_planted_turn_raises_the_alarm_retrains_rolls_back_and_down_leaves_nothing",)),
 }

@@ -48,13 +48,21 @@ def test_the_catalogues_part_by_where_the_edit_lands() -> None:
                 assert bug.path.startswith("trainers/") == inside, label
 
 
+def settings(text: str) -> None:
+    """``.env`` as ``tasks/settings.py`` reads it: each line blank, a ``#`` comment or ``KEY=VALUE``."""
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, sep, _ = line.partition("=")
+            assert sep and key.strip().isidentifier(), f".env: {line!r} is not KEY=VALUE"
+
+
 @pytest.mark.parametrize("number", sorted(BUGS))
 def test_every_plant_edits_code_that_is_there_once_and_names_tests_that_exist(number: int) -> None:
     for label, bug in plants(number):
         assert isinstance(bug, Bug) and bug.new != bug.old, label
         assert current(bug), f"{label}: {bug.path} no longer holds, exactly once: {bug.old!r}"
         planted = (REPO / bug.path).read_text().replace(bug.old, bug.new)
-        parse = ast.parse if bug.path.endswith(".py") else yaml.safe_load
+        parse = ast.parse if bug.path.endswith(".py") else settings if bug.path == ".env" else yaml.safe_load
         parse(planted)  # a plant caught by a SyntaxError would prove nothing of the test
         assert bug.tests, label
         for test in bug.tests:

@@ -1,5 +1,5 @@
-"""``tests/egress/sitecustomize.py``, the watch the services test keeps on every process it starts
-(docs/testing.md, Nothing leaves the machine): in a new interpreter, a lookup and a connection
+"""``tests/egress/sitecustomize.py``, the watch the services and live-watch tests keep on every
+process they start (docs/testing.md, Nothing leaves the machine): in a new interpreter, a lookup and a connection
 to 192.0.2.1 (TEST-NET-1; numeric, and UDP, so nothing is sent) are recorded with their stacks,
 while loopback by name and by address, and a Unix socket, are not."""
 
@@ -17,7 +17,7 @@ socket.getaddrinfo("::1", 80, flags=socket.AI_NUMERICHOST)
 with socket.socket() as server, socket.socket() as client:
     server.bind(("127.0.0.1", 0)); server.listen(1); client.connect(server.getsockname())
 left, right = socket.socketpair(); left.close(); right.close()
-socket.getaddrinfo("192.0.2.1", 9, flags=socket.AI_NUMERICHOST)  # the sitecustomize's line of this call
+socket.getaddrinfo("192.0.2.1", 9, flags=socket.AI_NUMERICHOST)  # line 8: its record's stack names it
 with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
     try:
         udp.connect(("192.0.2.1", 9))  # a UDP connect only sets where datagrams would go

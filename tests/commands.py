@@ -17,11 +17,11 @@ own to prove that importing it reads no settings.
 
 Why the preload is frozen: the forking process moves every object it holds into the garbage
 collector's permanent generation (``gc.freeze``) before each fork, as Python's ``gc`` docs advise
-for a process that forks without exec. Otherwise the child's collections, the last one at its
-exit above all, visit every preloaded object and write its reference count, copying the parent's
-pages one by one: a command that ran for 0.3 s then spent 3 CPU-seconds more exiting (0.7 s in
-all with the freeze; docs/testing.md, Where the time goes). The preloaded objects live as long as
-the child either way, so what the collector no longer visits it would never have freed.
+for a process that forks without exec. Otherwise the child's collections, the one at its exit
+above all, visit every preloaded object (writing to each, so its page is copied too): a command
+that ran for 0.3 s took 3.3 CPU-seconds in all, 0.7 with the freeze (docs/testing.md, Where the
+time goes). The preloaded objects live as long as the child either way, so what the collector no
+longer visits it would never have freed.
 """
 
 from __future__ import annotations
@@ -60,11 +60,13 @@ class Done:
     returncode: int
     stdout: str
     stderr: str
+    cpu_seconds: float
+    """The CPU time the command's process took, user and system (``tests/test_commands.py``)."""
 
 
 def serve() -> None:
     """The forking process: preload, then fork one child per request line on stdin, answering
-    with the child's pid and then its exit code on stdout; ends when stdin closes."""
+    with the child's pid, then its exit code and CPU-seconds, on stdout; ends when stdin closes."""
     before = dict(os.environ)
     for name in PRELOADED:
         __import__(name)
@@ -83,7 +85,8 @@ def serve() -> None:
             # raises SystemExit out of this loop: the child's interpreter exits as any does
             _become({**request, "env": {**exported, **request["env"]}})
         print(pid, flush=True)
-        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+        _, status, usage = os.wait4(pid, 0)
+        print(os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, flush=True)
 
 
 def _become(request: dict) -> None:
@@ -135,12 +138,12 @@ class Forker:
             process.stdin.flush()
             pid = int(cls._line(60))
             try:
-                code = int(cls._line(timeout))
+                code, cpu = cls._line(timeout).split()
             except TimeoutError:
                 os.kill(pid, signal.SIGKILL)
                 cls._line(60)
                 raise subprocess.TimeoutExpired(args, timeout, out.read_text(), err.read_text()) from None
-            return Done(code, out.read_text(), err.read_text())
+            return Done(int(code), out.read_text(), err.read_text(), float(cpu))
 
     @classmethod
     def _line(cls, timeout: float) -> bytes:

@@ -349,8 +349,11 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
 
 
 def kill_all(root, pids: list[int]) -> None:
-    """What a failed test leaves: the supervisor first, so that nothing comes back."""
+    """What a failed test leaves: the supervisor first, so that nothing comes back. The end of
+    each service's log goes to the test's output, which pytest shows when the test fails."""
     home = root / "data" / "services"
+    for log in sorted(home.glob("*.log")):
+        print(f"==> {log} (its last 60 lines)", *log.read_text(errors="replace").splitlines()[-60:], sep="\n")
     boss = [json.loads((home / "supervisor.json").read_text())["pid"]] if (home / "supervisor.json").exists() else []
     state = home / "services.json"
     for pid in boss + pids + ([r["pid"] for r in json.loads(state.read_text())] if state.exists() else []):

@@ -1,5 +1,6 @@
 """The file reader's deciding rules, checked against hand-written values: the date rule, the
-number rule and the formats (whole imports are in ``test_bad_inputs.py``)."""
+number rule and the formats (whole imports are in ``test_files_import.py`` and
+``test_bad_inputs.py``)."""
 
 from __future__ import annotations
 

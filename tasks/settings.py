@@ -21,10 +21,17 @@ store reads it (``tasks/registry/store.py``). Not ``MLFLOW_TRACKING_URI``, which
 ``mlflow.set_tracking_uri`` writes itself."""
 
 
+def env_defaults(path: Path = ENV_FILE) -> dict[str, str]:
+    """The ``KEY=VALUE`` lines of ``path`` (``#`` comments skipped); none if it is missing."""
+    found = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            found[key.strip()] = value.strip()
+    return found
+
+
 def load_env_defaults(path: Path = ENV_FILE) -> None:
-    """Apply ``KEY=VALUE`` lines of ``path`` (``#`` comments skipped) without overriding the shell."""
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep and not key.lstrip().startswith("#"):
-                os.environ.setdefault(key.strip(), value.strip())
+    """Apply :func:`env_defaults` of ``path`` without overriding the shell."""
+    for key, value in env_defaults(path).items():
+        os.environ.setdefault(key, value)

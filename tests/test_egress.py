@@ -22,7 +22,7 @@ with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
     try:
         udp.connect(("192.0.2.1", 9))  # a UDP connect only sets where datagrams would go
     except OSError:
-        pass  # no route here: the hook has already seen it
+        pass  # no route here: the watch has already seen it
 print("done")
 """
 
@@ -56,10 +56,9 @@ def as_a_user(log: Path) -> dict[str, str]:
     CI or test marker (:data:`QUIETING`) and none of ``.env``'s settings, which every entry point
     must load itself (``tasks/settings.py``), so that what keeps the libraries quiet is the
     project's own configuration."""
-    from tasks.settings import ENV_FILE
+    from tasks.settings import env_defaults
 
-    settings = {line.partition("=")[0].strip() for line in ENV_FILE.read_text().splitlines()
-                if "=" in line and not line.lstrip().startswith("#")}
+    settings = env_defaults()
     env = {k: v for k, v in os.environ.items() if k not in settings and k not in QUIETING}
     path = os.pathsep.join(filter(None, (str(REPO / "tests" / "egress"), os.environ.get("PYTHONPATH"))))
     return {**env, "PYTHONPATH": path, "PODRACER_EGRESS_LOG": str(log)}

@@ -113,17 +113,19 @@ def deployments(params: Params) -> list[RunnerDeployment]:
 
 
 def ensure_concurrency_limit() -> None:
-    """The ``ct-cycle`` global concurrency limit (one slot) that both CT deployments share."""
+    """The ``ct-cycle`` global concurrency limit (one slot) that both CT deployments share:
+    created if missing, set back to one slot if it was changed. It is read first: a create
+    that the server refuses as a duplicate leaves an ``IntegrityError`` traceback in its log,
+    which every restart of the runner would add."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectAlreadyExists
 
     from flows.ct_cycle import CONCURRENCY
 
     with get_client(sync_client=True) as client:
         try:
-            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=CONCURRENCY, limit=1))
-        except ObjectAlreadyExists:
+            client.upsert_global_concurrency_limit_by_name(CONCURRENCY, 1)
+        except ObjectAlreadyExists:  # created by another process between the read and the create
             pass
 
 

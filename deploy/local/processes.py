@@ -16,6 +16,8 @@ from pathlib import Path
 
 GRACE_SECONDS = 15.0
 """Seconds between SIGTERM and SIGKILL when ``podracer down`` stops a service."""
+DUMP_WAIT = 3.0
+"""Seconds a service that stopped answering has to write its threads' stacks and end, after SIGABRT."""
 
 
 def alive(pid: int) -> bool:
@@ -62,6 +64,20 @@ def signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)  # each service leads its own session: its children go too
     except ProcessLookupError:
         pass
+
+
+def dump_stacks(pid: int, wait: float = DUMP_WAIT) -> None:
+    """SIGABRT to ``pid``, a service that stopped answering: the fault handler it runs with
+    (``PYTHONFAULTHANDLER``, set by :meth:`deploy.local.supervisor.Supervisor.spawn`) writes
+    each of its threads' stacks to its log, then it ends. Returns once it has ended, or after
+    ``wait`` seconds (a process that handles SIGABRT otherwise is then stopped as any other)."""
+    try:
+        os.kill(pid, signal.SIGABRT)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + wait
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def stop(pid: int, twice: bool = False, grace: float = GRACE_SECONDS) -> None:

@@ -7,9 +7,11 @@ seconds that each answers the one health check (:func:`tasks.health.answers`). A
 
 - exits, or is killed, is restarted;
 - runs but has not answered for ``services.health_grace`` seconds (``start_timeout`` after a
-  start) is stopped (SIGTERM, SIGKILL after 10 s) and restarted. A service whose health check
-  goes through another one (the runner's poll goes through Prefect) is not judged while that
-  one does not answer.
+  start) is sent SIGABRT first: every service runs with Python's fault handler on
+  (``PYTHONFAULTHANDLER``), which then writes each of its threads' stacks to its log, so the
+  log shows where it hung. It is then stopped (SIGTERM, SIGKILL after 10 s) and restarted. A
+  service whose health check goes through another one (the runner's poll goes through Prefect)
+  is not judged while that one does not answer.
 
 Before a restart, what is left of the service's process group is killed (a runner's flow
 processes, say), so that nothing of the old one holds a port or a cycle. The k-th restart
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -39,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from deploy.local.processes import alive, signal_group, stop
+from deploy.local.processes import alive, dump_stacks, signal_group, stop
 from deploy.local.services import (
     PLAN,
     STOPPED_TWICE,
@@ -55,9 +58,9 @@ from tasks.storage import write_atomic
 
 BACKOFF_MAX = 60.0
 STOP_GRACE = 10.0
+"""Seconds between SIGTERM and SIGKILL for a service that stopped answering."""
 MARK = "[podracer supervisor]"
 """What starts the supervisor's lines in a service's log."""
-"""Seconds between SIGTERM and SIGKILL for a service that stopped answering."""
 
 
 @dataclass(frozen=True)
@@ -157,8 +160,9 @@ class Supervisor:
     def spawn(self, w: Watched) -> None:
         with w.log.open("ab") as out:
             w.child = subprocess.Popen(w.service.command, stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, env={**os.environ, **w.service.env},
-                                       start_new_session=True)
+                                       stdin=subprocess.DEVNULL,
+                                       env={**os.environ, "PYTHONFAULTHANDLER": "1", **w.service.env},
+                                       start_new_session=True)  # the fault handler: for processes.dump_stacks
         w.pid, w.since, w.heard, w.ready, w.due, w.checked = w.child.pid, time.monotonic(), time.monotonic(), \
             False, None, float("-inf")
         self.record()  # before the wait, so that `down` can stop a slow starter
@@ -249,10 +253,11 @@ class Supervisor:
         if now - w.heard <= limit:
             return None
         silent = now - w.heard
+        dump_stacks(w.pid)
         stop(w.pid, twice=w.service.name in STOPPED_TWICE, grace=STOP_GRACE)
         if w.child is not None:
             w.child.poll()
-        return f"health timeout: no answer from {w.service.health} for {silent:.0f} s"
+        return f"health timeout: no answer from {w.service.health} for {silent:.0f} s; its stacks are in its log"
 
     def restart_later(self, w: Watched, why: str) -> None:
         """``w`` died (``why``): kill what is left of its group, then restart it after the
@@ -291,6 +296,8 @@ def load(home: Path) -> tuple[list[Service], Limits]:
 
 def main(argv: list[str] | None = None) -> int:
     home = Path((argv or sys.argv[1:])[0]).resolve()
+    _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))  # a service aborted by dump_stacks leaves no core file
     me = {"pid": os.getpid(), "phase": "starting", "failure": "", "log": str(home / "supervisor.log"), "asked": 0}
     write_atomic(home / SUPERVISOR, json.dumps(me))
     sup = Supervisor(home, *load(home), out=lambda line: print(line, flush=True))

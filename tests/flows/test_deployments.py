@@ -20,7 +20,7 @@ from prefect.client.orchestration import get_client
 from prefect.states import Completed, Running, Scheduled
 
 from flows.ct_cycle import LEASE_LABEL
-from flows.deployments import TAG, crash_orphans, in_flight
+from flows.deployments import TAG, crash_orphans, ensure_concurrency_limit, in_flight
 from tests.conftest import REPO
 
 
@@ -29,6 +29,29 @@ def a_run(client, flow: str, tags: list[str]):
     flow_id = client.create_flow_from_name(flow)
     deployment = client.create_deployment(flow_id=flow_id, name=f"d-{uuid.uuid4().hex[:8]}", tags=tags)
     return client.create_flow_run_from_deployment(deployment)
+
+
+def test_the_runner_creates_the_cycle_slot_once_and_sets_it_back_to_one(prefect_server, monkeypatch):
+    """Each start of the runner: the ``ct-cycle`` limit is created only where it is missing (a
+    refused duplicate leaves a traceback in the server's log), and set back to one slot."""
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    from flows import ct_cycle
+
+    name, created = f"slot-{uuid.uuid4().hex[:8]}", []
+    monkeypatch.setattr(ct_cycle, "CONCURRENCY", name)
+    create = SyncPrefectClient.create_global_concurrency_limit
+    monkeypatch.setattr(SyncPrefectClient, "create_global_concurrency_limit",
+                        lambda self, limit: created.append(limit.name) or create(self, limit))
+    ensure_concurrency_limit()
+    ensure_concurrency_limit()  # a restarted runner
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name(name).limit == 1
+        client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(limit=3))
+        ensure_concurrency_limit()
+        assert client.read_global_concurrency_limit_by_name(name).limit == 1
+    assert created == [name]
 
 
 def test_a_cycle_is_in_flight_while_queued_running_or_due_soon_and_a_killed_runners_runs_crash(prefect_server):

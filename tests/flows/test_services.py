@@ -25,7 +25,7 @@ import pytest
 import requests
 import yaml
 
-from deploy.local.processes import group_alive
+from deploy.local.processes import alive, dump_stacks, group_alive
 from standins.postgres import free_port
 from standins.tiny import tiny_params
 from tasks.registry.aliases import CHAMPION
@@ -63,13 +63,44 @@ def gone(group: int) -> bool:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
+    """``check()`` once it is truthy, asked every ``every`` seconds for ``timeout`` seconds. A read
+    that times out is no answer yet, not a failure: in one suite on two loaded cores a Prefect
+    server left a read unanswered for 30 s (its SQLite store lets a query wait up to 60 s for a
+    lock). The deadline still fails the test, naming the reads that timed out, and
+    :func:`kill_all` shows where each server was waiting."""
     deadline = time.monotonic() + timeout
+    slow: list[str] = []
     while time.monotonic() < deadline:
-        found = check()
+        try:
+            found = check()
+        except requests.Timeout as err:
+            found = None
+            slow.append(f"{time.strftime('%H:%M:%S')} {err.request.method} {err.request.url}" if err.request else
+                        f"{time.strftime('%H:%M:%S')} {err}")
+            print(f"waiting for {what}: a read timed out, asking again: {slow[-1]}")
         if found:
             return found
         time.sleep(every)
-    raise AssertionError(f"waited {timeout:.0f} s for {what}")
+    raise AssertionError(f"waited {timeout:.0f} s for {what}" + (f"; reads that timed out: {slow}" if slow else ""))
+
+
+def test_a_read_that_times_out_is_asked_again_and_the_deadline_names_it() -> None:
+    request = requests.Request("GET", "http://127.0.0.1:9/api/health").prepare()
+    answers = iter([requests.ReadTimeout("slow", request=request), requests.ConnectTimeout("slow"), "found"])
+
+    def check() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert wait_for("an answer", check, 5, every=0.01) == "found"
+
+    def never() -> None:
+        raise requests.ReadTimeout("slow", request=request)
+
+    with pytest.raises(AssertionError, match=r"waited 0 s for an answer; reads that timed out: \[.*GET http://127"):
+        wait_for("an answer", never, 0.05, every=0.01)
 
 
 class Project:
@@ -349,13 +380,25 @@ def test_the_loop_heals_itself_retrains_delivers_rolls_back_and_down_leaves_noth
 
 
 def kill_all(root, pids: list[int]) -> None:
-    """What a failed test leaves: the supervisor first, so that nothing comes back. The end of
-    each service's log goes to the test's output, which pytest shows when the test fails."""
+    """What a failed test leaves: the supervisor first, so that nothing comes back. Each service
+    still running then writes its threads' stacks to its log, as the supervisor has a service
+    that stopped answering do (:func:`deploy.local.processes.dump_stacks`): where a server
+    that stopped answering was waiting. The end of each log goes to the test's output, which
+    pytest shows when the test fails. After a test that passed, ``down`` has stopped them all."""
     home = root / "data" / "services"
-    for log in sorted(home.glob("*.log")):
-        print(f"==> {log} (its last 60 lines)", *log.read_text(errors="replace").splitlines()[-60:], sep="\n")
     boss = [json.loads((home / "supervisor.json").read_text())["pid"]] if (home / "supervisor.json").exists() else []
+    for pid in boss:
+        if not gone(pid):
+            os.killpg(pid, signal.SIGKILL)
     state = home / "services.json"
-    for pid in boss + pids + ([r["pid"] for r in json.loads(state.read_text())] if state.exists() else []):
+    services = [r["pid"] for r in json.loads(state.read_text())] if state.exists() else []
+    for pid in dict.fromkeys(pids + services):
+        if alive(pid):
+            dump_stacks(pid)
+    for log in sorted(home.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        dump = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error: Aborted")), len(lines))
+        print(f"==> {log} (its last lines, and the stacks it dumped)", *lines[max(0, dump - 60):], sep="\n")
+    for pid in pids + services:
         if not gone(pid):
             os.killpg(pid, signal.SIGKILL)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from tests.mutation.bug import Bug, Entry
 
+HUNG = ("tests/deploy/local/test_supervisor.py::"
+        "test_a_service_that_stops_answering_is_stopped_and_restarted_after_the_grace",)
+"""The supervisor's test of a service that stops answering (plants 41 and 116)."""
+
 PIPELINE: dict[int, Entry] = {
     1: Bug("the gate's inequality reversed (the p-value counts the wrong tail)", "tasks/registry/evidence.py",
            "np.count_nonzero(~(replicates < observed - 1e-12))",
@@ -102,7 +106,7 @@ PIPELINE: dict[int, Entry] = {
     41: Bug("a service that stops answering is never restarted", "deploy/local/supervisor.py",
             "        if now - w.heard <= limit:\n            return None",
             "        if True:\n            return None",
-            ("tests/deploy/local/test_supervisor.py::test_a_service_that_stops_answering_is_stopped_and_restarted_after_the_grace",)),
+            HUNG),
     42: Bug("the runner delivers every model's promotion", "flows/deployments.py",
             'resource=EventResourceFilter(id=[f"podracer.model.{params.registry.model_name}"]))', "resource=None)",
             ("tests/flows/test_deployments.py::test_the_runner_delivers_a_promotion_in_its_own_process_the_moment_the_event_arrives",)),
@@ -370,4 +374,16 @@ PIPELINE: dict[int, Entry] = {
     115: Bug("the forking process of the command tests forks its preload unfrozen", "tests/commands.py",
              "        gc.freeze()  # see the module docstring, Why the preload is frozen\n", "",
              ("tests/test_commands.py::test_a_forked_command_costs_a_small_share_of_the_preload",)),
+    116: (Bug("a service that stopped answering is stopped without writing its stacks", "deploy/local/supervisor.py",
+              "        dump_stacks(w.pid)\n", "", HUNG),
+          Bug("the services start without the fault handler", "deploy/local/supervisor.py",
+              '"PYTHONFAULTHANDLER": "1", **w.service.env', "**w.service.env", HUNG)),
+    117: Bug("each start of the runner creates the ct-cycle limit again, and leaves a changed limit as it is",
+             "flows/deployments.py", "            client.upsert_global_concurrency_limit_by_name(CONCURRENCY, 1)\n",
+             "            client.create_global_concurrency_limit(__import__('prefect.client.schemas.actions', "
+             "fromlist=['x']).GlobalConcurrencyLimitCreate(name=CONCURRENCY, limit=1))\n",
+             ("tests/flows/test_deployments.py::test_the_runner_creates_the_cycle_slot_once_and_sets_it_back_to_one",)),
+    118: Bug("a read of the services tests that times out fails the test at once", "tests/flows/test_services.py",
+             "        except requests.Timeout as err:\n", "        except KeyError as err:\n",
+             ("tests/flows/test_services.py::test_a_read_that_times_out_is_asked_again_and_the_deadline_names_it",)),
 }

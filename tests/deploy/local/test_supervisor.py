@@ -126,6 +126,9 @@ def test_a_service_that_stops_answering_is_stopped_and_restarted_after_the_grace
     assert time.monotonic() - hung >= LIMITS.health_grace
     assert not alive(first)
     assert a.reason.startswith(f"health timeout: no answer from {a.service.health} for ")
+    assert a.reason.endswith("; its stacks are in its log")
+    log = (tmp_path / "a.log").read_text()  # where the stand-in was when it stopped answering
+    assert "Fatal Python error: Aborted" in log and ' in serve_forever' in log.split("Aborted", 1)[1]
     (tmp_path / "a" / "hang").unlink()
     until(sup, lambda: a.ready)
     assert a.total == 1

@@ -275,18 +275,36 @@ def main() -> None:
     parser.add_argument("-p", "--params", type=Path, default=Path("params.yaml"))
     args = parser.parse_args()
     params = load_params(args.params)
-    from prefect import serve
-
     ensure_concurrency_limit()
     crash_orphans()
     stop = threading.Event()
     listen_promotions(params, stop)
     start_polls(params, stop)
-    leave(lambda: serve(*deployments(params), print_starting_message=True))
+    leave(lambda: serve(deployments(params)))
+
+
+def serve(served: list[RunnerDeployment]) -> None:
+    """Prefect's ``serve``, but with the deployments added in this thread's own event loop
+    (Prefect's ``aserve``), not in Prefect's global loop thread.
+
+    Adding a deployment infers its version with a blocking call into Prefect's run-sync loop.
+    ``serve`` makes that call from the global loop thread, and a delivery started by
+    :func:`listen_promotions` at the same moment can hold the run-sync loop waiting on the
+    global loop (the task's concurrency slots start a service there): each loop then waits on
+    the other for ever. A runner restarted with a delivery due hung so for 4 minutes until the
+    supervisor restarted it again (py-spy's stacks of the hung runner; docs/operations.md).
+    Here the blocking call holds only this thread's loop, which nothing else waits on."""
+    from prefect import aserve
+    from prefect.exceptions import TerminationSignal
+
+    try:
+        asyncio.run(aserve(*served, print_starting_message=True))
+    except (KeyboardInterrupt, TerminationSignal) as err:  # as Prefect's serve ends on them
+        log.info("received %s, shutting down", type(err).__name__)
 
 
 def leave(serving: Callable[[], object]) -> NoReturn:
-    """Run ``serving`` (Prefect's ``serve``), then end this process at once, whatever threads
+    """Run ``serving`` (:func:`serve`), then end this process at once, whatever threads
     it left running.
 
     On SIGTERM Prefect's runner raises ``SystemExit`` from its signal handler; the second

@@ -31,6 +31,32 @@ def a_run(client, flow: str, tags: list[str]):
     return client.create_flow_run_from_deployment(deployment)
 
 
+def test_the_runner_adds_its_deployments_in_its_own_loop_not_in_prefects_global_one(prefect_server, monkeypatch):
+    """Where adding a deployment infers its version, a blocking call into Prefect's run-sync loop:
+    in the serving thread. Made from Prefect's global loop thread, as Prefect's ``serve`` makes
+    it, it deadlocked with a delivery starting at the same moment (:func:`flows.deployments.serve`)."""
+    from prefect.deployments.runner import RunnerDeployment
+    from prefect.runner import Runner
+
+    import flows.deployments as runner
+    from flows.delivery import trade_session
+
+    where: list[str] = []
+    infer = RunnerDeployment._get_deployment_version_info
+
+    def inferred(self, *args):
+        where.append(threading.current_thread().name)
+        return infer(self, *args)
+
+    async def started(self, *args, **kwargs) -> None:  # the deployments added, the runner not started
+        return None
+
+    monkeypatch.setattr(RunnerDeployment, "_get_deployment_version_info", inferred)
+    monkeypatch.setattr(Runner, "start", started)
+    runner.serve([trade_session.to_deployment(name=f"t-{uuid.uuid4().hex[:8]}")])
+    assert where == [threading.current_thread().name], where
+
+
 def test_the_runner_creates_the_cycle_slot_once_and_sets_it_back_to_one(prefect_server, monkeypatch):
     """Each start of the runner: the ``ct-cycle`` limit is created only where it is missing (a
     refused duplicate leaves a traceback in the server's log), and set back to one slot."""
@@ -176,7 +202,6 @@ def test_the_runner_delivers_a_promotion_in_its_own_process_the_moment_the_event
 
 RUNNER = """
 import signal, sys, threading, time
-import prefect
 import flows.deployments as runner
 
 def serve(*deployments, **options):
@@ -187,15 +212,15 @@ def serve(*deployments, **options):
     print("serving", flush=True)
     time.sleep(120)
 
-prefect.serve = serve
+runner.serve = serve
 runner.ensure_concurrency_limit = runner.crash_orphans = lambda: None
 runner.listen_promotions = runner.start_polls = lambda params, stop: []
 runner.deployments = lambda params: []
 sys.argv = ["runner", "-p", "params.yaml"]
 runner.main()
 """
-"""The runner's ``main`` with Prefect's ``serve`` replaced by one that leaves what a finished CT
-cycle leaves behind, and the server calls stubbed: no Prefect server needed."""
+"""The runner's ``main`` with its ``serve`` replaced by one that leaves what a finished CT cycle
+leaves behind, and the server calls stubbed: no Prefect server needed."""
 
 
 def test_the_runner_ends_at_sigterm_even_with_the_threads_a_finished_cycle_leaves():

@@ -161,8 +161,8 @@ PIPELINE: dict[int, Entry] = {
             ("tests/deploy/local/test_processes.py::"
              "test_a_stop_reaches_the_whole_group_so_no_child_of_a_service_outlives_it",)),
     58: Bug("the runner waits on the threads a finished cycle leaves, so `down` waits out its grace",
-            "flows/deployments.py", "    leave(lambda: serve(*deployments(params), print_starting_message=True))",
-            "    serve(*deployments(params), print_starting_message=True)",
+            "flows/deployments.py", "    leave(lambda: serve(deployments(params)))",
+            "    serve(deployments(params))",
             ("tests/flows/test_deployments.py::"
              "test_the_runner_ends_at_sigterm_even_with_the_threads_a_finished_cycle_leaves",)),
     59: Bug("the decay benchmark's mixture monitor at the two-sided level", "benchmarks/evidence/decay.py",
@@ -386,4 +386,10 @@ PIPELINE: dict[int, Entry] = {
     118: Bug("a read of the services tests that times out fails the test at once", "tests/flows/test_services.py",
              "        except requests.Timeout as err:\n", "        except KeyError as err:\n",
              ("tests/flows/test_services.py::test_a_read_that_times_out_is_asked_again_and_the_deadline_names_it",)),
+    119: Bug("the runner adds its deployments in Prefect's global loop thread (Prefect's serve), where the version's "
+             "blocking inference can deadlock with a delivery", "flows/deployments.py",
+             "        asyncio.run(aserve(*served, print_starting_message=True))\n",
+             "        __import__('prefect').serve(*served, print_starting_message=True)\n",
+             ("tests/flows/test_deployments.py::"
+              "test_the_runner_adds_its_deployments_in_its_own_loop_not_in_prefects_global_one",)),
 }

@@ -1,7 +1,8 @@
 """What the deployment runner asks Prefect before its data poll announces bars again: is a
 cycle under way or due, and which runs a killed runner left behind. On the tests' Prefect
-server, with runs of a throwaway deployment set to each state by hand; and the runner's own
-delivery of a promotion event."""
+server, with runs of a throwaway deployment set to each state by hand; the runner's own
+delivery of a promotion event; where it adds its deployments, and the ``ct-cycle`` limit it
+makes at each start."""
 
 from __future__ import annotations
 

@@ -65,9 +65,9 @@ def gone(group: int) -> bool:
 def wait_for(what: str, check: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
     """``check()`` once it is truthy, asked every ``every`` seconds for ``timeout`` seconds. A read
     that times out is no answer yet, not a failure: in one suite on two loaded cores a Prefect
-    server left a read unanswered for 30 s (its SQLite store lets a query wait up to 60 s for a
-    lock). The deadline still fails the test, naming the reads that timed out, and
-    :func:`kill_all` shows where each server was waiting."""
+    server left a read unanswered for 30 s, for a reason not yet known. The deadline still fails
+    the test, naming the reads that timed out, and :func:`kill_all` shows where each server was
+    waiting."""
     deadline = time.monotonic() + timeout
     slow: list[str] = []
     while time.monotonic() < deadline:

@@ -43,7 +43,7 @@ import shlex
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import Market, build_market, seeds_of
+from benchmarks.evidence.augment import augmented, more_history
 
 SNAPSHOT = "evolution.select=snapshot"
 """The selection of the learner before this study: the best validation snapshot of all generations."""
@@ -134,10 +135,7 @@ REFERENCE = "shipped"
 LADDER = ("before", "+ pooled normalisation", "+ market-relative credit", AVERAGED, "shipped")
 WINDOWS = ("train", "val", "test")
 MORE = {"augmented: 4 bootstraps": ("bootstrap", 4), "4 more histories": ("generator", 4)}
-"""The arms that train on more history than the market's own (:func:`augmented`)."""
-BLOCK = 63
-"""Bars per block of the bootstrap: longer than the latent drift's half-life (23 bars), so a
-block keeps the trends the agents learn from."""
+"""The arms that train on more history than the market's own (:mod:`benchmarks.evidence.augment`)."""
 
 
 def edges(m: Market, policy: Any) -> dict[str, float]:
@@ -265,53 +263,6 @@ def selection(m: Market, evo: Any, result: Any) -> list[dict[str, Any]]:
              **edges(m, Ensemble(finals, m.params.env.action))},
             {"arm": "selection: the final agent best in sample", **max(scored, key=lambda e: e["train"])},
             bound(scored)]
-
-
-def more_history(m: Market, how: str, count: int, seed: int) -> list[np.ndarray]:
-    """``count`` histories of ``[bars, n, 2]`` log returns (overnight gap, intraday move) as long as
-    ``m``'s warm-up and training window: block-resampled from ``m``'s own training window
-    (``bootstrap``: blocks of :data:`BLOCK` bars, every stock's bars together), or drawn afresh
-    from the embedded market's generator with other seeds (``generator``)."""
-    from tasks.data.synthetic_daily import daily_market
-
-    bars = m.train[1] + m.params.features.warmup
-    if how == "generator":
-        d = m.params.data
-        markets = [daily_market(d.symbols, d.start, d.end, d.signal, 1_000_000 + 1000 * seed + j) for j in range(count)]
-        return [np.stack((np.log(k.open[1:bars + 1] / k.close[:bars]),
-                          np.log(k.close[1:bars + 1] / k.open[1:bars + 1])), axis=-1) for k in markets]
-    close, opens = m.data.close.numpy(), m.data.open.numpy()
-    own = np.stack((np.log(opens[1:m.train[1] + 1] / close[:m.train[1]]),
-                    np.log(close[1:m.train[1] + 1] / opens[1:m.train[1] + 1])), axis=-1)
-    rng = np.random.default_rng(seed)
-    blocks = -(-bars // BLOCK)
-    return [np.concatenate([own[s : s + BLOCK] for s in rng.integers(0, len(own) - BLOCK, blocks)])[:bars]
-            for _ in range(count)]
-
-
-def augmented(m: Market, histories: list[np.ndarray]) -> Market:
-    """``m`` with ``histories`` of returns traded before its first bar, as prices that run on
-    from one another into it, and its training window stretched back over them; validation and
-    test stay ``m``'s own. The histories' indicators are computed from their own prices (their
-    first ``features.warmup`` bars give the history and are dropped) and normalised with ``m``'s
-    statistics; ``m``'s own bars keep theirs."""
-    from tasks.data.momentum import feature
-    from trainers.common.env import MarketData
-    from trainers.common.state import normalise_features
-
-    returns = np.concatenate(histories)
-    log_close = np.cumsum(returns.sum(axis=-1), axis=0)
-    log_open = log_close - returns[..., 1]
-    warm = m.params.features.warmup
-    shift = np.log(m.data.open[0].numpy()) - log_close[-1]  # the last history closes at the market's first open
-    close, opens = np.exp(log_close + shift), np.exp(log_open + shift)
-    raw = np.stack([feature(close, name) for name in m.fs.feature_names], axis=-1)[warm:]
-    feats = torch.as_tensor(normalise_features(raw, m.fs.mean, m.fs.std))
-    data = MarketData(torch.cat((torch.as_tensor(opens[warm:]), m.data.open)),
-                      torch.cat((torch.as_tensor(close[warm:]), m.data.close)), torch.cat((feats, m.data.features)))
-    extra = len(close) - warm
-    return replace(m, data=data, train=(0, m.train[1] + extra), val=(m.val[0] + extra, m.val[1] + extra),
-                   test=(m.test[0] + extra, m.test[1] + extra))
 
 
 def run_arm(job: tuple[str | None, int, list[str], bool, str]) -> list[dict[str, Any]]:

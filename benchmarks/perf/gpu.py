@@ -18,7 +18,7 @@ say) cannot take the others down, and writes ``OUT/SECTION.json`` as soon as it 
   each of its builds timed), against the bytes it must move, and its rate against the copy
   roofline of those (benchmarks/perf/gpu_update.py);
 * ``parity``: one generation on CUDA against the CPU (same random draws), and a checkpoint
-  resumed across devices (benchmarks/perf/gpu_train.py);
+  resumed across devices (benchmarks/perf/gpu_parity.py);
 * ``dask``: a short evolution's jobs on a real ``dask scheduler`` and two ``--resources GPU=1``
   workers pinned to the GPU, against the same run in this process (benchmarks/perf/gpu_dask.py;
   it needs dask's wheels, which travel in ``.whl/``);
@@ -59,6 +59,7 @@ import torch
 from benchmarks.perf import gpu_train
 from benchmarks.perf.gpu_common import Args, bytes_moved, sample_env, timed
 from benchmarks.perf.gpu_dask import section_dask
+from benchmarks.perf.gpu_parity import section_parity
 from benchmarks.perf.gpu_update import section_update
 from benchmarks.perf.tree import tree_state
 from trainers.common.capture import HostReadError, Recorded, no_host_reads
@@ -187,7 +188,7 @@ def necessary_bytes(stocks: int, state_dim: int) -> int:
 
 SECTION_FUNCTIONS: dict[str, Callable[[Args], dict[str, Any]]] = {
     "device": section_device, "sync": section_sync, "env": section_env, "ppo": gpu_train.section_ppo,
-    "update": section_update, "parity": gpu_train.section_parity, "dask": section_dask,
+    "update": section_update, "parity": section_parity, "dask": section_dask,
     "headline": gpu_train.section_headline}
 
 

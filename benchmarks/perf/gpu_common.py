@@ -60,6 +60,10 @@ headline to train with it (benchmarks/perf/gpu_update.py measures it)."""
 TINY = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
 """The same, for the CPU smoke (``--tiny``)."""
 
+class Stop(Exception):
+    """Training stops here: a wall budget is spent, or a run is cut short on purpose."""
+
+
 def necessary_update_bytes(stocks: int, state_dim: int, per_action: bool) -> int:
     """Bytes any update must move per sample and epoch: read the sample's state, its pre-``tanh``
     actions, its old log-probability, advantage (per stock with ``credit: per_stock``) and value

@@ -32,7 +32,7 @@ import torch
 
 from benchmarks.perf.gpu_common import Args
 from benchmarks.perf.gpu_market import sample_market
-from benchmarks.perf.gpu_train import compared, tiny_evolution
+from benchmarks.perf.gpu_parity import compared, tiny_evolution
 from trainers.common.jobs import AgentJob
 from trainers.config import RuntimeConfig
 from trainers.population.dispatch import Setting, gpu_turn, run_job, set_deterministic

@@ -1,6 +1,7 @@
 """The device script's training sections (benchmarks/perf/gpu.py): the hot steps for the sync
-audit, PPO throughput by population, CPU-CUDA parity and cross-device resume, and the
-headline run with its RL-Scope breakdown. trainers/, torch and numpy only."""
+audit, PPO throughput by population, and the headline run with its RL-Scope breakdown
+(CPU-CUDA parity and cross-device resume: benchmarks/perf/gpu_parity.py). trainers/, torch
+and numpy only."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ import gc
 import json
 import subprocess
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from benchmarks.perf.gpu_common import (
     KERNEL_ERROR,
     TINY,
     Args,
+    Stop,
     paper_env,
     paper_evolution,
     paper_ppo,
@@ -38,9 +38,9 @@ from trainers.common.evaluate import buy_and_hold, run_policies
 from trainers.common.metrics import performance
 from trainers.config import RuntimeConfig, SACConfig
 from trainers.population.config import EvolutionConfig
-from trainers.population.evolution import Evolution, EvolutionResult
+from trainers.population.evolution import EvolutionResult
 from trainers.ppo.agent import PPOAgent
-from trainers.ppo.multiplex import KeptPPO, run_multiplexed
+from trainers.ppo.multiplex import KeptPPO
 from trainers.ppo.ppo import PPO
 from trainers.sac.sac import SACAgent
 
@@ -173,69 +173,6 @@ def _peak(args: Args) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def tiny_evolution(args: Args, data: MarketData, runtime: RuntimeConfig, generations: int = 2) -> Evolution:
-    """A short evolution of the paper's config at toy shapes, for the parity checks."""
-    cfg = EvolutionConfig(population=2 if args.tiny else 4, generations=generations, iterations_per_generation=2,
-                          eval_interval=2, search_space=dict(SEARCH), seed=3)
-    ppo = paper_ppo(**TINY)
-    bars = data.close.shape[0]
-    return Evolution(data, scales_of(data, 0), paper_env(), ppo, cfg, (0, bars // 2), (bars // 2, bars - 1), 252.0,
-                     runtime=runtime)
-
-
-def section_parity(args: Args) -> dict[str, Any]:
-    """One short evolution on the CPU (the default, grouped update) and on the device (the
-    static update, recorded steps, random streams on the CPU so both draw the same numbers):
-    best fitness, the agent selected, every evaluation's fitness and the weights; then a
-    checkpoint written on one device and resumed on the other, both ways."""
-    stocks = 4 if args.tiny else 30
-    cpu_data = sample_market(stocks, 200 if args.tiny else 600, seed=0, device="cpu")
-    dev_data = cpu_data.to(args.device)
-    cpu = tiny_evolution(args, cpu_data, RuntimeConfig()).run(runner=run_multiplexed)
-    dev = tiny_evolution(args, dev_data, RuntimeConfig(compile="graphs", rng="cpu")).run(runner=run_multiplexed)
-    out: dict[str, Any] = {"cpu_best_fitness": cpu.best_fitness, "device_best_fitness": dev.best_fitness,
-                           **compared(dev, cpu)}
-    out["resume"] = {f"{a}->{b}": _resume(args, a, b, cpu_data) for a, b in (("cpu", args.device),
-                                                                                (args.device, "cpu"))}
-    return out
-
-
-def compared(run: EvolutionResult, reference: EvolutionResult) -> dict[str, Any]:
-    """Two runs' leaderboards side by side: how many evaluations, the largest difference of
-    any evaluation's fitness and of the best actor's weights, and whether the same agent
-    (and generation) was selected."""
-    fitness = [abs(a.fitness - b.fitness) for a, b in zip(run.history, reference.history)]
-    weights = max(float((a.cpu() - b.cpu()).abs().max()) for a, b in zip(run.best_actor.values(),
-                                                                         reference.best_actor.values()))
-    return {"evaluations": len(fitness), "same_evaluations": len(run.history) == len(reference.history),
-            "max_fitness_diff": max(fitness), "max_best_actor_weight_diff": weights,
-            "same_best_agent": (run.best_agent, run.best_generation) == (reference.best_agent,
-                                                                          reference.best_generation)}
-
-
-def _resume(args: Args, saved_on: str, resumed_on: str, data: MarketData) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        first = tiny_evolution(args, data.to(saved_on), RuntimeConfig(), generations=2)
-        try:
-            first.run(checkpoint_dir=Path(tmp), on_generation=_stop, runner=run_multiplexed)  # generation 1, then stop
-        except _Stop:
-            pass
-        second = tiny_evolution(args, data.to(resumed_on), RuntimeConfig(), generations=2)
-        second.load(Path(tmp) / Evolution.CHECKPOINT)
-        result = second.run(runner=run_multiplexed)
-    return {"generations": second.state.generation, "best_fitness": result.best_fitness,
-            "warnings": sorted({str(w.message) for w in caught})}
-
-
-class _Stop(Exception):
-    """Training stops here: a wall budget is spent."""
-
-
-def _stop(_: EvolutionResult) -> None:
-    raise _Stop
-
-
 def section_headline(args: Args) -> dict[str, Any]:
     """A population of 16 on the paper-scale minute market for ``--headline-seconds`` of
     training, then its test year beside buy-and-hold and momentum, and an RL-Scope profile."""
@@ -319,7 +256,7 @@ def _first_that_trains(args: Args, modes: list[str], out: dict[str, Any],
             trained = train(mode, budget)
             out["mode"] = mode
             return trained
-        except _Stop:
+        except Stop:
             raise
         except Exception as error:  # noqa: BLE001 - Inductor may fail on a new stack; graphs are the fallback
             out.setdefault("fallbacks", []).append(f"{mode}: {type(error).__name__}: {error}"[:500])
@@ -360,12 +297,12 @@ def _train(args: Args, data: MarketData, windows: dict[str, tuple[int, int]], sh
         if len(curve) == 1 or seconds // 10 > curve[-2]["seconds"] // 10:  # a line every 10 s
             print(json.dumps(curve[-1]), flush=True)
         if seconds >= budget:
-            raise _Stop
+            raise Stop
 
     try:
         with KeptPPO() as runner:
             run.run(on_generation=on_generation, runner=runner)
-    except _Stop:
+    except Stop:
         pass
     return run.best(), curve
 

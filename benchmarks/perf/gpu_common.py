@@ -60,6 +60,7 @@ headline to train with it (benchmarks/perf/gpu_update.py measures it)."""
 TINY = {"num_envs": 4, "horizon": 8, "batch_size": 16, "repeat_times": 2}
 """The same, for the CPU smoke (``--tiny``)."""
 
+
 class Stop(Exception):
     """Training stops here: a wall budget is spent, or a run is cut short on purpose."""
 

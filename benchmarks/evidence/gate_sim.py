@@ -31,6 +31,8 @@ from tasks.registry.decision import decide_cycle
 from tasks.registry.evidence import MIN_BARS, Evidence, against
 from trainers.common.metrics import sharpe
 
+NIGHTS = 252
+"""Nights of a simulated year: one continuous-training cycle a trading day."""
 Record = Literal["shipped", "included"]
 RECORDS: tuple[Record, ...] = ("shipped", "included")
 """shipped: the shadow's record starts after the window that chose it (``since`` = the night);

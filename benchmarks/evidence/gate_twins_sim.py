@@ -50,14 +50,13 @@ import numpy as np
 from scipy import stats
 
 from benchmarks.common import ROOT
-from benchmarks.evidence.gate_sim import Judge, shadow_gate
+from benchmarks.evidence.gate_sim import NIGHTS, Judge, shadow_gate
 from tasks.config import Params, RegistryParams, load_params
 from tasks.registry.evidence import Evidence
 
 TWINS_JSON = ROOT / "docs/results/gate-twins.json"
 CONFIGS = {"daily": ("params.yaml", 1), "minute": ("params.minute.yaml", 390)}
 """Config → its params file and the bars between two nightly cycles."""
-NIGHTS = 252
 
 
 @dataclass(frozen=True)

@@ -53,15 +53,32 @@ def critical_t(seeds: int) -> float:
     return T_975[seeds - 2] if seeds - 1 <= len(T_975) else 1.96
 
 
+def spread(values: list[float]) -> float:
+    """The sample standard deviation; 0 for one value."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def mean_sd(values: list[float]) -> str:
-    if not values:
-        return "-"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
+    return f"{statistics.fmean(values):.2f} ± {spread(values):.2f}" if values else "-"
+
+
+def t_text(values: list[float]) -> str:
+    """``t = …`` for per-seed differences, ``+inf`` where every seed differs by the same amount;
+    where t is not a number, why: one seed, or no difference on any seed."""
+    t = t_stat(values)
+    if not math.isnan(t):
+        return f"t = {t:+.2f}"
+    return "no t: one seed" if len(values) < 2 else "no t: no difference on any seed"
+
+
+def beats(values: list[float]) -> bool:
+    """Whether per-seed differences show an edge beyond noise (t ≥ 2). One seed cannot show its
+    absence, so it counts as one (fails closed); no difference on any seed is none."""
+    return len(values) < 2 or t_stat(values) >= 2
 
 
 def paired(values: list[float]) -> str:
-    return f"{mean_sd(values)} (t = {t_stat(values):+.2f})" if values else "-"
+    return f"{mean_sd(values)} ({t_text(values)})" if values else "-"
 
 
 def markets_of(rows: Rows) -> list[str]:
@@ -107,16 +124,16 @@ def targets(rows: Rows) -> list[tuple[str, str, bool]]:
         d, ceiling = diffs(rows, market, a, b), diffs(rows, market, "filter", b)
         if not d:
             return None
-        beside = f" (the filter: {statistics.fmean(ceiling):+.2f}, t = {t_stat(ceiling):+.2f})" if ceiling else ""
-        return (f"{market}: {a} − {b} > 0, t ≥ 2", f"{statistics.fmean(d):+.2f}, t = {t_stat(d):+.2f}{beside}",
+        beside = f" (the filter: {statistics.fmean(ceiling):+.2f}, {t_text(ceiling)})" if ceiling else ""
+        return (f"{market}: {a} − {b} > 0, t ≥ 2", f"{statistics.fmean(d):+.2f}, {t_text(d)}{beside}",
                 statistics.fmean(d) > 0 and t_stat(d) >= 2)
 
     for arm in ("ewm_40 rule", "sr_40 rule"):  # runs before the sr_40 rule was an arm have the first only
         rule = diffs(rows, "learnable", "champion", arm)
         if rule:
             out.append((f"learnable: champion − B&H ≥ {arm} − B&H − {RULE_SLACK:.2f}, paired",
-                        f"champion − rule {statistics.fmean(rule):+.2f} ± {statistics.stdev(rule):.2f} "
-                        f"(t = {t_stat(rule):+.2f})", statistics.fmean(rule) >= -RULE_SLACK))
+                        f"champion − rule {statistics.fmean(rule):+.2f} ± {spread(rule):.2f} ({t_text(rule)})",
+                        statistics.fmean(rule) >= -RULE_SLACK))
     out += [t for t in (significant("champion", "momentum"), significant("champion", "vanilla")) if t]
     most = next((arm for arm in reversed(COMPUTE[1:]) if diffs(rows, "learnable", arm, COMPUTE[0])), None)
     if most is not None:  # the most compute that ran, against 1x (the target names 16x)
@@ -124,16 +141,17 @@ def targets(rows: Rows) -> list[tuple[str, str, bool]]:
         curve, ceiling = diffs(rows, "learnable", most, COMPUTE[0]), diffs(rows, "learnable", most, "filter")
         gap = statistics.fmean(ceiling) if ceiling else math.nan
         out.append((f"learnable: compute buys return: {k} − 1x > 0 with t ≥ 2, or {k} within 0.10 of the filter "
-                    f"(target: 16x)", f"{k} − 1x {statistics.fmean(curve):+.2f} ± {statistics.stdev(curve):.2f} "
-                    f"(t = {t_stat(curve):+.2f}, {len(curve)} seeds); {k} − filter {gap:+.2f}",
+                    f"(target: 16x)", f"{k} − 1x {statistics.fmean(curve):+.2f} ± {spread(curve):.2f} "
+                    f"({t_text(curve)}, {len(curve)} seeds); {k} − filter {gap:+.2f}",
                     (statistics.fmean(curve) > 0 and t_stat(curve) >= 2) or gap >= -0.10))
     for market, what in (("martingale", "the true null"), ("null", "the leakage check")):
         arms = [a for a in ("champion", "vanilla", "momentum", "ewm_40 rule", "sr_40 rule")
                 if diffs(rows, market, a, "buy-and-hold")]
         if arms:
-            ts = {a: t_stat(diffs(rows, market, a, "buy-and-hold")) for a in arms}
+            edges = {a: diffs(rows, market, a, "buy-and-hold") for a in arms}
             out.append((f"{market}: no arm beats B&H beyond noise, t < 2 ({what})",
-                        ", ".join(f"{a} t = {t:+.2f}" for a, t in ts.items()), max(ts.values()) < 2))
+                        ", ".join(f"{a} {t_text(d)}" for a, d in edges.items()),
+                        not any(beats(d) for d in edges.values())))
     return out
 
 
@@ -200,7 +218,7 @@ def plot_seeds(rows: Rows, path: Path, arms: tuple[str, ...] = ARMS) -> None:
         for j, arm in enumerate(present):
             values = [r["sharpe"] for r in rows if r["market"] == market and r["arm"] == arm]
             axes.scatter(np.full(len(values), j) + np.linspace(-0.12, 0.12, len(values)), values, color=f"C{j}", s=16)
-            axes.errorbar(j + 0.28, statistics.fmean(values), yerr=statistics.stdev(values) if len(values) > 1 else 0,
+            axes.errorbar(j + 0.28, statistics.fmean(values), yerr=spread(values),
                           fmt="s", color=f"C{j}", capsize=3)
         axes.axhline(0, color="grey", linewidth=0.6)
         axes.set_xticks(range(len(present)), present, fontsize=8, rotation=30)
@@ -247,7 +265,7 @@ def plot_compute(rows: Rows, path: Path) -> None:
              for a in arms]
     edge = [diffs(rows, "learnable", a, "buy-and-hold") for a in arms]
     axes.errorbar(steps, [statistics.fmean(e) for e in edge],
-                  yerr=[statistics.stdev(e) / math.sqrt(len(e)) if len(e) > 1 else 0 for e in edge],
+                  yerr=[spread(e) / math.sqrt(len(e)) for e in edge],
                   marker="o", capsize=3, label="champion (mean ± s.e. over seeds)")
     for arm, style in (("filter", "-."), ("sr_40 rule", (0, (5, 1))), ("ewm_40 rule", "--"), ("momentum", ":")):
         d = diffs(rows, "learnable", arm, "buy-and-hold")

@@ -9,8 +9,9 @@ on the unedited copy and must pass. Prints one line per plant and exits 1 if any
     .venv/bin/python -m tests.mutation.planted [NUMBER ...]
 
 A row of two or three plants (docs/testing.md says "two plants") plants each alone: ``89a``,
-``89b``. The catalogue is ``tests/mutation/bugs_trainers.py`` and ``bugs_pipeline.py``, by where
-the edit lands; ``tests/mutation/test_planted.py`` keeps it equal to the table and its edits current.
+``89b``. The catalogue is ``tests/mutation/bugs_trainers.py``, ``bugs_benchmarks.py`` and
+``bugs_pipeline.py`` (the rest), by where the edit lands; ``tests/mutation/test_planted.py``
+keeps it equal to the table and its edits current.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from tests.mutation.bug import Bug, Entry
+from tests.mutation.bugs_benchmarks import BENCHMARKS
 from tests.mutation.bugs_pipeline import PIPELINE
 from tests.mutation.bugs_trainers import TRAINERS
 
@@ -31,7 +33,7 @@ COPY = ("flows", "tasks", "trainers", "deploy", "tests", "standins", "benchmarks
         "pyproject.toml", ".env", "params.yaml", "params.minute.yaml", "params.paper.yaml")
 
 
-BUGS: dict[int, Entry] = {**TRAINERS, **PIPELINE}
+BUGS: dict[int, Entry] = {**TRAINERS, **PIPELINE, **BENCHMARKS}
 """Every row of docs/testing.md's table, by its number."""
 
 

@@ -9,6 +9,7 @@ from benchmarks.evidence.results_report import (
     critical_t,
     diffs,
     gate_rate,
+    paired,
     plot_curve,
     report,
     t_stat,
@@ -27,6 +28,13 @@ def test_t_statistic_by_hand():
     assert math.isclose(t_stat([1.0, 2.0, 3.0]), 2 / (1 / math.sqrt(3)))  # mean 2, sd 1, n 3
     assert math.isnan(t_stat([1.0]))
     assert t_stat([-0.4, -0.4]) == -math.inf and math.isnan(t_stat([0.0, 0.0]))  # one market, every seed alike
+
+
+def test_a_cell_without_a_t_says_why_instead_of_printing_nan():
+    assert paired([1.0, 2.0, 3.0]) == "2.00 ± 1.00 (t = +3.46)"
+    assert paired([0.5]) == "0.50 ± 0.00 (no t: one seed)"
+    assert paired([0.0, 0.0]) == "0.00 ± 0.00 (no t: no difference on any seed)"
+    assert paired([-0.4, -0.4]) == "-0.40 ± 0.00 (t = -inf)" and paired([]) == "-"
 
 
 def test_differences_are_paired_by_seed_and_stay_in_their_market():
@@ -78,6 +86,21 @@ def test_the_null_targets_fail_when_an_arm_beats_buy_and_hold_beyond_noise():
         assert [ok for _, _, ok in targets(rows(leaky, market=market))] == [False]
         costly = {**calm, "momentum": [-0.5, -0.6, -0.55, -0.52]}  # loses beyond noise: no edge, no leak
         assert [ok for _, _, ok in targets(rows(costly, market=market))] == [True]
+        # an arm that is buy-and-hold on every seed has no t and no edge, wherever it is listed
+        assert [ok for _, _, ok in targets(rows({**calm, "champion": [0.0] * 4}, market=market))] == [True]
+        beaten = targets(rows({**calm, "champion": [0.0] * 4, "vanilla": [0.5, 0.6, 0.55, 0.52]}, market=market))
+        assert [ok for _, _, ok in beaten] == [False]
+    # one seed cannot show the absence of an edge, wherever its arm is listed: not met, and why
+    one = targets(rows({"buy-and-hold": [0.0], "champion": [0.1], "vanilla": [-0.2]}, market="null"))
+    assert [ok for _, _, ok in one] == [False] and one[0][1] == "champion no t: one seed, vanilla no t: one seed"
+
+
+def test_a_one_seed_run_states_its_targets_without_a_t_and_meets_none_that_needs_one():
+    got = targets(rows({"buy-and-hold": [0.0], "momentum": [0.0], "vanilla": [0.0], "filter": [1.0],
+                        "ewm_40 rule": [0.5], "champion": [0.6], "champion 16x": [0.8]}))
+    assert got[0][1] == "champion − rule +0.10 ± 0.00 (no t: one seed)" and got[0][2] is True
+    assert got[1][1] == "+0.60, no t: one seed (the filter: +1.00, no t: one seed)" and got[1][2] is False
+    assert got[-1][1].startswith("16x − 1x +0.20 ± 0.00 (no t: one seed, 1 seeds)") and got[-1][2] is False
 
 
 def test_report_lists_the_arms_and_counts_promotions():

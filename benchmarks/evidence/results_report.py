@@ -142,7 +142,7 @@ def targets(rows: Rows) -> list[tuple[str, str, bool]]:
         gap = statistics.fmean(ceiling) if ceiling else math.nan
         out.append((f"learnable: compute buys return: {k} − 1x > 0 with t ≥ 2, or {k} within 0.10 of the filter "
                     f"(target: 16x)", f"{k} − 1x {statistics.fmean(curve):+.2f} ± {spread(curve):.2f} "
-                    f"({t_text(curve)}, {len(curve)} seeds); {k} − filter {gap:+.2f}",
+                    f"({t_text(curve)}, {len(curve)} seed{'s' if len(curve) > 1 else ''}); {k} − filter {gap:+.2f}",
                     (statistics.fmean(curve) > 0 and t_stat(curve) >= 2) or gap >= -0.10))
     for market, what in (("martingale", "the true null"), ("null", "the leakage check")):
         arms = [a for a in ("champion", "vanilla", "momentum", "ewm_40 rule", "sr_40 rule")

@@ -100,7 +100,7 @@ def test_a_one_seed_run_states_its_targets_without_a_t_and_meets_none_that_needs
                         "ewm_40 rule": [0.5], "champion": [0.6], "champion 16x": [0.8]}))
     assert got[0][1] == "champion − rule +0.10 ± 0.00 (no t: one seed)" and got[0][2] is True
     assert got[1][1] == "+0.60, no t: one seed (the filter: +1.00, no t: one seed)" and got[1][2] is False
-    assert got[-1][1].startswith("16x − 1x +0.20 ± 0.00 (no t: one seed, 1 seeds)") and got[-1][2] is False
+    assert got[-1][1].startswith("16x − 1x +0.20 ± 0.00 (no t: one seed, 1 seed)") and got[-1][2] is False
 
 
 def test_report_lists_the_arms_and_counts_promotions():

@@ -52,7 +52,7 @@ from tasks.registry.aliases import CHAMPION
 from tasks.registry.register import register
 from tasks.registry.store import client
 from tests.conftest import build_through_backtest
-from tests.flows.test_services import MODEL, READ, Project, kill_all, podracer, wait_for
+from tests.flows.live_services import MODEL, READ, Project, kill_all, podracer, wait_for
 
 MARKET = ["data.symbols=30", "data.signal=10", "features.indicators=[ewm_40_xs, vol_20]",
           "features.normalise=pooled", "env.action=weights", "env.tilt=1.0", "ppo.policy=shared"]

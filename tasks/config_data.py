@@ -18,9 +18,11 @@ from tasks.errors import ConfigError
 
 
 class Section(BaseModel):
-    """A section of ``params.yaml``."""
+    """A section of ``params.yaml``. A number that is not finite (``nan``, ``inf``, which YAML
+    reads as floats) is refused in every field: no setting means one, and a NaN margin or rate
+    would turn a decision into a comparison that is always false."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class YahooParams(Section):

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from tasks.registry.evidence import MIN_BARS, data_fault, persistent_se
+from tasks.registry.evidence import FLAT, MIN_BARS, data_fault, persistent_se
 from tasks.registry.tags import PROMISE_BARS, PROMISE_MEAN, PROMISE_SE
 
 HOLD = "buy_and_hold"
@@ -107,7 +107,7 @@ class Promise:
         """Why this promise cannot be watched against, or None."""
         if not all(math.isfinite(x) for x in (self.mean, self.se)) or self.bars < MIN_BARS:
             return f"its promise cannot be read (mean {self.mean:g}, se {self.se:g} over {self.bars} bars)"
-        if self.spread <= 0:
+        if self.spread < FLAT:
             return "its promise has no spread: the champion and buy-and-hold returned the same on every bar"
         return None
 
@@ -117,7 +117,11 @@ def threshold(slack: float, bars: float) -> float:
     (Siegmund's approximation, solved by bisection; ``slack`` is ``k``)."""
     def arl(b: float) -> float:
         x = 2.0 * slack * b
-        return b * b if x < 1e-9 else (math.expm1(x) - x) / (2.0 * slack * slack)
+        if x < 1e-9:
+            return b * b
+        if x > 700.0:  # e^x would overflow a float (a promise of hundreds of σ a bar): its logarithm instead
+            return math.exp(min(x - math.log(2.0) - 2.0 * math.log(slack), 709.0))
+        return (math.expm1(x) - x) / (2.0 * slack * slack)
 
     lo, hi = 0.0, 1.0
     while arl(hi) < bars:
@@ -186,6 +190,9 @@ def watch(model: np.ndarray, benchmark: np.ndarray, promise: Promise, *, toleran
     between false alarms at each reference; ``alpha`` the one-sided level of the promise's
     lower bound."""
     model, benchmark = (np.asarray(x, dtype=np.float64) for x in (model, benchmark))
+    if model.shape != benchmark.shape or model.ndim != 1:
+        raise ValueError(f"the watch needs both arms' returns on the same bars: {model.shape} "
+                         f"against {benchmark.shape}")
     bars = model.size
     fault = (data_fault({"champion": model, "buy-and-hold": benchmark}, "return") or promise.fault()
              or (f"only {bars} bars since the promotion (the watch needs at least {MIN_BARS})"

@@ -26,9 +26,11 @@ most either's), and the interval is the union of the two intervals, so ``low > m
 about when p < α.
 
 **Fails closed.** A non-finite or non-positive account value, a non-finite return, an arm
-whose returns never vary, a pair that returns the same on every bar and fewer than
-:data:`MIN_BARS` bars give an :class:`Evidence` with a ``fault`` that names the arm, the
-bar and the reason: it never passes, and no statistic is read from it.
+whose returns never vary or barely do (:data:`STEADY`), a pair that returns the same on
+every bar and fewer than :data:`MIN_BARS` bars give an :class:`Evidence` with a ``fault``
+that names the arm, the bar and the reason: it never passes, and no statistic is read from
+it. A resample in which an arm has no Sharpe counts against the model, in the p-value and in
+the interval alike.
 
 When the evidence falls short, :meth:`Evidence.more_bars` says roughly how many more bars
 of the same edge would pass: Bailey & López de Prado's (2012) minimum track record length.
@@ -55,6 +57,11 @@ MIN_BARS = 10
 """Fewer paired returns than this are no evidence at all: the test fails closed."""
 FLAT = 1e-12
 """A return series whose standard deviation is below this never varies: it has no Sharpe."""
+STEADY = 1e4
+"""A return series whose mean is more than this many of its standard deviations from zero a
+bar (an annualised Sharpe above 150,000) has no Sharpe to test either: no strategy earns
+that, so it is a data or look-ahead error, and its variance, which the bootstrap reads from
+the first two moments, loses half its digits or more to rounding."""
 CHUNK_CELLS = 1 << 17
 """Resampled bars per chunk of the bootstrap (:func:`circular_starts`): each of a chunk's
 arrays is 1 MiB, within a core's cache, so the test's memory does not grow with its resamples."""
@@ -137,12 +144,17 @@ def data_fault(arms: dict[str, np.ndarray], what: str, dates: Sequence[object] |
 
 
 def shape_fault(model: np.ndarray, benchmark: np.ndarray, arm: str, name: str) -> str | None:
-    """Too few bars, an arm that never varies, or a pair that is the same on every bar."""
+    """Too few bars, an arm that never varies or barely does (:data:`STEADY`), or a pair that
+    is the same on every bar."""
     if model.size < MIN_BARS:
         return f"only {model.size} bars (the test needs at least {MIN_BARS})"
     for label, values in ((arm, model), (name, benchmark)):
-        if float(values.std()) < FLAT:
+        spread, mean = float(values.std()), float(values.mean())
+        if spread < FLAT:
             return f"{label}: its returns never vary over the {values.size} bars, so it has no Sharpe"
+        if abs(mean) > STEADY * spread:
+            return (f"{label}: its returns barely vary (a mean excess of {mean:.3g} a bar, sd {spread:.3g}), "
+                    "a Sharpe no strategy earns: a data or look-ahead error")
     if float((model - benchmark).std()) < FLAT:
         return f"{arm} and {name} differ by a constant on every one of the {model.size} bars: nothing to test"
     return None
@@ -229,6 +241,13 @@ def _p(replicates: np.ndarray, observed: float) -> float:
     return (1 + int(extreme)) / (replicates.size + 1)
 
 
+def _against_the_model(values: np.ndarray) -> np.ndarray:
+    """``values`` with each NaN as +inf: a resample in which an arm has no Sharpe (flat within
+    it) counts against the model in the interval as in :func:`_p`, and so does a quantile that
+    falls between two such resamples (inf − inf)."""
+    return np.where(np.isnan(values), np.inf, values)
+
+
 def paired_test(model: np.ndarray, benchmark: np.ndarray, name: str, *, per_year: float, risk_free: float = 0.0,
                 margin: float = 0.0, alpha: float = 0.05, resamples: int = 2000, seed: int = 0, arm: str = "model",
                 dates: Sequence[object] | None = None) -> Evidence:
@@ -242,10 +261,10 @@ def paired_test(model: np.ndarray, benchmark: np.ndarray, name: str, *, per_year
     if model.shape != benchmark.shape or model.ndim != 1:
         raise ValueError(f"paired returns need the same bars: {model.shape} against {benchmark.shape}")
     bars = model.size
-    fault = data_fault({arm: model, name: benchmark}, "return", dates) or shape_fault(model, benchmark, arm, name)
+    excess = np.stack([model, benchmark]) - risk_free / per_year
+    fault = data_fault({arm: model, name: benchmark}, "return", dates) or shape_fault(*excess, arm, name)
     if fault is not None:
         return refused(name, bars, fault, margin, alpha)
-    excess = np.stack([model, benchmark]) - risk_free / per_year
     # annualised, and each Sharpe's sd with ddof 1 as trainers.common.metrics
     scale = math.sqrt(per_year * (bars - 1) / bars)
     point, psi = _sharpe_difference(*excess)
@@ -253,8 +272,9 @@ def paired_test(model: np.ndarray, benchmark: np.ndarray, name: str, *, per_year
     error, studentised = _replicates(excess, point, scale, block_length(psi), resamples, seed)
     edge = observed - margin
     p_value = max(_p(error, edge), _p(studentised, edge / se))
-    basic = np.quantile(error, [1.0 - alpha, alpha])
-    student = np.quantile(np.nan_to_num(studentised, nan=np.inf), [1.0 - alpha, alpha]) * se
+    with np.errstate(invalid="ignore"):  # inf − inf between two resamples without a Sharpe: NaN, then +inf
+        basic = _against_the_model(np.quantile(_against_the_model(error), [1.0 - alpha, alpha]))
+        student = _against_the_model(np.quantile(np.nan_to_num(studentised, nan=np.inf), [1.0 - alpha, alpha])) * se
     low, high = observed - max(float(basic[0]), float(student[0])), observed - min(float(basic[1]), float(student[1]))
     return Evidence(name, bars, observed, low, high, p_value, se, margin, alpha)
 

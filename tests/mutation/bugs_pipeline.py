@@ -66,8 +66,8 @@ PIPELINE: dict[int, Entry] = {
             "return Evidence(name, bars, observed, high, low, p_value",
             ("tests/tasks/registry/test_evidence.py::test_the_interval_and_the_p_value_agree",)),
     30: Bug("the interval computed at α/2 while labelled 1 − 2α", "tasks/registry/evidence.py",
-            "basic = np.quantile(error, [1.0 - alpha, alpha])",
-            "basic = np.quantile(error, [1.0 - alpha / 2, alpha / 2])",
+            "np.quantile(_against_the_model(error), [1.0 - alpha, alpha])",
+            "np.quantile(_against_the_model(error), [1.0 - alpha / 2, alpha / 2])",
             ("tests/tasks/registry/test_evidence.py::test_the_p_value_and_interval_rebuilt_by_hand_from_the_same_resamples",)),
     31: Bug("a percentile p-value instead of the recentred one", "tasks/registry/evidence.py",
             "p_value = max(_p(error, edge), _p(studentised, edge / se))",
@@ -280,7 +280,7 @@ PIPELINE: dict[int, Entry] = {
              "            client.create_global_concurrency_limit(__import__('prefect.client.schemas.actions', "
              "fromlist=['x']).GlobalConcurrencyLimitCreate(name=CONCURRENCY, limit=1))\n",
              ("tests/flows/test_deployments.py::test_the_runner_creates_the_cycle_slot_once_and_sets_it_back_to_one",)),
-    118: Bug("a read of the services tests that times out fails the test at once", "tests/flows/test_services.py",
+    118: Bug("a read of the services tests that times out fails the test at once", "tests/flows/live_services.py",
              "        except requests.Timeout as err:\n", "        except KeyError as err:\n",
              ("tests/flows/test_services.py::test_a_read_that_times_out_is_asked_again_and_the_deadline_names_it",)),
     119: Bug("the runner adds its deployments in Prefect's global loop thread (Prefect's serve), where the version's "
@@ -289,4 +289,26 @@ PIPELINE: dict[int, Entry] = {
              "        __import__('prefect').serve(*served, print_starting_message=True)\n",
              ("tests/flows/test_deployments.py::"
               "test_the_runner_adds_its_deployments_in_its_own_loop_not_in_prefects_global_one",)),
+    122: Bug("the gate tests an arm whose returns barely vary: its variance cancels to 0 and +inf passes",
+             "tasks/registry/evidence.py", "        if abs(mean) > STEADY * spread:\n", "        if False:\n",
+             ("tests/tasks/registry/test_evidence.py::"
+              "test_returns_that_barely_vary_fail_closed_instead_of_a_sharpe_lost_to_rounding",)),
+    123: Bug("a resample without a Sharpe makes the gate's interval NaN", "tasks/registry/evidence.py",
+             "        basic = _against_the_model(np.quantile(_against_the_model(error), [1.0 - alpha, alpha]))\n",
+             "        basic = np.quantile(error, [1.0 - alpha, alpha])\n",
+             ("tests/tasks/registry/test_evidence.py::test_a_model_in_cash_on_most_bars_has_an_interval_never_nan",)),
+    124: Bug("the watch's threshold overflows for a promise of hundreds of sd a bar", "tasks/registry/decay.py",
+             "        if x > 700.0:", "        if False:",
+             ("tests/tasks/registry/test_decay.py::"
+              "test_a_promise_of_hundreds_of_standard_deviations_a_bar_has_a_threshold_not_an_overflow",)),
+    125: Bug("a promise whose spread is below the gate's floor is watched", "tasks/registry/decay.py",
+             "        if self.spread < FLAT:\n", "        if self.spread <= 0:\n",
+             ("tests/tasks/registry/test_decay.py::"
+              "test_a_promise_whose_spread_is_below_the_gates_floor_cannot_be_watched",)),
+    126: Bug("the watch broadcasts a benchmark of another length over the record", "tasks/registry/decay.py",
+             "    if model.shape != benchmark.shape or model.ndim != 1:\n        raise ValueError(f\"the watch",
+             "    if False:\n        raise ValueError(f\"the watch",
+             ("tests/tasks/registry/test_decay.py::test_the_two_arms_must_cover_the_same_bars",)),
+    127: Bug("the config takes nan and inf for a number", "tasks/config_data.py", "allow_inf_nan=False",
+             "allow_inf_nan=True", ("tests/tasks/test_config.py::test_bad_config_is_one_line_naming_the_key",)),
 }

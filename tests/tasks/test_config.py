@@ -57,6 +57,9 @@ def write(tmp_path: Path, text: str) -> Path:
         ("ppo: {policy: shared, net_dims: [8], start_ranked_by: 0}\nevolution: {search_space: {net_width: [1, 6]}}\n",
          "evolution.search_space.net_width must start at 2"),
         ("ppo:\n  anchor: -1\n", "ppo: anchor must be >= 0"),
+        ("registry:\n  gate_margin: .nan\n", "registry.gate_margin: Input should be a finite number"),
+        ("registry:\n  gate_margin: -.inf\n", "registry.gate_margin: Input should be a finite number"),
+        ("backtest:\n  risk_free: nan\n", "backtest.risk_free: Input should be a finite number"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path, text, expected):

@@ -26,6 +26,39 @@ def test_the_threshold_gives_the_asked_average_run_length_by_siegmunds_formula()
     assert threshold(0.1, 10 * 252) > threshold(0.1, 252)  # rarer false alarms need a higher threshold
 
 
+def test_a_promise_of_hundreds_of_standard_deviations_a_bar_has_a_threshold_not_an_overflow():
+    """Siegmund's e^(2kb) overflows a float past 2kb = 709. The gate can promote a near-twin of
+    buy-and-hold with a steady edge (1e-4 a bar over a tracking error of 1e-7: k about 500); its
+    watch must still read: b = ln(2k² · bars) / 2k is far below the overshoot, so h = 0 and any
+    bar below the reference by more than k spreads alarms."""
+    for slack in (300.0, 355.0, 500.0, 1e6):
+        b = math.log(2 * slack**2 * 504) / (2 * slack)
+        assert b < OVERSHOOT and threshold(slack, 504.0) == 0.0
+    rng = np.random.default_rng(8)
+    hold = rng.normal(0.0003, 0.01, 63)
+    twin = Promise.of(hold + 1e-4 + 1e-7 * rng.standard_normal(63), hold)
+    assert twin.fault() is None and twin.mean / twin.spread > 700
+    live_hold = rng.normal(0.0003, 0.01, 30)
+    kept = watch(live_hold + 1e-4 + 1e-7 * rng.standard_normal(30), live_hold, twin, tolerance=0.25, years=2,
+                 per_year=YEAR)
+    turned = watch(live_hold - 1e-4, live_hold, twin, tolerance=0.25, years=2, per_year=YEAR)
+    assert (kept.fault, kept.decayed, kept.collapsed) == (None, False, False)
+    assert (turned.fault, turned.decay.alarm, turned.severe.alarm) == (None, 0, 0)
+
+
+def test_a_promise_whose_spread_is_below_the_gates_floor_cannot_be_watched():
+    """The gate refuses a pair whose difference varies by less than 1e-12 a bar; a promise
+    whose spread is below it is no promise either (its k would be astronomical)."""
+    assert Promise(mean=1e-4, se=1e-14, bars=63).fault() == (
+        "its promise has no spread: the champion and buy-and-hold returned the same on every bar")
+    assert Promise(mean=1e-4, se=1e-9, bars=63).fault() is None
+
+
+def test_the_two_arms_must_cover_the_same_bars():
+    with pytest.raises(ValueError, match=r"same bars: \(40,\) against \(1,\)"):
+        watch(np.zeros(40), np.zeros(1), PROMISE, tolerance=0.25, years=2, per_year=YEAR)
+
+
 def test_the_promise_is_the_active_returns_mean_and_prewhitened_standard_error():
     rng = np.random.default_rng(0)
     bench = rng.normal(0.0, 0.01, 500)

@@ -177,6 +177,37 @@ def test_bad_or_flat_returns_fail_closed(model, fault):
     assert e.summary() == f"vs buy-and-hold: no test, {fault}"
 
 
+def test_returns_that_barely_vary_fail_closed_instead_of_a_sharpe_lost_to_rounding():
+    """0.1% a bar with noise of 1e-11: its variance, read from the first two moments, cancels
+    to 0, which made the difference +inf with no fault, and +inf passed the weak screen into
+    shadow. A mean above 10,000 standard deviations a bar is refused, naming the arm."""
+    bench = market(63, 0)
+    model = 0.001 + 1e-11 * np.random.default_rng(0).standard_normal(63)
+    assert (model * model).mean() - model.mean() ** 2 == 0.0  # the cancellation itself
+    e = paired_test(model, bench, "buy_and_hold", per_year=YEAR, margin=0.05, arm="agent")
+    assert e.fault.startswith("agent: its returns barely vary (a mean excess of 0.001 a bar, sd 9.16e-12)")
+    assert not e.passed and e.p_value == 1.0 and math.isnan(e.diff)
+    wobbly = 0.001 + 1e-6 * np.random.default_rng(0).standard_normal(63)  # 1,000 sd a bar: a Sharpe, tested
+    assert paired_test(wobbly, bench, "buy_and_hold", per_year=YEAR, resamples=199).fault is None
+
+
+def test_a_model_in_cash_on_most_bars_has_an_interval_never_nan():
+    """Flat on all but a few bars: a resample that misses every trade has no Sharpe. It counts
+    against the model in the interval as in the p-value: one trade leaves the low end at −inf;
+    five pass, with a finite interval above the margin."""
+    rng = np.random.default_rng(3)
+    bench = rng.normal(0.0003, 0.01, 63)
+    tests = {}
+    for trades in (1, 2, 3, 5):
+        model = np.zeros(63)
+        model[rng.choice(63, trades, replace=False)] = np.abs(rng.normal(0.01, 0.005, trades))
+        tests[trades] = paired_test(model, bench, "buy_and_hold", per_year=YEAR, margin=0.05)
+    one, five = tests[1], tests[5]
+    assert (one.passed, one.low, math.isfinite(one.high)) == (False, -math.inf, True)
+    assert five.passed and 0.05 < five.low < five.diff < five.high < math.inf
+    assert "nan" not in one.summary() + five.summary()
+
+
 def test_a_flat_benchmark_is_named_as_the_fault():
     """The benchmark's flat returns, not the model's, are what make the test impossible."""
     model = market(30, 9)

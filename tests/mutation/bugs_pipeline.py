@@ -311,4 +311,28 @@ PIPELINE: dict[int, Entry] = {
              ("tests/tasks/registry/test_decay.py::test_the_two_arms_must_cover_the_same_bars",)),
     127: Bug("the config takes nan and inf for a number", "tasks/config_data.py", "allow_inf_nan=False",
              "allow_inf_nan=True", ("tests/tasks/test_config.py::test_bad_config_is_one_line_naming_the_key",)),
+    128: Bug("the broker checks the shares and cash before the duplicate id, so a resent order is refused 403",
+             "tasks/delivery/broker/paper.py", "            try:\n                Ledger.insert_order(db, order)\n",
+             "            self._check_funds(db, feed, request, self._prices(feed)[0], session and "
+             "request.time_in_force != 'cls' and feed.trades(bar, request.symbol), '')\n"
+             "            try:\n                Ledger.insert_order(db, order)\n",
+             ("tests/tasks/delivery/broker/test_paper.py::"
+              "test_a_resent_order_is_a_duplicate_even_when_its_first_copy_holds_the_shares_or_the_cash",)),
+    129: (Bug("the broker prices an account whose held symbol left the bars (two plants)",
+              "tasks/delivery/broker/paper.py",
+              "        gone = [s for s in self.ledger.symbols() if s not in feed.symbols]\n",
+              "        gone: list[str] = []\n",
+              ("tests/tasks/delivery/broker/test_paper.py::"
+               "test_a_symbol_gone_from_the_bars_is_refused_in_one_line_that_says_how_to_recover",)),
+          Bug("the broker's symbols in use leave out those of open orders", "tasks/delivery/broker/ledger.py",
+              " UNION SELECT symbol FROM orders \"\n            f\"WHERE status IN {OPEN_STATUSES} ORDER BY symbol\"",
+              " ORDER BY symbol\"",
+              ("tests/tasks/delivery/broker/test_paper.py::"
+               "test_a_symbol_gone_from_the_bars_is_refused_in_one_line_that_says_how_to_recover",))),
+    130: Bug("a 400-digit qty overflows into a 500", "tasks/delivery/broker/alpaca_shapes.py",
+             "    except OverflowError:  # an integer beyond a float's range: infinite, as the same digits as "
+             "text read\n        number = math.inf\n", "",
+             ("tests/tasks/delivery/broker/test_alpaca_shapes.py::"
+              "test_a_number_past_a_floats_range_is_refused_as_not_finite_like_1e400",
+              "tests/tasks/delivery/broker/test_api.py::test_malformed_requests_get_a_json_4xx_and_change_nothing")),
 }

@@ -28,7 +28,8 @@ class BrokerError(Exception):
     def __init__(self, status: int, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.status, self.message = status, message
-        self.code = code if code is not None else {401: 40110000, 403: 40310000, 404: 40410000}.get(status, 40010001)
+        self.code = code if code is not None else {401: 40110000, 403: 40310000, 404: 40410000,
+                                                   500: 50010000}.get(status, 40010001)
 
 
 def unprocessable(message: str) -> BrokerError:
@@ -54,6 +55,8 @@ def _number(body: dict[str, Any], key: str) -> float | None:
         raise unprocessable(f"{key} must be a number")
     try:
         number = float(value)
+    except OverflowError:  # an integer beyond a float's range: infinite, as the same digits as text read
+        number = math.inf
     except ValueError:
         raise unprocessable(f"{key} must be a number, not {str(value)[:32]!r}") from None
     if not math.isfinite(number):

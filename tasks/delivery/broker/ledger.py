@@ -122,6 +122,12 @@ class Ledger:
     def positions(self) -> dict[str, dict[str, Any]]:
         return {r["symbol"]: r for r in self.rows("SELECT * FROM positions WHERE qty > 0 ORDER BY symbol")}
 
+    def symbols(self) -> list[str]:
+        """The symbols the account holds or has open orders in: those it needs prices of."""
+        return [r["symbol"] for r in self.rows(
+            "SELECT symbol FROM positions WHERE qty > 0 UNION SELECT symbol FROM orders "
+            f"WHERE status IN {OPEN_STATUSES} ORDER BY symbol")]
+
     # --- orders -------------------------------------------------------------------------
     def order(self, column: str, value: str) -> dict[str, Any] | None:
         assert column in ("id", "client_order_id")

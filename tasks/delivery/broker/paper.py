@@ -93,13 +93,27 @@ class PaperBroker:
 
     # --- the clock ------------------------------------------------------------------------
     def _position(self, feed: Feed) -> tuple[int, Phase]:
-        """The clock's bar (an index into the feed) and phase."""
+        """The clock's bar (an index into the feed) and phase.
+
+        Every price and clock event of the account goes through here, so this is where a feed
+        that can no longer carry the account is refused, in one line that says how to recover
+        (docs/delivery.md, The market): the clock's bar is gone (another market), or a symbol the
+        account holds or has open orders in is (the universe changed). Such a position can be
+        neither valued nor sold, as no price of it is left.
+        """
         clock = self.ledger.clock()
         bar = feed.find(clock["day"])
         if bar is None:
             raise BrokerError(500, f"the broker's clock stands at {clock['day']}, which the feed no longer has: "
                                    "its paper account traded another market (data.source or dates changed); "
                                    f"remove {self.ledger.path} to open a new account, or use another data_dir")
+        gone = [s for s in self.ledger.symbols() if s not in feed.symbols]
+        if gone:
+            raise BrokerError(500, f"the paper account holds or has open orders in {', '.join(gone)}, which the "
+                                   f"price feed ({self.feed.path}) has no bars of: the broker can neither value, fill "
+                                   "nor close them, nor move the clock; put their bars back (`podracer ingest` and "
+                                   "`podracer validate` with the symbols that traded them), or remove "
+                                   f"{self.ledger.path} to open a new account")
         return bar, clock["phase"]
 
     def clock(self) -> dict[str, Any]:
@@ -225,7 +239,13 @@ class PaperBroker:
 
     # --- orders ----------------------------------------------------------------------------
     def submit(self, body: Any) -> dict[str, Any]:
-        """Accept, fill or refuse an order request (one transaction)."""
+        """Accept, fill or refuse an order request (one transaction).
+
+        The order is inserted first, so the ledger's unique ``client_order_id`` decides a resent
+        order before anything else: a restarted loop's resend is answered 422 (duplicate id),
+        never 403 for the shares or cash its own first copy holds (docs/delivery.md, The trading
+        loop). A later refusal rolls the insert back with the rest of the transaction.
+        """
         self.catch_up()
         feed = self.feed.current()
         request = parse_order(body, feed.symbols)
@@ -233,12 +253,7 @@ class PaperBroker:
             bar, phase = self._position(feed)
             session = self.mode == "simulated" and phase == "open"
             between = feed.intraday and phase == "close" and not feed.closes_session(bar, self.calendar)
-            if request.time_in_force == "opg" and (session or between):
-                raise BrokerError(422, "opg orders are accepted only while the market is closed")
-            last, _ = self._prices(feed)
             at = self.now()
-            immediate = session and request.time_in_force != "cls" and feed.trades(bar, request.symbol)
-            self._check_funds(db, feed, request, last, immediate)
             order = {"id": str(uuid.uuid4()), "client_order_id": request.client_order_id, "symbol": request.symbol,
                      "side": request.side, "type": request.type, "time_in_force": request.time_in_force,
                      "qty": request.qty, "limit_price": request.limit_price,
@@ -249,6 +264,11 @@ class PaperBroker:
                 Ledger.insert_order(db, order)
             except sqlite3.IntegrityError:
                 raise BrokerError(422, "client_order_id must be unique", 40010001) from None
+            if request.time_in_force == "opg" and (session or between):
+                raise BrokerError(422, "opg orders are accepted only while the market is closed")
+            last, _ = self._prices(feed)
+            immediate = session and request.time_in_force != "cls" and feed.trades(bar, request.symbol)
+            self._check_funds(db, feed, request, last, immediate, order["id"])
             pending = {**order, "filled_qty": 0}
             if immediate and marketable(pending, feed.open[bar, feed.column(request.symbol)]):
                 cash, cost_pct = db.execute("SELECT cash, cost_pct FROM account").fetchone()
@@ -257,11 +277,13 @@ class PaperBroker:
         return order_json(row)
 
     def _check_funds(self, db: sqlite3.Connection, feed: Feed, request: OrderRequest, last: np.ndarray,
-                     immediate: bool) -> None:
+                     immediate: bool, order_id: str) -> None:
         """403 for a sell beyond the shares not already held for other sells, for an immediate buy
-        beyond the cash, or for a queued buy when the account has no buying power at all."""
+        beyond the cash, or for a queued buy when the account has no buying power at all.
+        ``order_id``: the request's own order, already inserted, which holds nothing against itself."""
         pending = [dict(r) for r in db.execute(
-            f"SELECT * FROM orders WHERE status IN {OPEN_STATUSES} AND side = 'sell'").fetchall()]
+            f"SELECT * FROM orders WHERE status IN {OPEN_STATUSES} AND side = 'sell' AND id != ?",
+            (order_id,)).fetchall()]
         cash, cost_pct = db.execute("SELECT cash, cost_pct FROM account").fetchone()
         if request.side == "sell":
             row = db.execute("SELECT qty FROM positions WHERE symbol = ?", (request.symbol,)).fetchone()

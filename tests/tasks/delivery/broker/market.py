@@ -40,9 +40,9 @@ KEYS = Keys("PKTESTBROKERKEY00001", "test-secret-0123456789abcdefghijklmnopqr")
 CASH, COST = 10_000.0, 0.01
 
 
-def write_bars(path: Path, sessions: list[str] = SESSIONS) -> None:
+def write_bars(path: Path, sessions: list[str] = SESSIONS, symbols: list[str] = SYMBOLS) -> None:
     rows = [{"symbol": s, "ts": pd.Timestamp(day, tz="UTC"), "open": o, "high": h, "low": lo, "close": c,
-             "volume": 1e5} for s in SYMBOLS for day, (o, h, lo, c) in zip(SESSIONS, PRICES[s]) if day in sessions]
+             "volume": 1e5} for s in symbols for day, (o, h, lo, c) in zip(SESSIONS, PRICES[s]) if day in sessions]
     write_parquet(pd.DataFrame(rows), path, "1d")
 
 

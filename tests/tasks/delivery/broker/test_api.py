@@ -33,6 +33,12 @@ def bad_requests(filled_id: str, filled_cid: str, canceled_cid: str
         ("qty a word", "POST", "/v2/orders", {"json": order_body("AAA", "ten")}, 422, 40010001),
         ("qty a boolean", "POST", "/v2/orders", {"json": order_body("AAA", True)}, 422, 40010001),
         ("qty too large", "POST", "/v2/orders", {"json": order_body("AAA", 1e12)}, 422, 40010001),
+        ("qty a 400-digit integer", "POST", "/v2/orders",
+         {"data": b'{"symbol": "AAA", "qty": 1' + b"0" * 400 + b', "side": "buy", "type": "market", '
+                  b'"time_in_force": "day"}', "headers": {"Content-Type": "application/json"}}, 422, 40010001),
+        ("limit_price a 400-digit integer", "POST", "/v2/orders",
+         {"data": b'{"symbol": "AAA", "qty": 1, "side": "buy", "type": "limit", "limit_price": 1' + b"0" * 400
+                  + b', "time_in_force": "day"}', "headers": {"Content-Type": "application/json"}}, 422, 40010001),
         ("unknown time_in_force", "POST", "/v2/orders", {"json": {**good, "time_in_force": "forever"}}, 422, 40010001),
         ("unknown type", "POST", "/v2/orders", {"json": {**good, "type": "bogus"}}, 422, 40010001),
         ("unknown side", "POST", "/v2/orders", {"json": {**good, "side": "short"}}, 422, 40010001),
@@ -108,7 +114,9 @@ def bad_requests(filled_id: str, filled_cid: str, canceled_cid: str
 NAMES_THE_PROBLEM = {
     "negative qty": "qty", "zero qty": "qty", "fractional qty": "fractional", "qty and notional": "notional",
     "notional alone": "notional", "qty missing": "qty", "qty NaN": "qty", "qty a word": "qty", "qty a boolean": "qty",
-    "qty too large": "qty", "unknown time_in_force": "time_in_force", "unknown type": "type", "unknown side": "side",
+    "qty too large": "qty", "qty a 400-digit integer": "qty must be finite",
+    "limit_price a 400-digit integer": "limit_price must be finite",
+    "unknown time_in_force": "time_in_force", "unknown type": "type", "unknown side": "side",
     "side missing": "side", "limit without limit_price": "limit_price", "limit with a negative price": "limit_price",
     "market with a limit_price": "limit_price", "unknown symbol": "ZZZZ", "symbol missing": "symbol",
     "extended hours": "extended", "client_order_id of 129 characters": "client_order_id",
@@ -128,7 +136,7 @@ def filled_position(m: Any) -> dict[str, Any]:
 
 
 def test_malformed_requests_get_a_json_4xx_and_change_nothing(tmp_path):
-    """Each of 63 malformed or refused requests (bad qty, side, type, time in force, prices,
+    """Each of 65 malformed or refused requests (bad qty, side, type, time in force, prices,
     symbols, ids, bodies, list parameters, dates; a filled order canceled; a position not held
     closed) is answered with a 4xx whose body is ``{"code": int, "message": str}`` and leaves
     every table of the ledger exactly as it was."""

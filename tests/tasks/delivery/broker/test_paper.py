@@ -20,6 +20,7 @@ from alpaca.trading.requests import (
     MarketOrderRequest,
 )
 
+from tests.tasks.delivery.broker.books import snapshot
 from tests.tasks.delivery.broker.market import CASH, market, write_bars
 
 BUY, SELL = OrderSide.BUY, OrderSide.SELL
@@ -106,6 +107,55 @@ def test_client_order_ids_are_unique_for_good_and_orders_can_be_found_listed_and
         response = m.raw("DELETE", "/v2/orders")
         assert response.status_code == 207 and {r["id"] for r in response.json()} == {str(second.id), str(third.id)}
         assert m.client.get_orders(GetOrdersRequest(status=QueryOrderStatus.OPEN)) == []
+
+
+def test_a_resent_order_is_a_duplicate_even_when_its_first_copy_holds_the_shares_or_the_cash(tmp_path):
+    """A restarted loop resends its journaled orders with the same client order ids; the broker
+    answers 422 (duplicate id), on which the loop fetches the order (docs/delivery.md, The trading
+    loop), not 403 for the shares or cash that the first copy itself holds. Nothing changes."""
+    with market(tmp_path) as m:
+        db = m.broker.ledger.path
+        order(m.client, "AAA", 10)
+        m.advance("bar")  # 10 AAA bought at the 07-03 open of 11: cash 10,000 - 111.1 = 9,888.9
+        sell = order(m.client, "AAA", 10, SELL, cid="pdr-v1-20230703-AAA")  # holds all 10 shares
+        before = snapshot(db)
+        err = api_error(lambda: order(m.client, "AAA", 10, SELL, cid="pdr-v1-20230703-AAA"))
+        assert (err.status_code, err.code) == (422, 40010001) and "client_order_id" in err.message
+        assert snapshot(db) == before
+        m.advance("open")  # the sell fills at 07-05's open of 12: cash 9,888.9 + 120 - 1.2 = 10,007.7
+        bought = order(m.client, "CCC", 190, cid="pdr-v1-20230705-CCC")  # at once at 51: 9,690 · 1.01 = 9,786.9
+        assert float(m.client.get_account().cash) == pytest.approx(10_007.7 - 9_786.9, abs=1e-9)  # 220.8
+        before = snapshot(db)
+        err = api_error(lambda: order(m.client, "CCC", 190, cid="pdr-v1-20230705-CCC"))  # 220.8 cannot pay
+        assert (err.status_code, err.code) == (422, 40010001) and "client_order_id" in err.message
+        assert snapshot(db) == before
+        assert m.client.get_order_by_client_id("pdr-v1-20230703-AAA").id == sell.id
+        assert m.client.get_order_by_client_id("pdr-v1-20230705-CCC").status == OrderStatus.FILLED == bought.status
+
+
+def test_a_symbol_gone_from_the_bars_is_refused_in_one_line_that_says_how_to_recover(tmp_path):
+    """The bars are rewritten without a symbol the account holds (AAA) or has an open order in
+    (CCC): no price of them is left, so the account can be neither valued nor closed out, nor its
+    clock moved. Each such request gets one 500 line naming the symbols, the bars file and the
+    two ways back; nothing changes, and with the bars restored the account is whole again."""
+    with market(tmp_path) as m:
+        db = m.broker.ledger.path
+        order(m.client, "AAA", 10)
+        m.advance("bar")  # 10 AAA at 11 (cost 1.1): cash 9,888.9, marked at the 07-03 close of 11.2
+        order(m.client, "CCC", 1)
+        write_bars(m.bars, symbols=["BBB"])
+        before = snapshot(db)
+        for method, path in (("GET", "/v2/account"), ("GET", "/v2/positions"), ("GET", "/v2/positions/AAA"),
+                             ("DELETE", "/v2/positions/AAA"), ("DELETE", "/v2/positions"),
+                             ("POST", "/podracer/v1/clock/advance")):
+            response = m.raw(method, path)
+            message = response.json()["message"]
+            assert (response.status_code, response.json()["code"]) == (500, 50010000), f"{method} {path}"
+            assert "in AAA, CCC, which the price feed" in message and str(m.bars) in message, message
+            assert "put their bars back" in message and f"remove {db} to open a new account" in message
+        assert snapshot(db) == before
+        write_bars(m.bars)
+        assert float(m.client.get_account().equity) == pytest.approx(9_888.9 + 112.0, abs=1e-9)
 
 
 def test_closing_positions(tmp_path):

@@ -52,8 +52,9 @@ class ValidationParams(Section):
     max_bad_fraction: float = Field(0.0, ge=0.0, le=1.0, description="quarantined share of rows that stops the run")
     max_gap_bars: int = Field(5, ge=0, description="most consecutive expected bars a symbol may miss")
     outlier_sigma: float = Field(12.0, gt=0.0, description="returns beyond this many robust sds are flagged")
-    max_abs_log_return: float = Field(3.0, gt=0.0, description="a bar whose close-to-close |log return| exceeds "
-                                      "this (3: a x20 move no listed stock makes in one bar) is quarantined")
+    max_abs_log_return: float = Field(3.0, gt=0.0, description="a bar whose close, or open, lies further than this "
+                                      "in |log| from the last kept close (3: a x20 move no listed stock makes in one "
+                                      "bar) is quarantined")
 
 
 class FeatureParams(Section):

@@ -2,7 +2,9 @@
 
 Columns ``symbol`` (str), ``ts`` (tz-aware UTC bar start), ``open``, ``high``, ``low``,
 ``close`` (float64) and ``volume`` (float64); rows sorted by symbol, then ts. The bar
-frequency is stored in each file's Parquet metadata under ``podracer.freq``.
+frequency is stored in each file's Parquet metadata under ``podracer.freq``; the validated
+file also records the data version of the raw files it was validated from
+(``podracer.data_version``), so the features stage never reads a set validated from other data.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ VALIDATED = "bars.parquet"
 """The validated bars' file name under ``data/validated/`` (features and the paper broker read it)."""
 PRICE_COLUMNS = ("open", "high", "low", "close")
 FREQ_KEY = b"podracer.freq"
+VERSION_KEY = b"podracer.data_version"
+"""The validated file's record of the raw data version it was validated from (features checks it)."""
 
 
 def to_contract(frame: pd.DataFrame, origin: str, *, sort: bool = True) -> pd.DataFrame:
@@ -32,13 +36,15 @@ def to_contract(frame: pd.DataFrame, origin: str, *, sort: bool = True) -> pd.Da
     Only the shape is enforced here (columns, dtypes, UTC timestamps and, unless
     ``sort=False``, order); value checks (prices > 0, high/low consistency, duplicates,
     nulls, order) are validation's job, so bad rows reach the quarantine instead of
-    failing the import.
+    failing the import. A missing symbol stays missing (None), as docs/data.md says of an
+    empty cell, rather than becoming the text ``nan``.
     """
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise DataError(f"{origin}: missing column(s) {', '.join(missing)}")
     out = frame.loc[:, list(COLUMNS)].copy()
-    out["symbol"] = out["symbol"].astype(str)
+    symbol = out["symbol"]  # an empty cell stays missing (validation quarantines it), never the ticker 'nan'
+    out["symbol"] = symbol.astype(str).astype(object).where(symbol.notna(), None)
     for col in (*PRICE_COLUMNS, "volume"):
         try:
             out[col] = pd.to_numeric(out[col], errors="raise").astype("float64")
@@ -83,6 +89,17 @@ def read_parquet(path: Path) -> tuple[pd.DataFrame, str | None]:
     return table.to_pandas(), freq.decode() if freq else None
 
 
+def recorded_version(path: Path) -> str | None:
+    """The raw data version a validated file records (None: it records none); a file that
+    cannot be read is a one-line DataError."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from None
+    version = meta.get(VERSION_KEY)
+    return version.decode() if version else None
+
+
 def panel(bars: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Pivot bars to ``[T, n]`` frames per field over every timestamp any symbol has, plus
     ``real`` (bool): where the symbol has a bar of its own.
@@ -115,10 +132,12 @@ class BarsWriter:
     Each :meth:`write` appends one symbol's rows, sorted by ts, as row groups of their own, so
     a row group never mixes symbols and :func:`iter_symbols` reads one symbol at a time. The
     file appears at ``path`` only on :meth:`close` (atomic rename); an error leaves nothing.
+    ``data_version``, when given, is recorded in the file's metadata (:func:`recorded_version`).
     """
 
-    def __init__(self, path: Path, freq: str) -> None:
+    def __init__(self, path: Path, freq: str, data_version: str | None = None) -> None:
         self.path, self.freq = path, freq
+        self._meta = {FREQ_KEY: freq.encode(), **({VERSION_KEY: data_version.encode()} if data_version else {})}
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, self._tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
@@ -128,7 +147,7 @@ class BarsWriter:
     def write(self, frame: pd.DataFrame) -> None:
         table = pa.Table.from_pandas(frame.loc[:, list(COLUMNS)], preserve_index=False)
         if self._writer is None:
-            schema = table.schema.with_metadata({**(table.schema.metadata or {}), FREQ_KEY: self.freq.encode()})
+            schema = table.schema.with_metadata({**(table.schema.metadata or {}), **self._meta})
             self._writer = pq.ParquetWriter(self._tmp, schema)
         self._writer.write_table(table.replace_schema_metadata(self._writer.schema.metadata), row_group_size=ROW_GROUP)
         self.rows += len(frame)

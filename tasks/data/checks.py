@@ -1,7 +1,9 @@
 """Validation checks that need order, a calendar or a whole series (the GX suite sees rows).
 
-* row checks (rows go to quarantine with the reason): ``ts`` not increasing within a
-  symbol in the file's own order, bars outside NYSE sessions, symbols not requested;
+* row checks (rows go to quarantine with the reason): an infinite price or volume (``open
+  not finite``: it passes every bound the GX suite sets, and an open is a fill price), ``ts``
+  not increasing within a symbol in the file's own order, bars outside NYSE sessions, symbols
+  not requested;
 * file checks (one-line error): frequency other than the configured one, or mixed;
 * series checks (one-line error): gaps longer than ``validation.max_gap_bars``;
 * flags (reported, rows kept): extreme-return outliers.
@@ -20,6 +22,8 @@ import pandas as pd
 from tasks.calendar import calendar_index
 from tasks.errors import DataError, ValidationFailed
 
+FINITE = ("open", "high", "low", "close", "volume")
+"""Columns whose infinite values are quarantined (a NaN is the suite's null)."""
 NS_PER = {"1d": 86_400 * 10**9, "1min": 60 * 10**9}
 """Nanoseconds in one bar of each frequency: a bar starts on a whole multiple (UTC)."""
 
@@ -79,15 +83,17 @@ def in_calendar(ts: np.ndarray, expected: np.ndarray) -> np.ndarray:
 
 def row_checks(frame: pd.DataFrame, freq: str, tickers: list[str]) -> dict[str, pd.Series]:
     """Boolean masks (True = bad) of the row checks GX does not do, keyed by reason."""
-    masks = {"ts not increasing": order_failures(frame)}
+    masks = {f"{c} not finite": pd.Series(np.isinf(frame[c].to_numpy(np.float64)), index=frame.index)
+             for c in FINITE}
+    masks["ts not increasing"] = order_failures(frame)
     ts = frame["ts"].dropna()
     if len(ts):
         expected = calendar_index(freq, ts.min(), ts.max())
         label = "not an NYSE session" if freq == "1d" else "outside NYSE session"
         outside = frame["ts"].notna().to_numpy() & ~in_calendar(nanos(frame["ts"]), expected.asi8)
         masks[label] = pd.Series(outside, index=frame.index)
-    if tickers:
-        masks["unknown symbol"] = ~frame["symbol"].isin(tickers)
+    if tickers:  # a null symbol is the suite's "null symbol", not an unknown one
+        masks["unknown symbol"] = frame["symbol"].notna() & ~frame["symbol"].isin(tickers)
     return masks
 
 

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.caching import current_version
 from tasks.config import Params
-from tasks.data.bars import VALIDATED, iter_symbols
+from tasks.data.bars import VALIDATED, iter_symbols, recorded_version
 from tasks.data.feature_set import ARRAYS, COVERAGE, META, NORM, SPLITS, FeatureSet, day, load, save_json
 from tasks.data.indicators import Plan, block, market_series, symbol_columns
 from tasks.data.panel_store import ColumnStore, NpyWriter, Scan, digest, same_rows, scan, symbol_rows
@@ -98,6 +99,20 @@ def build(params: Params, out: Path) -> FeatureSet:
     return load(out)
 
 
+def check_validated(params: Params, path: Path) -> None:
+    """Refuse a validated file validated from other raw data than ``data/raw/`` holds now (a
+    new ingest, then no validation or a failed one): it records the data version it was
+    validated from (``tasks/data/bars.py``). A file that records none, beside raw files, is
+    refused too (it predates the record); with no raw files there is nothing to compare
+    (validated bars placed by hand)."""
+    if not any(params.dirs.raw.glob("*.parquet")):
+        return
+    recorded, current = recorded_version(path), current_version(params)
+    if recorded != current:
+        raise MissingInput(f"{path}: validated from data version {recorded or '(not recorded)'}, but "
+                           f"{params.dirs.raw} now holds data version {current}; run `podracer validate`")
+
+
 def _write(params: Params, out: Path, stored: Stored | None) -> tuple[FeatureSet, int | None]:
     """Write the feature set into ``out``, streaming per symbol and per row block: whole, or,
     when ``stored`` is a set the new bars only extend, its rows copied and only the new rows
@@ -105,6 +120,7 @@ def _write(params: Params, out: Path, stored: Stored | None) -> tuple[FeatureSet
     path = params.dirs.validated / VALIDATED
     if not path.exists():
         raise MissingInput(f"{path}: not found (run `podracer validate` first)")
+    check_validated(params, path)
     scanned = scan(path)
     cfg, names, warm = params.features, list(params.features.indicators), params.features.warmup
     steps, n = len(scanned.index), len(scanned.symbols)

@@ -11,19 +11,26 @@
 or ``|`` between fields (sniffed from the header line); ``null`` / ``NaN`` / ``N/A`` / empty for
 a missing value (validation quarantines the row); thousands separators (``"1,234,567"``);
 decimal commas (``101,25``) in ``;``-separated files, where ``.`` then groups thousands; and a
-header line repeated inside the file (concatenated exports), which is dropped and logged.
+header line repeated inside the file (concatenated exports), which is dropped and logged. A
+``;``-, tab- or ``|``-separated file whose numbers do not show one decimal mark (a ``.`` decimal
+point beside a comma, or only ``1.234``-like and ``30,860``-like cells, which read either way)
+is refused, naming one cell of each kind (:func:`decimal_comma`): guessing would misread every
+number.
 
 **Timestamps** (``ts``), the date rule:
 
 * date-only values (``2021-03-04``; more exactly, zone-less values all at midnight) are
   **session dates at 00:00 UTC**, as the synthetic market and the sources write daily bars;
 * values with a zone or offset (``Z``, ``-05:00``, offsets that change across DST) are
-  converted to UTC;
+  converted to UTC; but in **daily** bars, values all at midnight in the zone they carry
+  (yfinance's ``Ticker.history()`` writes ``2020-01-02 00:00:00-05:00``) are that date's session,
+  at 00:00 UTC, not the UTC instant (which falls at 05:00 of that day);
 * zone-less values with a time of day are read in ``data.timezone`` (an IANA zone, e.g.
   ``America/New_York``) and converted to UTC. Without that setting they are refused, because
   the same wall-clock time is a different instant in New York and in UTC;
 * numbers (Excel serial days? epoch seconds?) and slash dates (``3/4/2021``: March 4 or
-  April 3?) are refused rather than guessed.
+  April 3?) are refused rather than guessed, and so are Parquet timestamps outside the years
+  1677..2262 that pandas can hold (a typo'd year 0221).
 
 Anything refused is one :class:`DataError` line that names the file and, where one exists,
 the line (CSV, the header being line 1) or row (Parquet) and the column.
@@ -58,6 +65,8 @@ DELIMITERS = (",", ";", "\t", "|")
 NUMERIC = (*PRICE_COLUMNS, "volume")
 ZONE = re.compile(r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s?(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$")
 """A timestamp text whose time of day ends in a zone: ``Z`` or a UTC offset (``2021-01-07`` has none)."""
+OFFSET = re.compile(r"\s?(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$")
+"""The zone at the end of a :data:`ZONE` text; what is left is its wall-clock time in that zone."""
 SLASH_DATE = re.compile(r"^\d{1,2}[/.]\d{1,2}[/.]\d{2,4}\b")
 PLAIN_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 THOUSANDS = {",": re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$"), ".": re.compile(r"^-?\d{1,3}(?:\.\d{3})+(?:,\d+)?$")}
@@ -87,11 +96,10 @@ def read_bars(data: DataParams) -> pd.DataFrame:
     if frame.empty:
         raise DataError(f"{origin}: no rows (the file has a header but no bars)")
     frame = _rename(frame, data.columns, origin)
-    decimal_comma = where.sep not in (None, ",") and any(
-        frame[c].dtype == object and frame[c].str.contains(",", regex=False).any() for c in NUMERIC)
+    comma = decimal_comma(frame, origin, where)
     for column in NUMERIC:
-        frame[column] = _numbers(frame[column], column, origin, where, decimal_comma)
-    frame["ts"] = parse_ts(frame["ts"], origin, data.timezone, where)
+        frame[column] = _numbers(frame[column], column, origin, where, comma)
+    frame["ts"] = parse_ts(frame["ts"], origin, data.timezone, where, daily=data.freq == "1d")
     frame = _within(frame, data, origin)
     return to_contract(frame, origin)
 
@@ -187,6 +195,46 @@ def _rename(frame: pd.DataFrame, columns: dict[str, str], origin: str) -> pd.Dat
     return frame
 
 
+SEPARATOR_NAMES = {";": "semicolon", "\t": "tab", "|": "pipe"}
+
+
+def decimal_comma(frame: pd.DataFrame, origin: str, where: _Where) -> bool:
+    """Whether the numbers of a ``;``-, tab- or ``|``-separated CSV use decimal commas (with
+    ``.`` grouping thousands), or a one-line DataError when their cells do not say.
+
+    A comma in a number is read as a decimal comma there (docs/data.md, files). That reading
+    is refused when a cell without a comma has a ``.`` that cannot group thousands (``100.2155``:
+    a decimal point), or when every comma could be a US thousands separator (``30,860``)
+    while cells with only a ``.`` exist (``100.216``): 100216 and 30.86, or 100.216 and 30860?
+    The message names the file, the line, the column and both cells.
+    """
+    if where.sep in (None, ","):
+        return False
+    texts = {c: frame[c].astype("string").str.strip() for c in NUMERIC if frame[c].dtype == object}
+    if not texts:
+        return False
+    cells = pd.concat(texts).dropna()
+    commas = cells[cells.str.contains(",", regex=False)]
+    if commas.empty:
+        return False
+    dots = cells[cells.str.contains(".", regex=False) & ~cells.str.contains(",", regex=False)]
+    points = dots[~dots.str.match(THOUSANDS["."])]  # "1.5", "100.2155": a decimal point, never a grouping
+    shown = not commas.str.match(THOUSANDS[","]).all()  # "51,25", "1.234,5": only a decimal comma reads so
+    if points.empty and (dots.empty or shown):
+        return True
+    dot, comma = _first(points if len(points) else dots), _first(commas)
+    name = SEPARATOR_NAMES.get(str(where.sep), repr(where.sep))
+    raise DataError(f"{origin}: {where(dot[1])}, column {dot[0]}: {dots[dot]!r} and {where(comma[1])}, column "
+                    f"{comma[0]}: {commas[comma]!r} disagree on the decimal mark (a {name}-separated file reads "
+                    "',' as a decimal comma and '.' as a thousands separator); write the numbers without thousands "
+                    "separators, or save the file comma-separated")
+
+
+def _first(cells: pd.Series) -> tuple[str, object]:
+    """The (column, row label) of the cell of ``cells`` on the earliest line."""
+    return min(cells.index, key=lambda key: (key[1], NUMERIC.index(key[0])))
+
+
 def _numbers(col: pd.Series, name: str, origin: str, where: _Where, decimal_comma: bool) -> pd.Series:
     """``col`` as float64, or a one-line error naming the first cell that is not a number.
 
@@ -214,10 +262,13 @@ def _numbers(col: pd.Series, name: str, origin: str, where: _Where, decimal_comm
     return values.astype("float64")
 
 
-def parse_ts(col: pd.Series, origin: str, timezone: str | None, where: _Where) -> pd.Series:
-    """``col`` as tz-aware UTC timestamps by the date rule (module docstring); nulls stay NaT."""
+def parse_ts(col: pd.Series, origin: str, timezone: str | None, where: _Where, daily: bool = False) -> pd.Series:
+    """``col`` as tz-aware UTC timestamps by the date rule (module docstring); nulls stay NaT.
+    ``daily``: the bars are daily, so zoned values all at midnight of their zone are sessions."""
+    if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(col):
+        _in_range(col, origin, where)
     if isinstance(col.dtype, pd.DatetimeTZDtype):
-        return col.dt.tz_convert("UTC")
+        return _sessions(col.dt.tz_localize(None), col, daily)
     if pd.api.types.is_datetime64_dtype(col):
         return _naive(col, origin, timezone, where)
     text = col.astype("string").str.strip()
@@ -242,8 +293,32 @@ def parse_ts(col: pd.Series, origin: str, timezone: str | None, where: _Where) -
         raise DataError(f"{origin}: {where(label)}, column ts: {value!r}: {why}; write YYYY-MM-DD dates "
                         "or ISO-8601 timestamps")
     if zoned.all():
-        return parsed.dt.tz_convert("UTC")
+        wall = pd.to_datetime(text.str.replace(OFFSET, "", regex=True), format="ISO8601", errors="coerce")
+        return _sessions(wall, parsed, daily)
     return _naive(parsed, origin, timezone, where)
+
+
+def _sessions(wall: pd.Series, zoned: pd.Series, daily: bool) -> pd.Series:
+    """Zoned timestamps in UTC; in daily bars whose wall-clock times (``wall``, in each value's
+    own zone) are all midnights, each value's own date as the session, at 00:00 UTC: a New York
+    midnight is that day's session, while its UTC instant (05:00) would be no daily bar at all."""
+    present = wall.dropna()
+    if daily and len(present) and wall.isna().equals(zoned.isna()) and (present == present.dt.normalize()).all():
+        return wall.dt.tz_localize("UTC")
+    return zoned.dt.tz_convert("UTC")
+
+
+def _in_range(col: pd.Series, origin: str, where: _Where) -> None:
+    """Refuse timestamps outside what pandas holds in nanoseconds (years 1677..2262): Parquet
+    stores a typo'd year 0221 in milliseconds, which the bars contract cannot represent."""
+    lo, hi = pd.Timestamp.min, pd.Timestamp.max
+    if isinstance(col.dtype, pd.DatetimeTZDtype):
+        lo, hi = lo.tz_localize("UTC"), hi.tz_localize("UTC")
+    bad = col.notna() & ((col < lo) | (col > hi))
+    if bad.any():
+        label = bad.idxmax()
+        raise DataError(f"{origin}: {where(label)}, column ts: {col[label]} is out of range (timestamps must lie "
+                        f"in {lo.year}..{hi.year}; a typo in the year?)")
 
 
 def _naive(ts: pd.Series, origin: str, timezone: str | None, where: _Where) -> pd.Series:

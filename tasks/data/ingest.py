@@ -4,12 +4,14 @@ Sources: the seeded synthetic market (default), a bars file (CSV, compressed or 
 Parquet, partitioned too; ``tasks/data/files.py``) with a column mapping,
 Yahoo, WRDS, Alpaca and the arch-demo data (``tasks/data/sources/``). A manifest records each
 file's SHA-256. The synthetic market and files are produced whole: the same spec reuses
-the files. Fetched sources are **incremental**: the manifest records which date range
-each symbol covers, and only the missing (symbols, range) pieces are fetched and merged.
-The **data version** is a hash of the files as they are on disk, so a hand edit changes
-it (and validation judges it). The continuous-training cycle fetches up to today
-(``latest``) and ends early when the data version is the one it last finished on
-(:mod:`tasks.model.ct_record`, docs/operations.md).
+the files. A file's spec includes a digest of its content (every file of a Parquet folder),
+so an edited or replaced file is ingested again, and the same content gives the same raw
+files on any machine (docs/data.md, ingestion). Fetched sources are **incremental**: the
+manifest records which date range each symbol covers, and only the missing (symbols, range)
+pieces are fetched and merged. The **data version** is a hash of the files as they are on
+disk, so a hand edit changes it (and validation judges it). The continuous-training cycle
+fetches up to today (``latest``) and ends early when the data version is the one it last
+finished on (:mod:`tasks.model.ct_record`, docs/operations.md).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ log = logging.getLogger("podracer.ingest")
 MANIFEST = "manifest.json"
 SYMBOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
 """A ticker; it names the symbol's file under data/raw/."""
+NO_SYMBOL = "_no_symbol"
+"""The raw file (no ticker can be named so) of a file's rows whose symbol cell is empty: kept
+for validation, which quarantines them as ``null symbol`` (docs/data.md, files)."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,29 @@ class IngestResult:
 
 
 def spec_hash(data: DataParams) -> str:
-    """Hash of the source spec: the same spec means the same raw data."""
-    return hashlib.sha256(data.model_dump_json().encode()).hexdigest()[:16]
+    """Hash of the source spec: the same spec means the same raw data. A file source's spec
+    is its settings and its content (:func:`content_digest`): its path alone would reuse the
+    raw data of a file since edited or replaced."""
+    spec = data.model_dump_json()
+    if data.source == "file" and data.path is not None:
+        spec += f"\ncontent {content_digest(Path(data.path))}"
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def content_digest(path: Path) -> str:
+    """SHA-256 of what ``data.path`` holds, streamed: a file's bytes, or each file of a folder
+    (a partitioned Parquet dataset) with its path inside the folder, in name order. Neither
+    the folder's location nor file times enter it. A path that cannot be read digests as
+    ``unreadable``; reading it then names the problem in one line."""
+    try:
+        if not path.is_dir():
+            return file_digest(path)
+        digest = hashlib.sha256()
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(f"{file.relative_to(path).as_posix()}:{file_digest(file)}\n".encode())
+        return digest.hexdigest()
+    except OSError:
+        return "unreadable"
 
 
 def make_source(data: DataParams) -> Source:
@@ -90,8 +116,20 @@ def per_symbol(data: DataParams) -> Iterator[tuple[str, pd.DataFrame]]:
             yield symbol, pd.concat(list(group), ignore_index=True)
         return
     frame = read_bars(data)
-    _check_symbols(frame, str(data.path))
+    origin = str(data.path)
+    _check_symbols(frame, origin)
+    found = set(frame["symbol"].dropna())
+    absent = [t for t in dict.fromkeys(data.tickers) if t not in found]
+    if absent:  # as the fetched sources treat a ticker that returns nothing (docs/data.md, sources)
+        raise DataError(f"{origin}: no bars for {', '.join(absent)} of data.tickers (unknown symbol, or no data "
+                        "in data.start..data.end)")
     yield from ((str(s), g.reset_index(drop=True)) for s, g in frame.groupby("symbol", sort=True))
+    nameless = frame["symbol"].isna()
+    if nameless.any():
+        log.warning("%s: %d row(s) with an empty symbol cell, the first at ts %s: kept apart in %s.parquet for "
+                    "validation to quarantine", origin, int(nameless.sum()), frame.loc[nameless, "ts"].iloc[0],
+                    NO_SYMBOL)
+        yield NO_SYMBOL, frame[nameless].reset_index(drop=True)
 
 
 def missing_pieces(
@@ -117,7 +155,7 @@ def missing_pieces(
 
 
 def _check_symbols(bars: pd.DataFrame, origin: str) -> None:
-    odd = sorted(s for s in bars["symbol"].unique() if not SYMBOL.fullmatch(s))
+    odd = sorted(s for s in bars["symbol"].dropna().unique() if not SYMBOL.fullmatch(s))
     if odd:
         raise DataError(f"{origin}: symbol {odd[0]!r} is not a ticker "
                         f"(letters, digits, '.', '-', '_'; {len(odd)} such)")
@@ -136,7 +174,8 @@ def _write_manifest(folder: Path, record: dict[str, Any]) -> None:
 
 
 def _result(files: list[Path], rows: int, reused: bool) -> IngestResult:
-    return IngestResult(files, rows, len(files), data_version(files), reused)
+    symbols = sum(f.stem != NO_SYMBOL for f in files)
+    return IngestResult(files, rows, symbols, data_version(files), reused)
 
 
 def _reuse(raw: Path, manifest: dict[str, Any]) -> IngestResult | None:
@@ -164,15 +203,16 @@ def _ingest_whole(params: Params) -> IngestResult:
     with atomic_dir(raw) as staging:
         for symbol, bars in per_symbol(data):
             steps.step()
-            if not SYMBOL.fullmatch(symbol):
+            if symbol != NO_SYMBOL and not SYMBOL.fullmatch(symbol):
                 raise DataError(f"source {data.source}: symbol {symbol!r} is not a ticker")
             write_parquet(bars, staging / f"{symbol}.parquet", data.freq)
             rows += len(bars)
         files = sorted(staging.glob("*.parquet"))
         _write_manifest(staging, {"spec_hash": spec, "spec": data.model_dump(mode="json"), "freq": data.freq,
                                   "rows": rows, "files": {f.name: file_digest(f) for f in files}})
-    log.info("wrote %d rows for %d symbols to %s", rows, len(files), raw)
-    return _result(sorted(raw.glob("*.parquet")), rows, reused=False)
+    result = _result(sorted(raw.glob("*.parquet")), rows, reused=False)
+    log.info("wrote %d rows for %d symbols to %s", rows, result.symbols, raw)
+    return result
 
 
 def _source_key(data: DataParams) -> str:

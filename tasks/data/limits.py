@@ -6,7 +6,9 @@
   taken against the symbol's last bar that was **kept**, so one absurd print (a close of 1e12
   between two closes of 50) costs one row, not two, and a level that stays absurd (a unit
   change mid-file) quarantines every bar at that level. An absurd *first* bar (it jumps to
-  the second, and the second and third agree) is the one quarantined, not the rest.
+  the second, and the second and third agree) is the one quarantined, not the rest. The same
+  limit holds the bar's **open** to the same kept close (the gap, open / previous close):
+  orders fill at the next open, so an absurd open is as harmful as an absurd close.
 * **Soft flag** (``checks.outliers``): beyond ``validation.outlier_sigma`` robust sds, reported
   and kept. Real markets do make such moves.
 * **Suspected split** (:func:`suspected_splits`): a close-to-open ratio within
@@ -36,18 +38,24 @@ LIMIT_REASON = "log return beyond validation.max_abs_log_return"
 """The check's name in the report's counts; each row's reason adds symbol, ts and value."""
 
 
-def limit_reason(symbol: str, ts: pd.Timestamp, value: float, limit: float) -> str:
-    return f"{LIMIT_REASON}: {symbol} {ts} log return {value:+.2f} beyond ±{limit:g}"  # check name, then detail
+def limit_reason(symbol: str, ts: pd.Timestamp, value: float, limit: float, what: str = "log return") -> str:
+    return f"{LIMIT_REASON}: {symbol} {ts} {what} {value:+.2f} beyond ±{limit:g}"  # check name, then detail
+
+
+GAP = "open gap (log open / previous close)"
+"""How a reason names the move of an open from the last kept close."""
 
 
 def limit_failures(good: pd.DataFrame, limit: float, bounds: np.ndarray | None = None) -> pd.Series:
-    """Reasons of the rows of ``good`` (index labels) whose |log return| against the symbol's
-    last kept close exceeds ``limit``. The symbol's first bar is the reference it starts from,
-    unless that bar is the absurd one: it jumps to the second bar, and the second and third agree.
-    ``bounds``: the symbol runs of ``good`` when the caller has it in (symbol, ts) order."""
+    """Reasons of the rows of ``good`` (index labels) whose close, or whose open, lies more than
+    ``limit`` in |log| from the symbol's last kept close. The symbol's first bar is the
+    reference it starts from (its open has no previous close), unless that bar is the absurd
+    one: it jumps to the second bar, and the second and third agree. ``bounds``: the symbol
+    runs of ``good`` when the caller has it in (symbol, ts) order."""
     ordered, bounds = (good, bounds) if bounds is not None else in_order(good)
     logs = np.log(ordered["close"].to_numpy(np.float64))
-    jumps = np.abs(np.diff(logs)) > limit
+    opens = np.log(ordered["open"].to_numpy(np.float64))
+    jumps = (np.abs(np.diff(logs)) > limit) | (np.abs(opens[1:] - logs[:-1]) > limit)
     jumps[bounds[1:-1] - 1] = False  # two symbols, not a move
     reasons: dict[object, str] = {}
     if not jumps.any():  # the usual case: one vectorised pass
@@ -63,9 +71,11 @@ def limit_failures(good: pd.DataFrame, limit: float, bounds: np.ndarray | None =
             rows = rows[1:]
         kept = logs[rows[0]]
         for i in rows[1:]:
-            move = logs[i] - kept
+            move, gap = logs[i] - kept, opens[i] - kept
             if abs(move) > limit:
                 reasons[labels[i]] = limit_reason(symbol, stamps.iat[i], move, limit)
+            elif abs(gap) > limit:
+                reasons[labels[i]] = limit_reason(symbol, stamps.iat[i], gap, limit, GAP)
             else:
                 kept = logs[i]
     return pd.Series(reasons, dtype=object)

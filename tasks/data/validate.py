@@ -4,8 +4,9 @@ Rows that fail a row-level check go to ``data/quarantine/<file>.parquet`` with a
 ``reason`` column; the rest go to ``data/validated/bars.parquet``. Rows in = rows out +
 rows quarantined, and ``data/raw/`` is never modified. If more than
 ``validation.max_bad_fraction`` of the rows fail, the stage stops with one line naming
-each offending file and its count. A close-to-close move beyond
-``validation.max_abs_log_return`` is quarantined too (``tasks/data/limits.py``).
+each offending file and its count. A close, or an open, beyond
+``validation.max_abs_log_return`` from the last kept close is quarantined too
+(``tasks/data/limits.py``), and so is an infinite price or volume (``tasks/data/checks.py``).
 ``report.md`` (kept with the quarantine and logged to MLflow) lists the counts per check,
 the hard-limit rows, the flagged return outliers, any suspected split, and the coverage of
 the kept bars (docs/data.md, what is counted): the symbols that would never be tradable and the symbol-bars the
@@ -20,12 +21,17 @@ are caught and the validated file stays sorted. Across batches only small summar
 kept (:class:`Tally`, ``tasks/data/coverage.py``). Nothing appears half-written: the
 validated file on success only (atomic rename over the last one, which stays readable
 meanwhile: the paper broker serves its prices from it), the quarantine folder whole, and a
-failed run removes the last validated file, so downstream never reads a stale set.
+failed run removes the last validated file, so downstream never reads a stale set. The
+validated file records the data version of the raw files it was validated from, which the
+features stage checks against ``data/raw/`` (docs/data.md, validation). A killed run leaves at
+most a temporary ``.bars.parquet.*.tmp`` beside it, which no reader opens and a later run
+removes once it has not been written for :data:`ABANDONED` seconds.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -37,6 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.caching import data_version
 from tasks.calendar import calendar_index
 from tasks.config import Params
 from tasks.data.bars import VALIDATED, BarsWriter, read_parquet, to_contract, write_parquet
@@ -61,6 +68,10 @@ from tasks.storage import atomic_dir
 
 log = logging.getLogger("podracer.validate")
 REPORT = "report.md"
+ABANDONED = 600.0
+"""Seconds since its last write after which a validated file's temporary is a killed run's: a
+run under way writes its row groups far more often (another validation, by hand beside the
+services' cycle, must not lose the file it is writing)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +122,7 @@ def survey(path: Path) -> RawFile:
         column = source.read(columns=["symbol"]).column("symbol")
     except (OSError, KeyError, pa.ArrowException):
         return RawFile(path, 0, None)  # loading it names what is wrong
-    symbols = sorted(set(column.unique().to_pandas().astype(str)))  # as to_contract reads them (a null is "None")
+    symbols = sorted(set(column.drop_null().unique().to_pandas().astype(str)))  # as to_contract reads them
     return RawFile(path, meta.num_rows, (symbols[0], symbols[-1]) if symbols else None)
 
 
@@ -256,7 +267,10 @@ def validate(params: Params) -> ValidateResult:
         raise MissingInput(f"{dirs.raw}: no Parquet files (run `podracer ingest` first)")
     files = [str(p) for p in paths]
     out = dirs.validated / VALIDATED
-    writer = BarsWriter(out, freq)
+    for stale in dirs.validated.glob(f".{VALIDATED}.*.tmp"):  # a killed run's, not one still being written
+        if time.time() - stale.stat().st_mtime > ABANDONED:
+            stale.unlink(missing_ok=True)
+    writer = BarsWriter(out, freq, data_version(paths))
     try:
         # two threads: one reads the next batch, one writes the last batch's rows (never the same file twice at once)
         with atomic_dir(dirs.quarantine) as staging, ThreadPoolExecutor(2, thread_name_prefix="validate") as pool:

@@ -136,7 +136,29 @@ def test_row_checks_name_each_reason():
     days.loc[2, "ts"] = days.loc[0, "ts"]  # not after the bar before it
     days.loc[0, "symbol"] = "ZZZ"
     masks = {reason: np.flatnonzero(mask).tolist() for reason, mask in row_checks(days, "1d", ["AAA"]).items()}
-    assert masks == {"ts not increasing": [2], "not an NYSE session": [1], "unknown symbol": [0]}
+    finite = {f"{c} not finite": [] for c in ("open", "high", "low", "close", "volume")}
+    assert masks == {**finite, "ts not increasing": [2], "not an NYSE session": [1], "unknown symbol": [0]}
+
+
+def test_an_infinite_price_or_volume_is_a_row_failure_naming_its_column():
+    """inf passes every GX bound (> 0, high >= open), and an open is the next fill's price."""
+    days = daily("AAA", [1.0] * 4, calendar_index("1d", pd.Timestamp("2023-07-05", tz="UTC"),
+                                                  pd.Timestamp("2023-07-10", tz="UTC")))
+    days.loc[1, ["open", "high"]] = np.inf  # an open of inf, and the high that must be >= it
+    days.loc[2, "volume"] = np.inf
+    days.loc[3, "low"] = -np.inf
+    days.loc[0, "close"] = np.nan  # a null is the suite's "null close", not this check's
+    masks = {reason: np.flatnonzero(mask).tolist() for reason, mask in row_checks(days, "1d", []).items()}
+    assert {r: rows for r, rows in masks.items() if rows} == {
+        "open not finite": [1], "high not finite": [1], "volume not finite": [2], "low not finite": [3]}
+
+
+def test_a_null_symbol_is_not_also_an_unknown_one():
+    days = daily("AAA", [1.0] * 2, calendar_index("1d", pd.Timestamp("2023-07-05", tz="UTC"),
+                                                  pd.Timestamp("2023-07-06", tz="UTC")))
+    days["symbol"] = days["symbol"].astype(object)
+    days.loc[1, "symbol"] = None  # the suite quarantines it as "null symbol"
+    assert np.flatnonzero(row_checks(days, "1d", ["AAA"])["unknown symbol"]).tolist() == []
 
 
 def test_a_repeated_time_is_not_increasing_and_frequencies_are_one_line_errors():

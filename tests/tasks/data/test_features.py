@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.caching import current_version
 from tasks.data import feature_set, features
 from tasks.data.arrivals import simulate
 from tasks.data.bars import read_parquet, write_parquet
@@ -65,6 +66,30 @@ def test_missing_input_and_empty_split_are_one_line_errors(tiny):
     with pytest.raises(DataError, match="the test split has 0 bars"):
         features.features(late)
     assert not tiny.dirs.features.exists()  # nothing half-written
+
+
+def test_a_validated_set_from_other_raw_data_is_refused_naming_both_versions(tiny):
+    """A new ingest and no validation (or a failed or killed one): the validated file records
+    the data version it was validated from, and features refuses it."""
+    old = ingest(tiny).data_version
+    validate(tiny)
+    raw = tiny.dirs.raw / "SYN001.parquet"
+    frame = pd.read_parquet(raw)
+    frame.loc[3, "volume"] += 1.0
+    frame.to_parquet(raw)  # new raw data, not validated
+    new = current_version(tiny)
+    path = tiny.dirs.validated / VALIDATED
+    with pytest.raises(MissingInput) as err:
+        features.features(tiny)
+    assert str(err.value) == (f"{path}: validated from data version {old}, but {tiny.dirs.raw} now holds data "
+                              f"version {new}; run `podracer validate`")
+    bars, freq = read_parquet(path)
+    write_parquet(bars, path, freq or "1d")  # a validated file that records no version, beside raw files
+    with pytest.raises(MissingInput, match=r"validated from data version \(not recorded\), but"):
+        features.features(tiny)
+    assert not tiny.dirs.features.exists()
+    validate(tiny)
+    assert features.features(tiny).bars > 0
 
 
 def test_new_bars_are_appended_to_the_stored_rows_and_equal_a_full_recompute(built_copy, tmp_path):

@@ -1,9 +1,12 @@
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from standins.tiny import tiny_params
 from tasks.data.bars import read_parquet
-from tasks.data.ingest import MANIFEST, ingest
+from tasks.data.ingest import MANIFEST, NO_SYMBOL, content_digest, ingest
+from tasks.data.validate import validate
 from tasks.errors import DataError
 
 
@@ -70,3 +73,67 @@ def test_bad_files_are_one_line_errors(tmp_path, content, expected):
         ingest(tiny_params(tmp_path, "data.source=file", f"data.path={csv}"))
     assert expected in str(err.value) and str(csv) in str(err.value)
     assert not (tmp_path / "data" / "raw").exists()  # nothing half-written
+
+
+def write_bars(path: Path, closes: list[float], symbols: tuple[str | None, ...] = ("AAA",)) -> None:
+    days = ["2021-01-04", "2021-01-05", "2021-01-06"][: len(closes)]
+    pd.DataFrame([{"ts": d, "symbol": s, "open": c, "high": c, "low": c, "close": c, "volume": 100}
+                  for s in symbols for d, c in zip(days, closes, strict=True)]).to_csv(path, index=False)
+
+
+def test_a_changed_file_at_the_same_path_is_ingested_again(tmp_path):
+    """The spec of a file source includes its content: by its path alone, an edited or
+    replaced file would reuse the raw data of the old one."""
+    csv = tmp_path / "bars.csv"
+    write_bars(csv, [10.0, 11.0])
+    params = tiny_params(tmp_path, "data.source=file", f"data.path={csv}")
+    first = ingest(params)
+    assert ingest(params).reused  # the same content: reused
+    write_bars(csv, [10.0, 12.0])
+    changed = ingest(params)
+    assert not changed.reused and changed.data_version != first.data_version
+    assert list(read_parquet(tmp_path / "data" / "raw" / "AAA.parquet")[0]["close"]) == [10.0, 12.0]
+    write_bars(csv, [10.0, 11.0])  # the first content again: the first data version, written afresh
+    again = ingest(params)
+    assert not again.reused and again.data_version == first.data_version
+
+
+def test_the_same_content_elsewhere_digests_the_same_and_a_folder_digests_every_file(tmp_path):
+    a, b = tmp_path / "a" / "bars.csv", tmp_path / "b" / "bars.csv"
+    for path in (a, b):
+        path.parent.mkdir()
+        write_bars(path, [10.0, 11.0])
+    assert content_digest(a) == content_digest(b)
+    folder = tmp_path / "parts"
+    (folder / "symbol=AAA").mkdir(parents=True)
+    (folder / "symbol=AAA" / "part-0.parquet").write_bytes(b"one")
+    before = content_digest(folder)
+    (folder / "symbol=AAA" / "part-0.parquet").write_bytes(b"two")
+    assert content_digest(folder) != before
+    assert content_digest(tmp_path / "nothing.csv") == "unreadable"  # reading it names the problem
+
+
+def test_rows_without_a_symbol_reach_validation_apart_from_every_ticker(tmp_path):
+    """docs/data.md: an empty cell is a missing value and its row is quarantined ("null symbol"),
+    never a ticker named 'nan'."""
+    csv = tmp_path / "bars.csv"
+    write_bars(csv, [10.0, 11.0, 12.0], symbols=("AAA", None))
+    params = tiny_params(tmp_path, "data.source=file", f"data.path={csv}", "validation.max_bad_fraction=0.5")
+    result = ingest(params)
+    assert result.symbols == 1 and result.rows == 6
+    raw = tmp_path / "data" / "raw"
+    assert sorted(p.name for p in raw.glob("*.parquet")) == ["AAA.parquet", f"{NO_SYMBOL}.parquet"]
+    checked = validate(params)
+    assert (checked.rows_in, checked.rows_out, checked.quarantined) == (6, 3, 3)
+    quarantined = pd.read_parquet(tmp_path / "data" / "quarantine" / f"{NO_SYMBOL}.parquet")
+    assert quarantined["symbol"].isna().all() and set(quarantined["reason"]) == {"null symbol"}
+
+
+def test_a_requested_ticker_the_file_lacks_is_named_as_the_fetched_sources_name_it(tmp_path):
+    csv = tmp_path / "bars.csv"
+    write_bars(csv, [10.0, 11.0], symbols=("AAA", "BBB"))
+    with pytest.raises(DataError) as err:
+        ingest(tiny_params(tmp_path, "data.source=file", f"data.path={csv}", "data.tickers=[AAA,CCC,BBB,DDD]"))
+    assert str(err.value) == (f"{csv}: no bars for CCC, DDD of data.tickers (unknown symbol, or no data in "
+                              "data.start..data.end)")
+    assert not (tmp_path / "data" / "raw").exists()

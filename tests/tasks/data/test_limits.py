@@ -70,3 +70,21 @@ def test_a_crash_that_keeps_moving_is_no_split():
     # the gap is a half, but the bar then falls another 20%: a market move, not a split
     assert suspected_splits(bars([100.0, 101.0, 40.4], opens=[100.0, 100.5, 50.4])).empty
     assert suspected_splits(bars([100.0, 101.0, 80.0], opens=[100.0, 100.5, 80.0])).empty  # no split ratio
+
+
+def test_an_absurd_open_is_held_to_the_same_limit_against_the_last_kept_close():
+    # closes 50, 51, 52, 53; bar 2 opens at 5100: log(5100 / 51) = ln(100) = +4.61 beyond 3, its close is fine
+    found = reasons(bars([50.0, 51.0, 52.0, 53.0], opens=[50.0, 51.0, 5100.0, 52.5]))
+    assert found == {2: "log return beyond validation.max_abs_log_return: AAA 2021-01-06 00:00:00+00:00 "
+                        "open gap (log open / previous close) +4.61 beyond ±3"}
+    assert f"{math.log(5100.0 / 51.0):+.2f}" == "+4.61"
+    # bar 3's open is judged against 51, the last kept close (bar 2 is out): log(52.5 / 51) = 0.03
+    assert list(reasons(bars([50.0, 51.0, 1e12, 53.0], opens=[50.0, 51.0, 51.0, 52.5]))) == [2]
+    assert list(reasons(bars([50.0, 51.0, 52.0], opens=[50.0, 51.0, 52.0 / 100]))) == [2]  # a fall of 1/100 too
+
+
+def test_the_open_limit_itself_is_kept_and_a_first_open_has_no_previous_close():
+    limit = float(np.log(8.0))
+    assert reasons(bars([1.0, 1.0, 1.0], opens=[1.0, 8.0, 1.0]), limit) == {}  # exactly the limit: kept
+    assert list(reasons(bars([1.0, 1.0, 1.0], opens=[1.0, 8.0 * 1.0001, 1.0]), limit)) == [1]
+    assert reasons(bars([50.0, 51.0, 52.0], opens=[5000.0, 51.0, 52.0])) == {}  # nothing before the first bar

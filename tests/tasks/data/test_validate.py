@@ -1,14 +1,18 @@
 import logging
+import os
+import time
 
 import great_expectations  # noqa: F401  (imported at collection: mutation workers then fork with it loaded)
+import numpy as np
 import pandas as pd
 import pytest
 
 from standins.tiny import tiny_params
-from tasks.data.bars import BarsWriter, read_parquet, write_parquet
+from tasks.caching import current_version
+from tasks.data.bars import BarsWriter, read_parquet, recorded_version, write_parquet
 from tasks.data.ingest import ingest
 from tasks.data.suite import row_failures, symbol_chunks
-from tasks.data.validate import REPORT, VALIDATED, validate
+from tasks.data.validate import ABANDONED, REPORT, VALIDATED, validate
 from tasks.errors import DataError, MissingInput, ValidationFailed
 
 
@@ -247,3 +251,39 @@ def test_the_report_lists_the_twenty_biggest_flags_biggest_first(tmp_path):
     assert flagged > 20 and len(table) == 20
     z = [float(row.split(" | ")[-1].rstrip(" |")) for row in table]
     assert z == sorted(z, reverse=True) and z[0] > z[-1]  # biggest first, not the smallest 20
+
+
+def test_the_validated_file_records_its_raw_data_version_and_stale_temporaries_are_cleared(tiny):
+    """Features checks the record against data/raw (docs/data.md, validation); a killed run
+    leaves a temporary beside the validated file, which no reader opens and the next run removes."""
+    version = ingest(tiny).data_version
+    stale = tiny.dirs.validated / f".{VALIDATED}.killed.tmp"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"half a file")
+    other = tiny.dirs.validated / f".{VALIDATED}.under-way.tmp"  # another run's, written a moment ago
+    other.write_bytes(b"a file being written")
+    old = time.time() - ABANDONED - 1
+    os.utime(stale, (old, old))
+    validate(tiny)
+    assert recorded_version(tiny.dirs.validated / VALIDATED) == version == current_version(tiny)
+    assert sorted(p.name for p in tiny.dirs.validated.iterdir()) == sorted([VALIDATED, other.name])
+
+
+def test_an_infinite_or_absurd_open_is_quarantined_before_it_can_be_a_fill_price(tmp_path):
+    params = tiny_params(tmp_path, "validation.max_bad_fraction=0.01")
+    ingest(params)
+    path = params.dirs.raw / "SYN001.parquet"
+    frame = pd.read_parquet(path)
+    frame.loc[10, ["open", "high"]] = float("inf")
+    frame.loc[20, "open"] = frame.loc[19, "close"] * 100  # a gap of ln(100) = +4.61 from the last close
+    frame.loc[20, "high"] = frame.loc[20, "open"]
+    frame.to_parquet(path)
+    result = validate(params)
+    assert result.quarantined == 2
+    quarantined = read_parquet(params.dirs.quarantine / "SYN001.parquet")[0].set_index("ts")["reason"]
+    assert quarantined[frame.loc[10, "ts"]] == "open not finite; high not finite"
+    assert quarantined[frame.loc[20, "ts"]] == (
+        f"log return beyond validation.max_abs_log_return: SYN001 {frame.loc[20, 'ts']} open gap (log open / "
+        "previous close) +4.61 beyond ±3")
+    kept = read_parquet(params.dirs.validated / VALIDATED)[0]
+    assert np.isfinite(kept["open"]).all() and len(kept) == result.rows_in - 2

@@ -379,4 +379,9 @@ PIPELINE: dict[int, Entry] = {
     140: Bug("a zoned midnight in daily bars is its UTC instant, not its session", "tasks/data/files.py",
              "        return _sessions(wall, parsed, daily)", "        return parsed.dt.tz_convert(\"UTC\")",
              ("tests/tasks/data/test_files.py::test_a_zoned_midnight_in_daily_bars_is_that_date_s_session",)),
+    141: Bug("the broker looks at the account's symbols once, not again when the bars file changes",
+             "tasks/delivery/broker/paper.py", "        if feed is not self._carries:\n",
+             "        if self._carries is None:\n",
+             ("tests/tasks/delivery/broker/test_paper.py::"
+              "test_a_symbol_gone_from_the_bars_is_refused_in_one_line_that_says_how_to_recover",)),
 }

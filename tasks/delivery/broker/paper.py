@@ -52,6 +52,8 @@ class PaperBroker:
                  now: Callable[[], datetime] = utc_now) -> None:
         self.ledger, self.feed, self.mode, self._now = ledger, feed, mode, now
         self.calendar = feed.calendar
+        self._carries: Feed | None = None
+        """The last feed found to have bars of every symbol the account holds or has open orders in."""
 
     @classmethod
     def open(cls, db: Path, bars: Path, *, initial_cash: float, cost_pct: float, mode: ClockMode,
@@ -99,7 +101,10 @@ class PaperBroker:
         that can no longer carry the account is refused, in one line that says how to recover
         (docs/delivery.md, The market): the clock's bar is gone (another market), or a symbol the
         account holds or has open orders in is (the universe changed). Such a position can be
-        neither valued nor sold, as no price of it is left.
+        neither valued nor sold, as no price of it is left. The symbols are looked at once a feed
+        (a read of the bars file): orders are accepted only in the feed's symbols, so none can
+        leave it until the file changes, and a scan of every open order on every request would
+        make a queue of them quadratic.
         """
         clock = self.ledger.clock()
         bar = feed.find(clock["day"])
@@ -107,13 +112,15 @@ class PaperBroker:
             raise BrokerError(500, f"the broker's clock stands at {clock['day']}, which the feed no longer has: "
                                    "its paper account traded another market (data.source or dates changed); "
                                    f"remove {self.ledger.path} to open a new account, or use another data_dir")
-        gone = [s for s in self.ledger.symbols() if s not in feed.symbols]
-        if gone:
-            raise BrokerError(500, f"the paper account holds or has open orders in {', '.join(gone)}, which the "
-                                   f"price feed ({self.feed.path}) has no bars of: the broker can neither value, fill "
-                                   "nor close them, nor move the clock; put their bars back (`podracer ingest` and "
-                                   "`podracer validate` with the symbols that traded them), or remove "
-                                   f"{self.ledger.path} to open a new account")
+        if feed is not self._carries:
+            gone = [s for s in self.ledger.symbols() if s not in feed.symbols]
+            if gone:
+                raise BrokerError(500, f"the paper account holds or has open orders in {', '.join(gone)}, which the "
+                                       f"price feed ({self.feed.path}) has no bars of: the broker can neither value, "
+                                       "fill nor close them, nor move the clock; put their bars back (`podracer "
+                                       "ingest` and `podracer validate` with the symbols that traded them), or remove "
+                                       f"{self.ledger.path} to open a new account")
+            self._carries = feed
         return bar, clock["phase"]
 
     def clock(self) -> dict[str, Any]:

@@ -299,7 +299,7 @@ def main() -> None:
     parser.add_argument("--shared", action="store_true", help="note that the machine was shared with other jobs "
                         "(timings provisional)")
     parser.add_argument("--minute-only", action="store_true", help=f"only part 4: the cycle at minute cadence, "
-                        f"{MINUTE_SYMBOLS} symbols (--cycles of them); recorded in its own section")
+                        f"{MINUTE_SYMBOLS} symbols (--cycles of them); printed, not recorded")
     parser.add_argument("--feed", type=Path, help="only part 5: load this validated bars file into a feed")
     parser.add_argument("--feed-sessions", type=int, default=20, help="part 5's window in sessions (0: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
@@ -321,15 +321,7 @@ def main() -> None:
             minute = measure_minute(Path(tmp), args.cycles)
         text = "\n".join(["| measure | result | target | met |", "|---|---|---|---|", *minute_rows(minute)]) \
             + "\n\n" + cycle_table(minute)
-        print("\n" + text)
-        stamp = now()
-        command = " ".join([".venv/bin/python", "-m", "benchmarks.perf.broker", *sys.argv[1:]])
-        record(Reading(
-            "broker-minute", "Paper broker at minute cadence: one trading-loop cycle for 100 symbols",
-            f"Command: `{command}`  \nMachine: {os.cpu_count()} CPUs, {platform.machine()}, "
-            f"Python {platform.python_version()}, OMP_NUM_THREADS={threads}.\n\n{text}",
-            ("date", "commit", "command", "cycle p50 / p99 ms"),
-            (stamp, commit(), f"`{command}`", f"{minute['loop'][0]:.0f} / {minute['loop'][1]:.0f}")), args.out)
+        print("\n" + text)  # the full run records part 4 in the broker section
         return
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
         root = Path(tmp)

@@ -268,7 +268,7 @@ def parse_ts(col: pd.Series, origin: str, timezone: str | None, where: _Where, d
     if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(col):
         _in_range(col, origin, where)
     if isinstance(col.dtype, pd.DatetimeTZDtype):
-        return _sessions(col.dt.tz_localize(None), col, daily)
+        return _sessions(col.dt.tz_localize(None), col) if daily else col.dt.tz_convert("UTC")
     if pd.api.types.is_datetime64_dtype(col):
         return _naive(col, origin, timezone, where)
     text = col.astype("string").str.strip()
@@ -292,18 +292,21 @@ def parse_ts(col: pd.Series, origin: str, timezone: str | None, where: _Where, d
                else "not an ISO-8601 date or timestamp")
         raise DataError(f"{origin}: {where(label)}, column ts: {value!r}: {why}; write YYYY-MM-DD dates "
                         "or ISO-8601 timestamps")
+    if zoned.all() and not daily:  # minute bars: the instants (no second parse of a large file)
+        return parsed.dt.tz_convert("UTC")
     if zoned.all():
         wall = pd.to_datetime(text.str.replace(OFFSET, "", regex=True), format="ISO8601", errors="coerce")
-        return _sessions(wall, parsed, daily)
+        return _sessions(wall, parsed)
     return _naive(parsed, origin, timezone, where)
 
 
-def _sessions(wall: pd.Series, zoned: pd.Series, daily: bool) -> pd.Series:
-    """Zoned timestamps in UTC; in daily bars whose wall-clock times (``wall``, in each value's
-    own zone) are all midnights, each value's own date as the session, at 00:00 UTC: a New York
-    midnight is that day's session, while its UTC instant (05:00) would be no daily bar at all."""
+def _sessions(wall: pd.Series, zoned: pd.Series) -> pd.Series:
+    """Zoned timestamps of daily bars in UTC; where their wall-clock times (``wall``, in each
+    value's own zone) are all midnights, each value's own date as the session, at 00:00 UTC: a
+    New York midnight is that day's session, while its UTC instant (05:00) would be no daily
+    bar at all."""
     present = wall.dropna()
-    if daily and len(present) and wall.isna().equals(zoned.isna()) and (present == present.dt.normalize()).all():
+    if len(present) and wall.isna().equals(zoned.isna()) and (present == present.dt.normalize()).all():
         return wall.dt.tz_localize("UTC")
     return zoned.dt.tz_convert("UTC")
 

@@ -377,7 +377,7 @@ PIPELINE: dict[int, Entry] = {
              "    if points.empty and (dots.empty or shown):", "    if points.empty:",
              ("tests/tasks/data/test_files.py::test_a_tab_separated_file_must_show_one_decimal_mark",)),
     140: Bug("a zoned midnight in daily bars is its UTC instant, not its session", "tasks/data/files.py",
-             "        return _sessions(wall, parsed, daily)", "        return parsed.dt.tz_convert(\"UTC\")",
+             "        return _sessions(wall, parsed)", "        return parsed.dt.tz_convert(\"UTC\")",
              ("tests/tasks/data/test_files.py::test_a_zoned_midnight_in_daily_bars_is_that_date_s_session",)),
     141: Bug("the broker looks at the account's symbols once, not again when the bars file changes",
              "tasks/delivery/broker/paper.py", "        if feed is not self._carries:\n",
